@@ -1,0 +1,497 @@
+"""Checkpoint: a headers-only view of a draft or target, its config flavour and a normalised DraftSpec.
+
+Nothing here reads tensor bytes until asked (`read`, `read_bytes`); safetensors headers are
+validated before they are trusted, shard paths never leave the checkpoint directory, and
+pickles are opened with ``torch.load(weights_only=True)`` only.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Iterator
+
+from .errors import CheckpointError
+from .safetensors_header import DTYPE_BITS, read_header
+
+INDEX_NAMES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth")
+DECODER_KEY = re.compile(r"^(?P<prefix>(?:model\.)?(?:midlayer|layers\.(?P<index>\d+))\.)")
+FLAG_NAMES = ("norm_before_residual", "norm_before_fc", "fc_norm", "norm_output")
+LAYOUTS = ("speculators", "eagle", "hf", "unknown")
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """Where a tensor lives and what it is, from headers alone."""
+
+    name: str
+    dtype: str  # safetensors dtype name, e.g. "BF16", "I64", "BOOL"
+    shape: tuple[int, ...]
+    file: Path
+    begin: int | None = None  # absolute byte offsets in ``file`` (None for pickled tensors)
+    end: int | None = None
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * DTYPE_BITS[self.dtype] // 8
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape), "file": self.file.name,
+                "begin": self.begin, "end": self.end}
+
+
+@dataclass(frozen=True)
+class DraftSpec:
+    """What a checkpoint says about itself, normalised across speculators / SpecForge / EAGLE configs."""
+
+    flavour: str  # "speculators" | "sglang" (SpecForge/SGLang flat Llama) | "eagle" (EAGLE official) | "hf" | "unknown"
+    architectures: tuple[str, ...] = ()
+    model_type: str | None = None
+    hidden_size: int | None = None
+    target_hidden_size: int | None = None  # resolved: declared value, else hidden_size
+    target_hidden_size_declared: int | None = None
+    num_aux: int | None = None
+    aux_layer_ids: tuple[int, ...] | None = None  # the list the config's own flavour reads
+    aux_ids_source: str | None = None  # "top-level" | "eagle_config" | None
+    aux_ids_by_source: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    use_aux_hidden_state: bool | None = None
+    draft_vocab_size: int | None = None  # N
+    vocab_size: int | None = None  # V
+    num_hidden_layers: int | None = None  # from config
+    num_decoder_layers: int = 0  # from keys
+    decoder_prefix: str | None = None  # "layers.0." | "midlayer." | "model.layers.0." | "model.midlayer."
+    intermediate_size: int | None = None
+    num_attention_heads: int | None = None
+    num_key_value_heads: int | None = None
+    head_dim: int | None = None
+    rms_norm_eps: float | None = None
+    initializer_range: float | None = None
+    fc_bias_config: bool = False  # SGLang's config.bias
+    attention_bias: bool = False
+    flags: dict[str, bool | None] = field(default_factory=dict)  # None: not in config
+    dtypes: tuple[str, ...] = ()
+    has_d2t: bool = False
+    has_t2d: bool = False
+    has_embed_tokens: bool = False
+    has_lm_head: bool = False
+    has_fc: bool = False
+    has_input_norm: bool = False
+    has_fc_norm: bool = False
+    fc_in_features: int | None = None
+    fc_out_features: int | None = None
+    lm_head_rows: int | None = None
+    verifier: str | None = None
+
+    @property
+    def is_draft(self) -> bool:
+        return self.flavour in ("speculators", "sglang", "eagle") or self.has_fc
+
+    def flag(self, name: str) -> bool:
+        """A flag's effective value when the config is silent (False)."""
+        return bool(self.flags.get(name))
+
+    def to_dict(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        data = asdict(self)
+        data["aux_ids_by_source"] = {k: list(v) for k, v in self.aux_ids_by_source.items()}
+        return data
+
+
+class Checkpoint:
+    """A draft or target checkpoint: tensor table from headers, config, layout and DraftSpec.
+
+    >>> ckpt = Checkpoint.open("demo/speculators")
+    >>> ckpt.layout, ckpt.spec.decoder_prefix
+    ('speculators', 'layers.0.')
+    """
+
+    def __init__(self, path: Path, root: Path, tensors: dict[str, TensorInfo], config: dict[str, Any] | None,
+                 files: tuple[Path, ...], index: dict[str, Any] | None = None,
+                 pickled: dict[str, Any] | None = None) -> None:
+        self.path = path
+        self.root = root
+        self.tensors = tensors
+        self.config = config
+        self.files = files
+        self.index = index
+        self._pickled = pickled or {}
+
+    # -- opening --------------------------------------------------------------------------
+    @classmethod
+    def open(cls, path: str | Path) -> "Checkpoint":
+        """Open a directory, a single ``.safetensors`` file or a ``.bin``/``.pt`` pickle (weights only)."""
+        path = Path(path).expanduser()
+        if not path.exists():
+            raise CheckpointError(path, "no such file or directory")
+        if path.is_dir():
+            root = path
+            config = _read_config(root / "config.json")
+            return cls._open_dir(path, config)
+        root = path.parent
+        config = _read_config(root / "config.json")
+        if path.name in INDEX_NAMES:
+            return cls._open_sharded(root, path, config)
+        if path.suffix == ".safetensors":
+            return cls._from_safetensors(path, root, (path,), config)
+        if path.suffix in PICKLE_SUFFIXES:
+            return cls._from_pickles(path, root, (path,), config)
+        raise CheckpointError(path, "not a checkpoint (expected a directory, .safetensors, .bin or .pt)")
+
+    @classmethod
+    def _open_dir(cls, root: Path, config: dict[str, Any] | None) -> "Checkpoint":
+        for name in INDEX_NAMES:
+            if (root / name).exists():
+                return cls._open_sharded(root, root / name, config)
+        safetensors = sorted(p for p in root.glob("*.safetensors"))
+        if safetensors:
+            return cls._from_safetensors(root, root, tuple(_inside(root, p) for p in safetensors), config)
+        pickles = sorted(p for p in root.iterdir() if p.suffix in PICKLE_SUFFIXES and p.is_file())
+        if pickles:
+            return cls._from_pickles(root, root, tuple(_inside(root, p) for p in pickles), config)
+        if not any(root.iterdir()):
+            raise CheckpointError(root, "empty directory: no checkpoint files")
+        raise CheckpointError(root, "not a checkpoint: no *.safetensors, *.bin or *.pt files")
+
+    @classmethod
+    def _open_sharded(cls, root: Path, index_path: Path, config: dict[str, Any] | None) -> "Checkpoint":
+        try:
+            index = json.loads(index_path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise CheckpointError(index_path, f"invalid index JSON ({exc})") from None
+        weight_map = index.get("weight_map") if isinstance(index, dict) else None
+        if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+            raise CheckpointError(index_path, "index has no weight_map of tensor name -> shard file")
+        shards: dict[str, Path] = {}
+        for shard_name in dict.fromkeys(weight_map.values()):
+            shard = root / shard_name
+            if Path(shard_name).is_absolute() or ".." in Path(shard_name).parts:
+                raise CheckpointError(index_path, f"shard path {shard_name!r} points outside the checkpoint directory")
+            shard = _inside(root, shard, what=f"shard {shard_name!r} (named in {index_path.name})")
+            if not shard.is_file():
+                raise CheckpointError(index_path, f"shard {shard_name!r} is missing")
+            shards[shard_name] = shard
+        is_pickle = index_path.name.startswith("pytorch_model")
+        files = tuple(shards.values())
+        ckpt = (cls._from_pickles if is_pickle else cls._from_safetensors)(root, root, files, config)
+        for name, shard_name in weight_map.items():
+            info = ckpt.tensors.get(name)
+            if info is None or info.file != shards[shard_name]:
+                raise CheckpointError(index_path, f"tensor {name!r} is not in its shard {shard_name!r}")
+        ckpt.index = index
+        return ckpt
+
+    @classmethod
+    def _from_safetensors(cls, path: Path, root: Path, files: tuple[Path, ...], config: dict[str, Any] | None) -> "Checkpoint":
+        tensors: dict[str, TensorInfo] = {}
+        for file in files:
+            header = read_header(file)
+            for e in header.entries:
+                if e.name in tensors:
+                    raise CheckpointError(file, f"tensor {e.name!r} is also in {tensors[e.name].file.name} (present in two shards)")
+                tensors[e.name] = TensorInfo(e.name, e.dtype, e.shape, file, e.begin, e.end)
+        return cls(path, root, _sorted(tensors), config, files)
+
+    @classmethod
+    def _from_pickles(cls, path: Path, root: Path, files: tuple[Path, ...], config: dict[str, Any] | None) -> "Checkpoint":
+        tensors: dict[str, TensorInfo] = {}
+        pickled: dict[str, Any] = {}
+        for file in files:
+            for name, tensor in _load_weights_only(file).items():
+                if name in tensors:
+                    raise CheckpointError(file, f"tensor {name!r} is also in {tensors[name].file.name} (present in two shards)")
+                tensors[name] = TensorInfo(name, _torch_dtype_name(file, name, tensor), tuple(tensor.shape), file)
+                pickled[name] = tensor
+        return cls(path, root, _sorted(tensors), config, files, pickled=pickled)
+
+    # -- reading data lazily --------------------------------------------------------------
+    def __contains__(self, name: str) -> bool:
+        return name in self.tensors
+
+    def __len__(self) -> int:
+        return len(self.tensors)
+
+    def info(self, name: str) -> TensorInfo:
+        try:
+            return self.tensors[name]
+        except KeyError:
+            raise CheckpointError(self.path, f"no tensor named {name!r}") from None
+
+    def read(self, name: str):  # -> torch.Tensor
+        """Read one tensor (memory-mapped for safetensors)."""
+        info = self.info(name)
+        if name in self._pickled:
+            return self._pickled[name]
+        from safetensors import safe_open
+
+        with safe_open(str(info.file), framework="pt") as fh:
+            return fh.get_tensor(name)
+
+    def read_bytes(self, name: str, start: int = 0, stop: int | None = None, out: bytearray | memoryview | None = None) -> memoryview:
+        """Raw little-endian bytes ``[start, stop)`` of a tensor, read with plain file I/O (no mmap residue).
+
+        With ``out`` the bytes are read into that buffer (reused across chunks) and a view of it is returned.
+        """
+        info = self.info(name)
+        if info.begin is None:
+            data = memoryview(self._pickled[name].contiguous().view(-1).view(__import__("torch").uint8).numpy()).cast("B")
+            return data[start: info.nbytes if stop is None else stop]
+        stop = info.nbytes if stop is None else min(stop, info.nbytes)
+        size = max(stop - start, 0)
+        buf = memoryview(out if out is not None else bytearray(size))[:size]
+        with open(info.file, "rb", buffering=0) as fh:
+            fh.seek(info.begin + start)
+            got = fh.readinto(buf)
+        if got != size:
+            raise CheckpointError(info.file, f"tensor {name!r}: file ended after {got} of {size} bytes")
+        return buf
+
+    def iter_chunks(self, name: str, chunk_bytes: int = 16 << 20) -> Iterator[memoryview]:
+        """Yield a tensor's bytes in chunks of at most ``chunk_bytes`` (element-aligned), reusing one buffer."""
+        info = self.info(name)
+        elem = max(DTYPE_BITS[info.dtype] // 8, 1)
+        chunk = max(chunk_bytes - chunk_bytes % elem, elem)
+        buf = bytearray(min(chunk, info.nbytes))
+        for start in range(0, info.nbytes, chunk):
+            yield self.read_bytes(name, start, start + chunk, out=buf)
+
+    # -- what it is -------------------------------------------------------------------------
+    @cached_property
+    def spec(self) -> DraftSpec:
+        return build_spec(self.config, self.tensors)
+
+    @property
+    def layout(self) -> str:
+        """"speculators", "eagle" (EAGLE / SpecForge / SGLang-style), "hf" (an ordinary HF model) or "unknown"."""
+        flavour = self.spec.flavour
+        if flavour == "speculators":
+            return "speculators"
+        if flavour in ("sglang", "eagle"):
+            return "eagle"
+        if flavour == "hf":
+            return "hf"
+        prefix = self.spec.decoder_prefix
+        if self.spec.has_fc and prefix in ("layers.0.",):
+            return "speculators"
+        if self.spec.has_fc and prefix is not None:
+            return "eagle"
+        return "unknown"
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(t.nbytes for t in self.tensors.values())
+
+    def summary(self) -> dict[str, Any]:
+        """The ``checkpoint`` object of the JSON report."""
+        return {
+            "path": str(self.path),
+            "layout": self.layout,
+            "flavour": self.spec.flavour,
+            "files": [f.name for f in self.files],
+            "num_tensors": len(self.tensors),
+            "total_bytes": self.total_bytes,
+            "spec": self.spec.to_dict(),
+        }
+
+    def __repr__(self) -> str:
+        return f"Checkpoint({str(self.path)!r}, layout={self.layout!r}, tensors={len(self.tensors)})"
+
+
+# -- helpers ---------------------------------------------------------------------------------
+def _sorted(tensors: dict[str, TensorInfo]) -> dict[str, TensorInfo]:
+    return dict(sorted(tensors.items()))
+
+
+def _inside(root: Path, path: Path, what: str | None = None) -> Path:
+    """Resolve ``path`` and refuse it when it (or a symlink on the way) leads outside ``root``."""
+    real_root = root.resolve()
+    real = path.resolve()
+    if real != real_root and real_root not in real.parents:
+        raise CheckpointError(path, f"{what or 'file'} leads outside the checkpoint directory (to {real})")
+    return path
+
+
+def _read_config(path: Path) -> dict[str, Any] | None:
+    if not path.exists():
+        return None
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(path, f"invalid config JSON ({exc})") from None
+    except OSError as exc:
+        raise CheckpointError(path, f"cannot read config ({exc.strerror or exc})") from None
+    if not isinstance(config, dict):
+        raise CheckpointError(path, "config must be a JSON object")
+    return config
+
+
+def _load_weights_only(file: Path) -> dict[str, Any]:
+    """``torch.load(weights_only=True)``: refuses any pickle that would import or call code."""
+    import pickle
+
+    import torch
+
+    try:
+        try:
+            obj = torch.load(file, map_location="cpu", weights_only=True, mmap=True)
+        except RuntimeError as exc:
+            if "mmap" not in str(exc) and "zip" not in str(exc):
+                raise
+            obj = torch.load(file, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else "unsafe pickle"
+        raise CheckpointError(file, f"refused: not a plain tensor file, it would run code on load ({first[:160]})") from None
+    except Exception as exc:  # truncated zip, not a pickle at all, ...
+        raise CheckpointError(file, f"cannot read as a PyTorch weights file ({type(exc).__name__}: {str(exc)[:160]})") from None
+    for key in ("state_dict", "module", "model"):
+        if isinstance(obj, dict) and isinstance(obj.get(key), dict) and len(obj) <= 4:
+            obj = obj[key]
+            break
+    if not isinstance(obj, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in obj.items()):
+        raise CheckpointError(file, "not a state dict of name -> tensor")
+    return obj
+
+
+_TORCH_TO_ST = {
+    "torch.bool": "BOOL", "torch.uint8": "U8", "torch.int8": "I8", "torch.int16": "I16", "torch.int32": "I32",
+    "torch.int64": "I64", "torch.float16": "F16", "torch.bfloat16": "BF16", "torch.float32": "F32",
+    "torch.float64": "F64", "torch.float8_e4m3fn": "F8_E4M3", "torch.float8_e5m2": "F8_E5M2",
+    "torch.complex64": "C64", "torch.uint16": "U16", "torch.uint32": "U32", "torch.uint64": "U64",
+}
+
+
+def _torch_dtype_name(file: Path, name: str, tensor: Any) -> str:
+    try:
+        return _TORCH_TO_ST[str(tensor.dtype)]
+    except KeyError:
+        raise CheckpointError(file, f"tensor {name!r}: unsupported dtype {tensor.dtype}") from None
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _ids(value: Any) -> tuple[int, ...] | None:
+    if isinstance(value, list) and all(_int(v) is not None for v in value):
+        return tuple(value)
+    return None
+
+
+def detect_flavour(config: dict[str, Any] | None) -> str:
+    """speculators / sglang (SpecForge, SGLang flat Llama) / eagle (official EAGLE) / hf / unknown."""
+    if not config:
+        return "unknown"
+    archs = config.get("architectures") or []
+    if config.get("speculators_model_type") and isinstance(config.get("transformer_layer_config"), dict):
+        return "speculators"
+    if "LlamaForCausalLMEagle3" in archs or isinstance(config.get("eagle_config"), dict):
+        return "sglang"
+    if "draft_vocab_size" in config and "LlamaForCausalLM" in archs:
+        return "eagle"
+    if archs or config.get("model_type"):
+        return "hf"
+    return "unknown"
+
+
+def build_spec(config: dict[str, Any] | None, tensors: dict[str, TensorInfo]) -> DraftSpec:
+    """Normalise a config (any flavour) plus the tensor table into a DraftSpec."""
+    config = config or {}
+    flavour = detect_flavour(config)
+    layer_cfg = config.get("transformer_layer_config") if flavour == "speculators" else config
+    if not isinstance(layer_cfg, dict):
+        layer_cfg = {}
+    text_cfg = layer_cfg.get("text_config") if isinstance(layer_cfg.get("text_config"), dict) else layer_cfg
+
+    prefixes: dict[str, set[str]] = {}
+    for name in tensors:
+        m = DECODER_KEY.match(name)
+        if m:
+            prefixes.setdefault(m.group("prefix"), set()).add(name)
+    decoder_prefix = min(prefixes, key=lambda p: (p.count("."), p)) if prefixes else None
+    if flavour == "hf":
+        decoder_prefix = None  # a target's layers are not a draft decoder
+
+    top_ids = _ids(config.get("eagle_aux_hidden_state_layer_ids"))
+    eagle_cfg = config.get("eagle_config") if isinstance(config.get("eagle_config"), dict) else {}
+    nested_ids = _ids(eagle_cfg.get("eagle_aux_hidden_state_layer_ids"))
+    by_source: dict[str, tuple[int, ...]] = {}
+    if top_ids is not None:
+        by_source["top-level"] = top_ids
+    if nested_ids is not None:
+        by_source["eagle_config"] = nested_ids
+    own_source = "top-level" if flavour == "speculators" else "eagle_config"
+    if own_source not in by_source and by_source:
+        own_source = next(iter(by_source))
+    aux_ids = by_source.get(own_source)
+
+    hidden = _int(text_cfg.get("hidden_size"))
+    declared_th = _int(config.get("target_hidden_size"))
+    target_hidden = declared_th or hidden
+    fc = tensors.get("fc.weight") or tensors.get("model.fc.weight")
+    fc_in = fc.shape[1] if fc is not None and len(fc.shape) == 2 else None
+    fc_out = fc.shape[0] if fc is not None and len(fc.shape) == 2 else None
+    if fc_in and target_hidden and fc_in % target_hidden == 0:
+        num_aux = fc_in // target_hidden
+    elif aux_ids is not None:
+        num_aux = len(aux_ids)
+    elif fc is not None or flavour in ("speculators", "sglang", "eagle"):
+        num_aux = _int(config.get("num_aux_hidden_states")) or 3
+    else:
+        num_aux = None
+    lm_head = tensors.get("lm_head.weight")
+    n_draft = _int(config.get("draft_vocab_size"))
+    use_aux = eagle_cfg.get("use_aux_hidden_state")
+    heads = _int(text_cfg.get("num_attention_heads"))
+    head_dim = _int(text_cfg.get("head_dim")) or (hidden // heads if hidden and heads else None)
+    verifier = None
+    spec_cfg = config.get("speculators_config")
+    if isinstance(spec_cfg, dict) and isinstance(spec_cfg.get("verifier"), dict):
+        verifier = spec_cfg["verifier"].get("name_or_path")
+    return DraftSpec(
+        flavour=flavour,
+        architectures=tuple(config.get("architectures") or ()),
+        model_type=text_cfg.get("model_type") or config.get("model_type"),
+        hidden_size=hidden,
+        target_hidden_size=target_hidden,
+        target_hidden_size_declared=declared_th,
+        num_aux=num_aux,
+        aux_layer_ids=aux_ids,
+        aux_ids_source=own_source if aux_ids is not None else None,
+        aux_ids_by_source=by_source,
+        use_aux_hidden_state=use_aux if isinstance(use_aux, bool) else None,
+        draft_vocab_size=n_draft,
+        vocab_size=_int(text_cfg.get("vocab_size")),
+        num_hidden_layers=_int(text_cfg.get("num_hidden_layers")),
+        num_decoder_layers=len({m.group("prefix") for n in tensors if (m := DECODER_KEY.match(n))}) if flavour != "hf" else 0,
+        decoder_prefix=decoder_prefix,
+        intermediate_size=_int(text_cfg.get("intermediate_size")),
+        num_attention_heads=heads,
+        num_key_value_heads=_int(text_cfg.get("num_key_value_heads")) or heads,
+        head_dim=head_dim,
+        rms_norm_eps=text_cfg.get("rms_norm_eps"),
+        initializer_range=text_cfg.get("initializer_range"),
+        fc_bias_config=bool(config.get("bias", False)),
+        attention_bias=bool(text_cfg.get("attention_bias", False)),
+        flags={name: (config[name] if isinstance(config.get(name), bool) else None) for name in FLAG_NAMES},
+        dtypes=tuple(sorted({t.dtype for t in tensors.values()})),
+        has_d2t=any(n.split(".")[-1] == "d2t" for n in tensors),
+        has_t2d=any(n.split(".")[-1] == "t2d" for n in tensors),
+        has_embed_tokens=any(n.endswith("embed_tokens.weight") for n in tensors),
+        has_lm_head=lm_head is not None,
+        has_fc=fc is not None,
+        has_input_norm=any(n.endswith("input_norm.weight") for n in tensors),
+        has_fc_norm=any(".fc_norm." in f".{n}" for n in tensors),
+        fc_in_features=fc_in,
+        fc_out_features=fc_out,
+        lm_head_rows=lm_head.shape[0] if lm_head is not None and lm_head.shape else None,
+        verifier=verifier,
+    )

@@ -1,0 +1,33 @@
+"""CLI subcommands: one module each, discovered by ``eagle3lens.cli``.
+
+Each module defines ``register(subparsers) -> None`` that adds its parser and sets
+``func(args) -> int`` as the parser default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from ..findings import Report, Severity
+
+
+def add_output_options(parser: argparse.ArgumentParser) -> None:
+    """--json and --fail-on, shared by every subcommand."""
+    parser.add_argument("--json", action="store_true", help="print the JSON report on stdout")
+    parser.add_argument("--fail-on", default="critical", choices=[s.value for s in Severity],
+                        help="exit 1 when a finding is at or above this severity (default: critical)")
+
+
+def finish(report: Report, args: argparse.Namespace, console: Any = None) -> int:
+    """Print the report as asked and return the exit code (0 ran clean, 1 findings at/above --fail-on)."""
+    if getattr(args, "json", False):
+        sys.stdout.write(report.to_json() + "\n")
+    else:
+        report.render_terminal(console)
+    return 1 if report.fails(args.fail_on) else 0
+
+
+def example_epilog(*lines: str) -> str:
+    return "examples:\n" + "\n".join(f"  {line}" for line in lines)

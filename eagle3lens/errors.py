@@ -1,0 +1,26 @@
+"""Error types: every bad input becomes one of these, with a one-line message for people."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class Eagle3LensError(Exception):
+    """Base class: the CLI prints ``str(error)`` on one line and exits 2."""
+
+
+class CheckpointError(Eagle3LensError):
+    """A checkpoint file or directory is missing, malformed or unsafe."""
+
+    def __init__(self, path: str | Path, problem: str) -> None:
+        self.path = str(path)
+        self.problem = problem
+        super().__init__(f"{self.path}: {problem}")
+
+
+class UsageError(Eagle3LensError):
+    """Arguments that do not make sense together (unknown engine, bad option value...)."""
+
+
+class ConversionRefused(Eagle3LensError):
+    """A conversion or repair that cannot be done faithfully (``--force`` overrides where allowed)."""

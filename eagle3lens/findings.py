@@ -1,0 +1,186 @@
+"""Findings, severities and the Report that gathers them (JSON / terminal / HTML entry points)."""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Protocol, runtime_checkable
+
+
+class Severity(str, enum.Enum):
+    """How bad a finding is; ordered ``info < warning < critical``."""
+
+    INFO = "info"
+    WARNING = "warning"
+    CRITICAL = "critical"
+
+    @property
+    def rank(self) -> int:
+        return {"info": 0, "warning": 1, "critical": 2}[self.value]
+
+    @classmethod
+    def parse(cls, value: "str | Severity") -> "Severity":
+        try:
+            return cls(value) if not isinstance(value, Severity) else value
+        except ValueError:
+            from .errors import UsageError
+
+            raise UsageError(f"unknown severity {value!r}: use info, warning or critical") from None
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One observation with its proof. ``code`` is a stable ``area/slug``."""
+
+    code: str
+    severity: Severity
+    title: str
+    detail: str = ""
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+    fix: str | None = None
+
+    def __post_init__(self) -> None:
+        if "/" not in self.code:
+            raise ValueError(f"finding code must be 'area/slug', got {self.code!r}")
+        object.__setattr__(self, "severity", Severity.parse(self.severity))
+
+    @property
+    def area(self) -> str:
+        return self.code.split("/", 1)[0]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "code": self.code,
+            "severity": self.severity.value,
+            "title": self.title,
+            "detail": self.detail,
+            "evidence": to_jsonable(dict(self.evidence)),
+            "fix": self.fix,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Finding":
+        return cls(
+            code=data["code"],
+            severity=Severity(data["severity"]),
+            title=data["title"],
+            detail=data.get("detail", ""),
+            evidence=data.get("evidence", {}),
+            fix=data.get("fix"),
+        )
+
+
+@runtime_checkable
+class ProbeResult(Protocol):
+    """What every probe returns: its findings plus JSON-able data."""
+
+    findings: tuple[Finding, ...]
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+def sort_findings(findings: Iterable[Finding]) -> list[Finding]:
+    """Most severe first; stable within a severity."""
+    return sorted(findings, key=lambda f: -f.severity.rank)
+
+
+def worst(findings: Iterable[Finding]) -> Severity | None:
+    """The highest severity among ``findings``, or None when there are none."""
+    ranked = sort_findings(findings)
+    return ranked[0].severity if ranked else None
+
+
+def to_jsonable(value: Any) -> Any:
+    """Convert numpy/torch scalars, tuples, paths and dataclasses into plain JSON values."""
+    import dataclasses
+    from pathlib import PurePath
+
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            return repr(value)  # JSON has no NaN/Inf; keep them readable
+        return value
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, PurePath):
+        return str(value)
+    if isinstance(value, Mapping):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [to_jsonable(v) for v in value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        if hasattr(value, "to_dict"):
+            return to_jsonable(value.to_dict())
+        return to_jsonable(dataclasses.asdict(value))
+    if hasattr(value, "tolist"):  # numpy / torch
+        return to_jsonable(value.tolist())
+    if hasattr(value, "item"):
+        return to_jsonable(value.item())
+    return str(value)
+
+
+@dataclass
+class Report:
+    """A checkpoint summary, the findings and each probe's result: what the CLI and notebooks show."""
+
+    checkpoint: dict[str, Any]
+    engine: str | None = None
+    findings: list[Finding] = field(default_factory=list)
+    results: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # e.g. "no target given: wiring not checked"
+
+    def add(self, name: str, result: Any) -> None:
+        """Attach a probe result and collect its findings (de-duplicated by code + title)."""
+        self.results[name] = result
+        seen = {(f.code, f.title) for f in self.findings}
+        for finding in getattr(result, "findings", ()):
+            if (finding.code, finding.title) not in seen:
+                self.findings.append(finding)
+                seen.add((finding.code, finding.title))
+
+    @property
+    def worst(self) -> Severity | None:
+        return worst(self.findings)
+
+    def fails(self, fail_on: Severity | str) -> bool:
+        """True when a finding is at or above ``fail_on`` (the CLI's exit code 1)."""
+        threshold = Severity.parse(fail_on)
+        return any(f.severity.rank >= threshold.rank for f in self.findings)
+
+    def to_dict(self) -> dict[str, Any]:
+        from . import __version__
+
+        results = {}
+        for name, result in self.results.items():
+            results[name] = to_jsonable(result.to_dict() if hasattr(result, "to_dict") else result)
+        data: dict[str, Any] = {
+            "tool": "eagle3lens",
+            "version": __version__,
+            "checkpoint": to_jsonable(self.checkpoint),
+            "engine": self.engine,
+            "findings": [f.to_dict() for f in self.findings],
+            "results": results,
+        }
+        if self.notes:
+            data["notes"] = list(self.notes)
+        return data
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    def render_terminal(self, console: Any = None) -> None:
+        from .render import render_report_terminal
+
+        render_report_terminal(self, console)
+
+    def to_html(self, title: str = "eagle3lens report") -> str:
+        from .render import render_report_html
+
+        return render_report_html(self, title=title)
+
+    def _repr_html_(self) -> str:
+        from .render import render_report_fragment
+
+        return render_report_fragment(self)

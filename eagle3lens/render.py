@@ -1,0 +1,125 @@
+"""Report rendering: terminal (rich), self-contained offline HTML (plotly.js inlined once), notebook fragment.
+
+Probe results contribute through optional methods: ``__rich__()`` for a terminal section,
+``_repr_html_()`` for an HTML fragment and ``figures()`` for plotly figures.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from typing import Any
+
+from .findings import Report, Severity
+
+SEVERITY_STYLE = {Severity.CRITICAL: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
+SEVERITY_COLOR = {Severity.CRITICAL: "#c62828", Severity.WARNING: "#b26a00", Severity.INFO: "#1565c0"}
+
+
+def verdict(report: Report) -> str:
+    """One line: how bad it is and the first thing to look at."""
+    worst = report.worst
+    if worst is None:
+        return "OK: no findings"
+    first = next(f for f in report.findings if f.severity == worst)
+    counts = {s: sum(f.severity == s for f in report.findings) for s in Severity}
+    tally = ", ".join(f"{counts[s]} {s.value}" for s in (Severity.CRITICAL, Severity.WARNING, Severity.INFO) if counts[s])
+    return f"{worst.value.upper()}: {first.title} ({tally})"
+
+
+def render_report_terminal(report: Report, console: Any = None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    style = SEVERITY_STYLE.get(report.worst, "bold green") if report.worst else "bold green"
+    console.print(f"[{style}]{verdict(report)}[/]")
+    ck = report.checkpoint
+    if ck:
+        console.print(f"checkpoint: {ck.get('path')}  layout: {ck.get('layout')}" + (f"  engine: {report.engine}" if report.engine else ""))
+    if report.findings:
+        table = Table(title="findings", show_lines=False, expand=False)
+        table.add_column("#", justify="right")
+        table.add_column("severity")
+        table.add_column("code")
+        table.add_column("what")
+        table.add_column("fix")
+        for i, f in enumerate(report.findings, 1):
+            table.add_row(str(i), f"[{SEVERITY_STYLE[f.severity]}]{f.severity.value}[/]", f.code,
+                          f.title + (f"\n[dim]{f.detail}[/]" if f.detail else ""), f.fix or "")
+        console.print(table)
+    for name, result in report.results.items():
+        if hasattr(result, "__rich__"):
+            console.rule(name)
+            console.print(result)
+    for note in report.notes:
+        console.print(f"[dim]note: {note}[/]")
+
+
+def findings_html(report: Report) -> str:
+    if not report.findings:
+        return "<p class='ok'>No findings.</p>"
+    rows = []
+    for i, f in enumerate(report.findings, 1):
+        color = SEVERITY_COLOR[f.severity]
+        evidence = html.escape(json.dumps(f.to_dict()["evidence"], indent=1)[:4000])
+        rows.append(
+            f"<tr><td>{i}</td><td style='color:{color};font-weight:bold'>{f.severity.value}</td>"
+            f"<td><code>{html.escape(f.code)}</code></td><td><b>{html.escape(f.title)}</b><br>{html.escape(f.detail)}"
+            f"<details><summary>evidence</summary><pre>{evidence}</pre></details></td>"
+            f"<td><code>{html.escape(f.fix or '')}</code></td></tr>"
+        )
+    return ("<table class='findings'><thead><tr><th>#</th><th>severity</th><th>code</th><th>what</th><th>fix</th>"
+            "</tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
+
+
+def render_report_fragment(report: Report) -> str:
+    """HTML for a notebook cell (figures are displayed by the notebook itself)."""
+    return (f"<div class='eagle3lens-report'><h3>{html.escape(verdict(report))}</h3>"
+            f"{findings_html(report)}{_notes_html(report)}</div>")
+
+
+def _notes_html(report: Report) -> str:
+    if not report.notes:
+        return ""
+    return "<ul class='notes'>" + "".join(f"<li>{html.escape(n)}</li>" for n in report.notes) + "</ul>"
+
+
+def figures_of(result: Any) -> list[Any]:
+    figures = getattr(result, "figures", None)
+    return list(figures()) if callable(figures) else []
+
+
+def render_report_html(report: Report, title: str = "eagle3lens report") -> str:
+    """A standalone page that opens offline: plotly.js is inlined once, every figure drawn from its JSON."""
+    from plotly.offline import get_plotlyjs
+
+    sections = []
+    for name, result in report.results.items():
+        parts = [f"<h2>{html.escape(name)}</h2>"]
+        if hasattr(result, "_repr_html_"):
+            parts.append(result._repr_html_())
+        for fig in figures_of(result):
+            parts.append(fig.to_html(full_html=False, include_plotlyjs=False))
+        sections.append("<section>" + "".join(parts) + "</section>")
+    ck = report.checkpoint or {}
+    return f"""<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 2em; max-width: 1200px; }}
+table {{ border-collapse: collapse; margin: 1em 0; }} td, th {{ border: 1px solid #ddd; padding: 4px 8px; vertical-align: top; }}
+th {{ background: #f4f4f4; }} code, pre {{ font-size: 90%; }} .ok {{ color: #2e7d32; }}
+</style>
+<script type="text/javascript">{get_plotlyjs()}</script>
+</head><body>
+<h1>{html.escape(title)}</h1>
+<p><b>{html.escape(verdict(report))}</b></p>
+<p>checkpoint: <code>{html.escape(str(ck.get('path', '')))}</code> · layout: {html.escape(str(ck.get('layout', '')))}
+{'· engine: ' + html.escape(report.engine) if report.engine else ''}</p>
+<h2>Findings</h2>
+{findings_html(report)}
+{_notes_html(report)}
+{''.join(sections)}
+<script type="application/json" id="eagle3lens-report">{html.escape(report.to_json(indent=None), quote=False)}</script>
+</body></html>
+"""
