@@ -348,8 +348,11 @@ def _load_weights_only(file: Path) -> dict[str, Any]:
                 raise
             obj = torch.load(file, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else "unsafe pickle"
-        raise CheckpointError(file, f"refused: not a plain tensor file, it would run code on load ({first[:160]})") from None
+        blocked = re.search(r"unsupported GLOBAL (\S+)|Unsupported global: GLOBAL (\S+)", str(exc))
+        if blocked:
+            what = blocked.group(1) or blocked.group(2)
+            raise CheckpointError(file, f"refused: the pickle would import {what} on load (only plain tensors are accepted)") from None
+        raise CheckpointError(file, "cannot read as a PyTorch weights file (not a plain tensor pickle)") from None
     except Exception as exc:  # truncated zip, not a pickle at all, ...
         raise CheckpointError(file, f"cannot read as a PyTorch weights file ({type(exc).__name__}: {str(exc)[:160]})") from None
     for key in ("state_dict", "module", "model"):

@@ -78,7 +78,9 @@ def read_header(path: str | Path) -> SafetensorsHeader:
     if not text.lstrip().startswith("{"):
         raise CheckpointError(path, "safetensors header is not a JSON object")
     try:
-        header = json.loads(text)
+        header = json.loads(text, object_pairs_hook=_no_duplicates)
+    except _DuplicateName as exc:
+        raise CheckpointError(path, f"tensor {exc.args[0]!r} is named twice in the safetensors header") from None
     except json.JSONDecodeError as exc:
         raise CheckpointError(path, f"safetensors header is not valid JSON ({exc.msg} at byte {exc.pos})") from None
     if not isinstance(header, dict):
@@ -100,6 +102,19 @@ def read_header(path: str | Path) -> SafetensorsHeader:
             raise CheckpointError(path, f"truncated: tensor data needs {expected} bytes, file has {file_size}")
         raise CheckpointError(path, f"{file_size - expected} trailing bytes after the last tensor")
     return SafetensorsHeader(path, tuple(entries), dict(metadata), data_start, file_size)
+
+
+class _DuplicateName(ValueError):
+    pass
+
+
+def _no_duplicates(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateName(key)
+        out[key] = value
+    return out
 
 
 def _entry(path: Path, name: str, info: object, data_start: int) -> TensorEntry:

@@ -1,0 +1,247 @@
+"""Checkpoint reader: headers-only listing, layout detection, and the bad-input corpus.
+
+Every malformed input must raise CheckpointError with a one-line message naming the file, and
+the CLI must print that line and exit 2 without a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from eagle3lens.checkpoint import Checkpoint
+from eagle3lens.cli import main
+from eagle3lens.errors import CheckpointError
+
+from _corpus import good_header, raw_safetensors, sharded, write
+
+
+# -- the corpus: name -> (builder(tmp) -> path to open, fragment expected in the message) ------------
+def _st(tmp: Path, content: bytes) -> Path:
+    return write(tmp / "model.safetensors", content)
+
+
+def _header_with(**entry_b) -> tuple[dict, bytes]:
+    header, data = good_header()
+    header["b"] = {**header["b"], **entry_b}
+    return header, data
+
+
+def _symlink_out(tmp: Path) -> Path:
+    outside = tmp / "outside"
+    header, data = good_header()
+    write(outside / "real.safetensors", raw_safetensors(header, data))
+    ckpt = tmp / "ckpt"
+    ckpt.mkdir()
+    os.symlink(outside / "real.safetensors", ckpt / "model-00001.safetensors")
+    (ckpt / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"a": "model-00001.safetensors", "b": "model-00001.safetensors"}}))
+    return ckpt
+
+
+def _plain_symlink_out(tmp: Path) -> Path:
+    outside = tmp / "outside"
+    header, data = good_header()
+    write(outside / "real.safetensors", raw_safetensors(header, data))
+    ckpt = tmp / "ckpt"
+    ckpt.mkdir()
+    os.symlink(outside / "real.safetensors", ckpt / "model.safetensors")
+    return ckpt
+
+
+def _good_dir(tmp: Path) -> Path:
+    header, data = good_header()
+    _st(tmp, raw_safetensors(header, data))
+    return tmp
+
+
+CORPUS = {
+    "missing path": (lambda t: t / "nope", "no such file"),
+    "empty directory": (lambda t: t, "empty directory"),
+    "not a checkpoint dir": (lambda t: write(t / "notes.txt", b"hello").parent, "not a checkpoint"),
+    "not a checkpoint file": (lambda t: write(t / "notes.txt", b"hello"), "not a checkpoint"),
+    "shorter than the length prefix": (lambda t: _st(t, b"\x01\x02"), "truncated"),
+    "header length past end of file": (lambda t: _st(t, raw_safetensors({}, b"", length=4096)), "past the end"),
+    "header length above cap": (lambda t: _st(t, raw_safetensors({}, b"", length=200_000_000)), "exceeds"),
+    "non-UTF-8 header": (lambda t: _st(t, raw_safetensors({}, b"", header_bytes=b"{\xff\xfe}")), "UTF-8"),
+    "non-JSON header": (lambda t: _st(t, raw_safetensors({}, b"", header_bytes=b"{not json")), "not valid JSON"),
+    "header not an object": (lambda t: _st(t, raw_safetensors({}, b"", header_bytes=b"[1, 2]   ")), "not a JSON object"),
+    "unknown dtype": (lambda t: _st(t, raw_safetensors(*_header_with(dtype="F128"))), "unknown dtype"),
+    "size != byte range": (lambda t: _st(t, raw_safetensors(*_header_with(shape=[4]))), "needs 16 bytes"),
+    "negative shape": (lambda t: _st(t, raw_safetensors(*_header_with(shape=[-3]))), "shape must be"),
+    "overlapping offsets": (lambda t: _st(t, raw_safetensors({
+        "a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+        "b": {"dtype": "F32", "shape": [3], "data_offsets": [4, 16]}}, bytes(16))), "overlaps"),
+    "gap between tensors": (lambda t: _st(t, raw_safetensors({
+        "a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+        "b": {"dtype": "F32", "shape": [3], "data_offsets": [12, 24]}}, bytes(24))), "gap"),
+    "reversed offsets": (lambda t: _st(t, raw_safetensors(*_header_with(data_offsets=[20, 8]))), "data_offsets"),
+    "first tensor not at 0": (lambda t: _st(t, raw_safetensors({
+        "a": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}}, bytes(12))), "gap"),
+    "truncated data": (lambda t: _st(t, raw_safetensors(*good_header())[:-5]), "truncated"),
+    "duplicate tensor name": (lambda t: _st(t, raw_safetensors({}, bytes(8), header_bytes=(
+        b'{"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, '
+        b'"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}'))), "named twice"),
+    "trailing bytes": (lambda t: _st(t, raw_safetensors(*good_header()) + b"junk"), "trailing bytes"),
+    "bad __metadata__": (lambda t: _st(t, raw_safetensors({"__metadata__": {"k": 1}}, b"")), "__metadata__"),
+    "index names a missing shard": (lambda t: sharded(t, {"a": "s1.safetensors", "b": "s2.safetensors"},
+                                                      {"s1.safetensors": {"a": 2}}), "missing"),
+    "index shard path with ../": (lambda t: sharded(t / "ckpt", {"a": "../s1.safetensors"}, {}), "outside"),
+    "index shard absolute path": (lambda t: sharded(t / "ckpt", {"a": str(t / "abs.safetensors")}, {}), "outside"),
+    "index shard symlink leading out": (_symlink_out, "outside"),
+    "checkpoint file symlink leading out": (_plain_symlink_out, "outside"),
+    "tensor missing from its shard": (lambda t: sharded(t, {"a": "s1.safetensors", "z": "s1.safetensors"},
+                                                        {"s1.safetensors": {"a": 2}}), "not in its shard"),
+    "tensor in two shards": (lambda t: sharded(t, {"a": "s1.safetensors", "b": "s2.safetensors"},
+                                               {"s1.safetensors": {"a": 2}, "s2.safetensors": {"a": 2, "b": 1}}), "two shards"),
+    "index without weight_map": (lambda t: write(t / "model.safetensors.index.json", b'{"metadata": {}}').parent, "weight_map"),
+    "invalid config.json": (lambda t: write(_good_dir(t) / "config.json", b"{oops").parent, "invalid config JSON"),
+    "config.json not an object": (lambda t: write(_good_dir(t) / "config.json", b"[]").parent, "JSON object"),
+    "garbage .bin": (lambda t: write(t / "pytorch_model.bin", b"definitely not a pickle"), "cannot read"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CORPUS))
+def test_bad_input_raises_one_line_error(case: str, tmp_path: Path) -> None:
+    build, fragment = CORPUS[case]
+    path = build(tmp_path)
+    with pytest.raises(CheckpointError) as info:
+        Checkpoint.open(path)
+    message = str(info.value)
+    assert fragment in message
+    assert "\n" not in message
+    assert str(tmp_path) in message  # names the file
+
+
+@pytest.mark.parametrize("case", sorted(CORPUS))
+def test_cli_exits_2_with_message(case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    build, fragment = CORPUS[case]
+    path = build(tmp_path)
+    assert main(["info", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("eagle3lens: error: ") and fragment in err
+    assert len(err.splitlines()) == 1
+
+
+class _RunsCode:
+    """A pickle payload whose unpickling would create a marker file."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+@pytest.mark.parametrize("zip_format", [True, False])
+def test_malicious_pickle_is_refused_and_never_runs(tmp_path: Path, zip_format: bool) -> None:
+    marker = tmp_path / "pwned"
+    path = tmp_path / "pytorch_model.bin"
+    torch.save({"w": torch.zeros(2), "evil": _RunsCode(marker)}, path, _use_new_zipfile_serialization=zip_format,
+               pickle_module=pickle)
+    with pytest.raises(CheckpointError, match="refused"):
+        Checkpoint.open(path)
+    assert not marker.exists()
+    # and through the CLI, in a fresh process, with no traceback
+    proc = subprocess.run([sys.executable, "-m", "eagle3lens", "info", str(tmp_path)], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr and "refused" in proc.stderr
+    assert not marker.exists()
+
+
+def test_plain_state_dict_bin_is_read(tmp_path: Path) -> None:
+    torch.save({"fc.weight": torch.arange(6, dtype=torch.float32).reshape(2, 3)}, tmp_path / "pytorch_model.bin")
+    ckpt = Checkpoint.open(tmp_path)
+    assert ckpt.info("fc.weight").shape == (2, 3) and ckpt.info("fc.weight").dtype == "F32"
+    assert torch.equal(ckpt.read("fc.weight"), torch.arange(6, dtype=torch.float32).reshape(2, 3))
+    assert bytes(ckpt.read_bytes("fc.weight", 4, 8)) == torch.tensor([1.0]).numpy().tobytes()
+
+
+def test_headers_only_listing_and_lazy_chunks(tmp_path: Path) -> None:
+    tensors = {"fc.weight": torch.randn(16, 48), "d2t": torch.arange(10, dtype=torch.int64), "t2d": torch.ones(20, dtype=torch.bool)}
+    save_file(tensors, tmp_path / "model.safetensors")
+    ckpt = Checkpoint.open(tmp_path / "model.safetensors")
+    assert list(ckpt.tensors) == sorted(tensors)
+    info = ckpt.info("fc.weight")
+    assert (info.dtype, info.shape, info.nbytes) == ("F32", (16, 48), 16 * 48 * 4)
+    assert info.end - info.begin == info.nbytes
+    joined = b"".join(bytes(c) for c in ckpt.iter_chunks("fc.weight", chunk_bytes=100))
+    assert joined == tensors["fc.weight"].numpy().tobytes()
+    assert torch.equal(ckpt.read("t2d"), tensors["t2d"])
+    with pytest.raises(CheckpointError, match="no tensor named"):
+        ckpt.info("nope")
+
+
+def test_sharded_checkpoint_lists_every_shard(tmp_path: Path) -> None:
+    save_file({"a": torch.zeros(3)}, tmp_path / "m-1.safetensors")
+    save_file({"b": torch.ones(2)}, tmp_path / "m-2.safetensors")
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {"total_size": 20}, "weight_map": {"a": "m-1.safetensors", "b": "m-2.safetensors"}}))
+    ckpt = Checkpoint.open(tmp_path)
+    assert {n: t.file.name for n, t in ckpt.tensors.items()} == {"a": "m-1.safetensors", "b": "m-2.safetensors"}
+    assert torch.equal(ckpt.read("b"), torch.ones(2))
+
+
+def _speculators_config(ids=(2, 5, 7)) -> dict:
+    return {
+        "architectures": ["Eagle3Speculator"], "speculators_model_type": "eagle3", "draft_vocab_size": 32,
+        "norm_before_residual": True, "target_hidden_size": None, "eagle_aux_hidden_state_layer_ids": list(ids),
+        "transformer_layer_config": {"model_type": "llama", "hidden_size": 16, "num_hidden_layers": 1,
+                                     "vocab_size": 64, "num_attention_heads": 2, "intermediate_size": 32},
+        "speculators_config": {"verifier": {"name_or_path": "tiny-target"}},
+    }
+
+
+def test_speculators_spec(tmp_path: Path) -> None:
+    save_file({"fc.weight": torch.zeros(16, 48), "layers.0.mlp.up_proj.weight": torch.zeros(32, 16),
+               "d2t": torch.zeros(32, dtype=torch.int64), "t2d": torch.zeros(64, dtype=torch.bool),
+               "embed_tokens.weight": torch.zeros(64, 16), "lm_head.weight": torch.zeros(32, 16)},
+              tmp_path / "model.safetensors")
+    (tmp_path / "config.json").write_text(json.dumps(_speculators_config()))
+    ckpt = Checkpoint.open(tmp_path)
+    spec = ckpt.spec
+    assert ckpt.layout == "speculators"
+    assert (spec.hidden_size, spec.target_hidden_size, spec.num_aux) == (16, 16, 3)
+    assert spec.aux_layer_ids == (2, 5, 7) and spec.aux_ids_source == "top-level"
+    assert (spec.draft_vocab_size, spec.vocab_size, spec.lm_head_rows) == (32, 64, 32)
+    assert spec.decoder_prefix == "layers.0." and spec.num_decoder_layers == 1
+    assert spec.flags["norm_before_residual"] is True and spec.flags["fc_norm"] is None
+    assert spec.has_d2t and spec.has_t2d and spec.has_embed_tokens and not spec.has_input_norm
+    assert spec.verifier == "tiny-target"
+
+
+def test_sglang_spec_with_prefixed_keys(tmp_path: Path) -> None:
+    save_file({"model.fc.weight": torch.zeros(16, 48), "model.midlayer.mlp.up_proj.weight": torch.zeros(32, 16)},
+              tmp_path / "model.safetensors")
+    (tmp_path / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLMEagle3"], "hidden_size": 16, "vocab_size": 64, "draft_vocab_size": 32,
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 4, 6], "use_aux_hidden_state": True}}))
+    spec = Checkpoint.open(tmp_path).spec
+    assert spec.flavour == "sglang" and spec.decoder_prefix == "model.midlayer."
+    assert spec.aux_layer_ids == (1, 4, 6) and spec.aux_ids_source == "eagle_config" and spec.use_aux_hidden_state
+
+
+def test_hf_target_and_unknown(tmp_path: Path) -> None:
+    save_file({"model.layers.0.mlp.up_proj.weight": torch.zeros(4, 2)}, tmp_path / "model.safetensors")
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 2}))
+    assert Checkpoint.open(tmp_path).layout == "hf"
+    (tmp_path / "config.json").unlink()
+    save_file({"x": torch.zeros(1)}, tmp_path / "model.safetensors")
+    assert Checkpoint.open(tmp_path).layout == "unknown"
+
+
+def test_info_json_follows_design_schema(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    save_file({"fc.weight": torch.zeros(16, 48)}, tmp_path / "model.safetensors")
+    (tmp_path / "config.json").write_text(json.dumps(_speculators_config()))
+    assert main(["info", str(tmp_path), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert set(data) >= {"tool", "version", "checkpoint", "engine", "findings", "results"}
+    assert data["tool"] == "eagle3lens" and data["checkpoint"]["layout"] == "speculators"
+    assert data["results"]["info"]["tensors"][0]["shape"] == [16, 48]
