@@ -1,0 +1,41 @@
+# Set-up path used here and by CI. torch is pinned to the CPU build that installs from local disk;
+# on a GPU host install eagle3lens into an environment that already has your torch.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+TORCH_PIN ?= torch==2.13.0
+DEMO_DIR ?= demo
+REPORT ?= reports/demo.html
+
+.PHONY: demo test install system-deps bench clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q "$(TORCH_PIN)"
+	$(BIN)/pip install -q -e ".[notebook,remote,dev]"
+	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (eagle3lens)" >/dev/null
+	touch $@
+
+# The main job on the built-in demo incident: build it, run the doctor, write the HTML report.
+# doctor exits 1 because the demo's speculators drafter is broken under sglang==0.5.11: that is the point.
+demo: install
+	$(BIN)/eagle3lens demo $(DEMO_DIR)
+	$(BIN)/eagle3lens doctor $(DEMO_DIR)/speculators --engine sglang==0.5.11 --log $(DEMO_DIR)/sglang.log \
+		--target $(DEMO_DIR)/target --html $(REPORT); rc=$$?; [ $$rc -le 1 ] || exit $$rc
+	@echo "report: $(REPORT)"
+
+# Debian packages the test suite drives for real: OpenSSH server (remote runs) and Chromium (browser test).
+system-deps:
+	@bash .ci/system-deps
+
+test: install system-deps
+	$(BIN)/python -m pytest -q
+
+bench: install
+	for b in bench/*.py; do case $$b in */_*) continue;; esac; echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) $(DEMO_DIR) reports
