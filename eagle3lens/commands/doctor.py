@@ -1,0 +1,54 @@
+"""``eagle3lens doctor CKPT``: every applicable probe, ranked causes, a shareable report."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..doctor import diagnose
+from ..errors import UsageError
+from . import add_output_options, example_epilog, finish
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.baseline_tps is not None and args.baseline_tps <= 0:
+        raise UsageError(f"--baseline-tps must be positive, got {args.baseline_tps}")
+    report = diagnose(args.checkpoint, engine=args.engine, target=args.target, log=args.log,
+                      baseline_tps=args.baseline_tps, num_draft_tokens=args.num_draft_tokens,
+                      scenario=args.scenario, weights=not args.no_weights, progress=not args.json)
+    if args.html:
+        out = Path(args.html)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(f".{out.name}.tmp")
+        tmp.write_text(report.to_html(title=f"eagle3lens doctor: {args.checkpoint}"), encoding="utf-8")
+        tmp.replace(out)
+    code = finish(report, args)
+    if args.html and not args.json:
+        print(f"HTML report: {args.html}")
+    return code
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "doctor", help="run every applicable probe and rank the likely causes",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Why is accept len 1.00? Runs the load simulation (--engine), vocab and weights probes, the aux-layer "
+                    "resolver and wiring check (--target), and the log probe (--log); ranks the causes in causal order.",
+        epilog=example_epilog(
+            "eagle3lens doctor demo/speculators --engine sglang==0.5.11 --log demo/sglang.log",
+            "eagle3lens doctor demo/eagle --engine sglang==0.5.11 --target demo/target --scenario aux-off",
+            "eagle3lens doctor out/draft --engine vllm==0.33.0 --fail-on warning   # gate in a training pipeline",
+            "eagle3lens doctor demo/speculators --engine sglang==0.5.11 --html report.html"),
+    )
+    p.add_argument("checkpoint", metavar="CKPT", help="draft checkpoint (directory or file)")
+    p.add_argument("--engine", metavar="E", help="serving engine, NAME[==VERSION], e.g. sglang==0.5.11, vllm==0.33.0")
+    p.add_argument("--target", metavar="T", help="target model checkpoint (HF layout): copies, wiring, aux layers")
+    p.add_argument("--log", metavar="FILE", help="server log with acceptance lines (SGLang or vLLM)")
+    p.add_argument("--baseline-tps", type=float, metavar="X", help="decode tok/s without speculation, for break-even")
+    p.add_argument("--num-draft-tokens", type=int, metavar="K", help="draft tokens per step, when the log cannot say")
+    p.add_argument("--scenario", choices=["aux-off", "ids-shifted", "ids-ignored"],
+                   help="reproduce an engine wiring fault in the wiring check")
+    p.add_argument("--no-weights", action="store_true", help="skip weight statistics (reads every tensor byte)")
+    p.add_argument("--html", metavar="OUT", help="also write a self-contained offline HTML report")
+    add_output_options(p)
+    p.set_defaults(func=run)

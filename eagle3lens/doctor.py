@@ -1,0 +1,164 @@
+"""Doctor: run every probe the inputs allow, merge their findings and rank the likely causes.
+
+Causal order follows the path a draft token takes: the weights must load (keys), the target's
+aux states must reach fc (trace), the decoder must be trained (weights), its ids must map to the
+target vocabulary (vocab), the right layers must be captured (aux ids); ignored flags only lower
+the rate, and the server log is the symptom, not a cause.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .checkpoint import Checkpoint
+from .findings import Finding, Report, Severity, sort_findings
+
+# code prefixes in causal order; the first matching entry gives a finding's place
+CAUSAL_ORDER: tuple[tuple[str, str], ...] = (
+    ("keys/raises", "the engine refuses to load the checkpoint"),
+    ("config/unrecognized", "the engine does not recognise the draft's config"),
+    ("keys/dropped", "weights the engine never loads"),
+    ("keys/shape-mismatch", "weights whose shape the engine rejects"),
+    ("trace/fc-bypassed", "the target's aux states never reach fc"),
+    ("trace/aux-width-mismatch", "the aux feature has the wrong width"),
+    ("weights/nan", "non-finite weights"),
+    ("weights/inf", "non-finite weights"),
+    ("weights/all-zero", "weights that are all zero"),
+    ("weights/init-like", "weights still at their initial values"),
+    ("weights/norm-at-init", "norms still at their initial values"),
+    ("vocab/", "draft ids mapped to the wrong target tokens"),
+    ("keys/left-at-init", "engine parameters nothing writes"),
+    ("weights/target-copy-mismatch", "embeddings or head differ from the target's"),
+    ("config/aux-ids-ignored", "aux layer ids the engine ignores"),
+    ("config/aux-ids-shifted", "aux layer ids read in the other convention"),
+    ("trace/aux-layers-mismatch", "the engine captures other layers than training used"),
+    ("config/", "config the engine reads differently"),
+    ("trace/", "hidden-state wiring"),
+    ("weights/", "weight statistics"),
+    ("logs/", "the symptom in the server log"),
+)
+
+
+def causal_rank(code: str) -> int:
+    for rank, (prefix, _) in enumerate(CAUSAL_ORDER):
+        if code == prefix or (prefix.endswith("/") and code.startswith(prefix)):
+            return rank
+    return len(CAUSAL_ORDER)
+
+
+@dataclass(frozen=True)
+class Cause:
+    """A finding promoted to a likely cause of the symptom, with what it explains."""
+
+    rank: int
+    finding: Finding
+    explains: str  # "zero acceptance" | "lower acceptance"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rank": self.rank, "code": self.finding.code, "severity": self.finding.severity.value,
+                "title": self.finding.title, "explains": self.explains, "fix": self.finding.fix}
+
+
+@dataclass(frozen=True)
+class Triage:
+    """The doctor's own result: ranked causes, probes that ran, probes skipped and why."""
+
+    causes: tuple[Cause, ...]
+    ran: tuple[str, ...]
+    skipped: dict[str, str] = field(default_factory=dict)
+    findings: tuple[Finding, ...] = ()  # the probes' findings are already in the report
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"causes": [c.to_dict() for c in self.causes], "ran": list(self.ran), "skipped": dict(self.skipped)}
+
+    def __rich__(self):
+        from .plots.doctor import triage_table
+
+        return triage_table(self)
+
+    def _repr_html_(self) -> str:
+        from .plots.doctor import triage_html
+
+        return triage_html(self)
+
+
+def rank_findings(findings: list[Finding]) -> list[Finding]:
+    """Severity first, then causal order; stable otherwise."""
+    return sorted(sort_findings(findings), key=lambda f: (-f.severity.rank, causal_rank(f.code)))
+
+
+def rank_causes(findings: list[Finding]) -> tuple[Cause, ...]:
+    causes = []
+    for f in rank_findings(findings):
+        if f.severity == Severity.INFO or f.area == "logs":
+            continue
+        explains = "zero acceptance" if f.severity == Severity.CRITICAL else "lower acceptance"
+        causes.append(Cause(len(causes) + 1, f, explains))
+    return tuple(causes)
+
+
+def diagnose(
+    checkpoint: str | Path | Checkpoint,
+    engine: str | None = None,
+    target: str | Path | Checkpoint | None = None,
+    log: str | Path | None = None,
+    baseline_tps: float | None = None,
+    num_draft_tokens: int | None = None,
+    scenario: str | None = None,
+    weights: bool = True,
+    progress: bool = False,
+) -> Report:
+    """Run the applicable probes on a draft and return a Report whose findings are ranked causes first."""
+    from .engines import resolve
+    from .probes.aux_layers import resolve_aux_layers
+    from .probes.keys import simulate_load
+    from .probes.logs import parse_log
+    from .probes.vocab import inspect_vocab
+    from .probes.weights import weight_stats
+    from .probes.wiring import check_wiring
+
+    ckpt = checkpoint if isinstance(checkpoint, Checkpoint) else Checkpoint.open(checkpoint)
+    tgt = None if target is None else target if isinstance(target, Checkpoint) else Checkpoint.open(target)
+    profile = resolve(engine) if engine else None
+    report = Report(checkpoint=ckpt.summary(), engine=profile.spec if profile else None)
+    ran: list[str] = []
+    skipped: dict[str, str] = {}
+
+    def run(name: str, fn, *args, **kwargs) -> None:
+        report.add(name, fn(*args, **kwargs))
+        ran.append(name)
+
+    if profile is not None:
+        run("keys", simulate_load, ckpt, profile)
+    else:
+        skipped["keys"] = "no --engine given: load simulation not run"
+    if ckpt.spec.is_draft:
+        run("vocab", inspect_vocab, ckpt, target=tgt)
+    else:
+        skipped["vocab"] = "not a draft checkpoint"
+    if weights:
+        run("weights", weight_stats, ckpt, target=tgt, progress=progress)
+    else:
+        skipped["weights"] = "weights statistics switched off"
+    num_target_layers = (tgt.spec.num_hidden_layers if tgt is not None else None)
+    if profile is not None and ckpt.spec.is_draft:
+        run("aux_layers", resolve_aux_layers, ckpt.spec, num_target_layers, profile)
+    else:
+        skipped["aux_layers"] = "no --engine given: aux layer ids not resolved"
+    if tgt is not None and profile is not None and ckpt.spec.is_draft:
+        run("wiring", check_wiring, tgt, ckpt, profile, scenario=scenario)
+    else:
+        skipped["wiring"] = "no --target given: wiring not checked" if tgt is None else "no --engine given: wiring not checked"
+    if log is not None:
+        run("logs", parse_log, log, engine=profile.name if profile else None,
+            num_draft_tokens=num_draft_tokens, baseline_tps=baseline_tps)
+    else:
+        skipped["logs"] = "no --log given: acceptance not read"
+
+    report.findings = rank_findings(report.findings)
+    triage = Triage(rank_causes(report.findings), tuple(ran), skipped)
+    report.results = {"doctor": triage, **report.results}
+    report.notes.extend(skipped.values())
+    return report
