@@ -1,0 +1,86 @@
+"""``eagle3lens notebook NAME``: run a walkthrough headless (papermill) and write .ipynb, .html, findings JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from ..errors import UsageError
+from ..findings import Report
+from . import add_output_options, example_epilog, finish
+
+
+def parse_value(text: str) -> Any:
+    """papermill's ``-p`` typing: True/False/None, int, float, else the string itself."""
+    if text in ("True", "False", "None"):
+        return {"True": True, "False": False, "None": None}[text]
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def read_params_file(path: str) -> dict[str, Any]:
+    """Parameters from a JSON object file (the remote runner passes them this way, never on a command line)."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read parameters file ({exc.strerror})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: parameters file is not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{path}: parameters file must hold a JSON object of name -> value")
+    return data
+
+
+def list_walkthroughs() -> int:
+    from ..notebook import walkthrough_title, walkthroughs
+
+    for name, path in walkthroughs().items():
+        print(f"{name:20s} {walkthrough_title(path)}")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..notebook import run_notebook
+
+    if args.list:
+        return list_walkthroughs()
+    if not args.name:
+        raise UsageError("give a walkthrough NAME or path (see `eagle3lens notebook --list`)")
+    parameters = read_params_file(args.params_file) if args.params_file else {}
+    parameters.update({key: parse_value(value) for key, value in args.parameter})
+    result = run_notebook(args.name, parameters, args.out, progress=not args.no_progress,
+                          kernel_name=args.kernel, timeout=args.timeout)
+    report = Report(checkpoint={}, findings=list(result.findings))
+    report.results["notebook"] = result
+    return finish(report, args)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "notebook", help="run a walkthrough notebook headless and write .ipynb, .html and findings JSON",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=example_epilog(
+            "eagle3lens notebook --list",
+            "eagle3lens notebook 00_triage --out reports/                  # the demo incident",
+            "eagle3lens notebook triage -p checkpoint my-draft/ -p engine sglang==0.5.11",
+            "eagle3lens notebook 03_vocab --params-file params.json --out reports/",
+            "eagle3lens notebook my_copy.ipynb -p log server.log"))
+    p.add_argument("name", metavar="NAME", nargs="?",
+                   help="walkthrough short name (00_triage or triage) or a .ipynb path")
+    p.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("KEY", "VALUE"),
+                   help="set a parameter (typed like papermill: True/False/None, int, float, else string)")
+    p.add_argument("--params-file", metavar="FILE", help="JSON object of parameters (applied before -p)")
+    p.add_argument("--out", default="eagle3lens-notebooks", metavar="DIR",
+                   help="output directory (default: ./eagle3lens-notebooks)")
+    p.add_argument("--list", action="store_true", help="list the walkthroughs and exit")
+    p.add_argument("--kernel", default="python3", help="Jupyter kernel name (default: python3)")
+    p.add_argument("--timeout", type=float, default=None, metavar="S", help="per-cell timeout in seconds")
+    p.add_argument("--no-progress", action="store_true", help="no per-cell progress bar")
+    add_output_options(p)
+    p.set_defaults(func=run)

@@ -1,0 +1,310 @@
+"""Walkthrough notebooks: headless papermill runs, offline HTML export and findings read-back.
+
+Two sides share this module:
+
+* **kernel side** (imported by the notebooks): :func:`init` makes eagle3lens errors show as their
+  one-line message, :func:`show` displays a result or report with its figures (plotly.js inlined once
+  so exported HTML draws offline), :func:`record_findings` stores the findings as a JSON output with
+  the mimetype :data:`FINDINGS_MIME`, :func:`demo` builds the demo incident on first use;
+* **runner side**: :func:`run_notebook` executes a walkthrough with papermill and writes the
+  executed ``.ipynb``, a self-contained ``.html`` and ``<name>.findings.json``;
+  :func:`collect_findings` reads the findings back from an executed notebook.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping
+
+from .errors import Eagle3LensError, UsageError
+from .findings import Finding, Report, to_jsonable
+
+FINDINGS_MIME = "application/vnd.eagle3lens.findings+json"
+"""Mimetype of the display output that carries a walkthrough's findings."""
+
+WIDGET_VIEW_MIME = "application/vnd.jupyter.widget-view+json"
+
+# nbconvert's lab template loads require.js and MathJax from CDNs; the report needs neither
+# (and require.js would capture plotly.js as an anonymous AMD module), so the export drops both.
+_OFFLINE_TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
+{%- block html_head_js_requirejs -%}{%- endblock html_head_js_requirejs -%}
+{%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
+"""
+
+
+class NotebookCellError(Eagle3LensError):
+    """A walkthrough cell failed; names the cell and the error shown in it."""
+
+    def __init__(self, notebook: str | Path, cell_index: int, first_line: str, error: str, executed: Path) -> None:
+        self.notebook = str(notebook)
+        self.cell_index = cell_index
+        self.first_line = first_line
+        self.error = error
+        self.executed = executed
+        super().__init__(f"{self.notebook}: cell {cell_index} `{first_line}` failed: {error} "
+                         f"(partial notebook: {executed})")
+
+
+# ---------------------------------------------------------------- kernel side
+
+
+def init() -> None:
+    """Show eagle3lens errors in a cell as their one-line message instead of a traceback."""
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    if shell is None:
+        return
+
+    def one_line(shell: Any, etype: type, value: BaseException, tb: Any, tb_offset: Any = None) -> list[str]:
+        line = f"eagle3lens: error: {value}"
+        shell._showtraceback(etype, value, [line])
+        return [line]
+
+    shell.set_custom_exc((Eagle3LensError,), one_line)
+
+
+_plotlyjs_shown = False
+
+
+def show_figure(fig: Any) -> None:
+    """Display a plotly figure for JupyterLab (plotly mimetype) and for exported HTML (plotly.js inlined once)."""
+    global _plotlyjs_shown
+    from IPython.display import display
+
+    html = fig.to_html(full_html=False, include_plotlyjs=not _plotlyjs_shown, include_mathjax=False,
+                       default_width="100%", default_height=450)
+    _plotlyjs_shown = True
+    display({"application/vnd.plotly.v1+json": json.loads(fig.to_json()), "text/html": html,
+             "text/plain": f"<plotly figure: {fig.layout.title.text or 'untitled'}>"}, raw=True)
+
+
+def show(obj: Any) -> None:
+    """Display a probe result or report (its ``_repr_html_``) followed by its plotly figures."""
+    from IPython.display import display
+
+    from .render import figures_of
+
+    display(obj)
+    results = obj.results.values() if isinstance(obj, Report) else [obj]
+    for result in results:
+        for fig in figures_of(result):
+            show_figure(fig)
+
+
+def findings_of(*objs: Any) -> list[Finding]:
+    """Findings of reports, probe results, findings or iterables of them, de-duplicated by code + title."""
+    out: list[Finding] = []
+    seen: set[tuple[str, str]] = set()
+
+    def visit(obj: Any) -> None:
+        if isinstance(obj, Finding):
+            if (obj.code, obj.title) not in seen:
+                seen.add((obj.code, obj.title))
+                out.append(obj)
+        elif hasattr(obj, "findings"):
+            for f in obj.findings:
+                visit(f)
+        elif isinstance(obj, Mapping):
+            for v in obj.values():
+                visit(v)
+        elif isinstance(obj, Iterable) and not isinstance(obj, (str, bytes)):
+            for v in obj:
+                visit(v)
+        else:
+            raise TypeError(f"cannot take findings from {type(obj).__name__}")
+
+    for obj in objs:
+        visit(obj)
+    return out
+
+
+def record_findings(*objs: Any) -> list[Finding]:
+    """Store the findings of ``objs`` in the notebook as a JSON output eagle3lens reads back."""
+    from IPython.display import display
+
+    from .render import verdict
+
+    findings = findings_of(*objs)
+    summary = verdict(Report(checkpoint={}, findings=findings))
+    display({FINDINGS_MIME: {"findings": [f.to_dict() for f in findings]},
+             "text/plain": f"eagle3lens findings: {summary}"}, raw=True)
+    return findings
+
+
+def default_demo_dir() -> Path:
+    """Where walkthroughs build the demo incident when no ``demo_dir`` is given."""
+    if os.environ.get("EAGLE3LENS_DEMO_DIR"):
+        return Path(os.environ["EAGLE3LENS_DEMO_DIR"])
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "eagle3lens" / "demo"
+
+
+def demo(demo_dir: str | Path = "") -> Any:
+    """The demo incident's paths, building it on first use (into :func:`default_demo_dir` by default)."""
+    from .demo import build_demo
+
+    return build_demo(Path(demo_dir) if demo_dir else default_demo_dir())
+
+
+# ---------------------------------------------------------------- runner side
+
+
+def notebooks_dir() -> Path:
+    """The walkthroughs: ``notebooks/`` of a source checkout, or ``share/eagle3lens/notebooks`` when installed."""
+    candidates = [Path(__file__).resolve().parent.parent / "notebooks",
+                  Path(sys.prefix) / "share" / "eagle3lens" / "notebooks"]
+    for candidate in candidates:
+        if any(candidate.glob("[0-9][0-9]_*.ipynb")):
+            return candidate
+    raise UsageError("walkthrough notebooks not found (looked in " + ", ".join(map(str, candidates)) + ")")
+
+
+def walkthroughs() -> dict[str, Path]:
+    """Short name (``00_triage``) -> path of every packaged walkthrough."""
+    return {p.stem: p for p in sorted(notebooks_dir().glob("[0-9][0-9]_*.ipynb"))}
+
+
+def walkthrough_title(path: Path) -> str:
+    """The first heading of a notebook's first markdown cell."""
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            for line in cell.source.splitlines():
+                if line.startswith("#"):
+                    return line.lstrip("# ").strip()
+    return path.stem
+
+
+def resolve(name_or_path: str | Path) -> Path:
+    """A walkthrough's path from its short name (``00_triage`` or ``triage``) or a notebook path."""
+    path = Path(name_or_path)
+    if path.suffix == ".ipynb" or path.exists():
+        if not path.is_file():
+            raise UsageError(f"{path}: notebook not found")
+        return path
+    known = walkthroughs()
+    name = str(name_or_path)
+    matches = [p for stem, p in known.items() if stem == name or stem.split("_", 1)[1] == name]
+    if not matches:
+        raise UsageError(f"unknown walkthrough {name!r}: choose one of {', '.join(known)} or give a .ipynb path")
+    return matches[0]
+
+
+@dataclass(frozen=True)
+class NotebookRun:
+    """The outputs of one headless walkthrough run."""
+
+    notebook: Path
+    executed: Path
+    html: Path
+    findings_json: Path
+    parameters: Mapping[str, Any]
+    findings: tuple[Finding, ...]
+    seconds: float
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_jsonable({"notebook": self.notebook, "executed": self.executed, "html": self.html,
+                            "findings_json": self.findings_json, "parameters": dict(self.parameters),
+                            "seconds": round(self.seconds, 3)})
+
+    def __rich__(self) -> str:
+        return (f"executed notebook: {self.executed}\nHTML report:       {self.html}\n"
+                f"findings JSON:     {self.findings_json}\n({self.seconds:.1f} s)")
+
+
+@contextmanager
+def _environ(**values: str) -> Iterator[None]:
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def run_notebook(name_or_path: str | Path, parameters: Mapping[str, Any] | None, out_dir: str | Path,
+                 progress: bool = True, kernel_name: str = "python3", timeout: float | None = None) -> NotebookRun:
+    """Execute a walkthrough headless and write ``<name>.ipynb``, ``<name>.html``, ``<name>.findings.json``.
+
+    Raises :class:`NotebookCellError` naming the failing cell (the partial notebook and its HTML
+    are still written).
+    """
+    import papermill
+    from papermill.exceptions import PapermillExecutionError
+
+    source = resolve(name_or_path)
+    parameters = dict(parameters or {})
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    executed = out / f"{source.stem}.ipynb"
+    html = out / f"{source.stem}.html"
+    findings_json = out / f"{source.stem}.findings.json"
+    start = time.perf_counter()
+    try:
+        # The kernel inherits this environment: plotly emits text/html with plotly.js inlined.
+        with _environ(PLOTLY_RENDERER="notebook"):
+            papermill.execute_notebook(str(source), str(executed), parameters=parameters,
+                                       kernel_name=kernel_name, progress_bar=progress,
+                                       cwd=str(source.parent), execution_timeout=timeout)
+    except PapermillExecutionError as exc:
+        export_html(executed, html)
+        first = next((line for line in exc.source.splitlines() if line.strip()), "")
+        raise NotebookCellError(source, exc.cell_index, first.strip(), f"{exc.ename}: {exc.evalue}",
+                                executed) from None
+    export_html(executed, html)
+    findings = tuple(collect_findings(executed))
+    findings_json.write_text(json.dumps({"notebook": str(source), "parameters": to_jsonable(parameters),
+                                         "findings": [f.to_dict() for f in findings]}, indent=2) + "\n")
+    return NotebookRun(source, executed, html, findings_json, parameters, findings,
+                       time.perf_counter() - start)
+
+
+def export_html(executed: str | Path, html_path: str | Path) -> Path:
+    """A self-contained offline HTML page of an executed notebook (no CDN scripts).
+
+    Widget views and widget state are left out: they need the widget manager from a CDN, and every
+    widget cell also renders its output statically.
+    """
+    import jinja2
+    import nbformat
+    from nbconvert import HTMLExporter
+
+    nb = nbformat.read(str(executed), as_version=4)
+    nb.metadata.pop("widgets", None)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs = [o for o in cell.outputs if WIDGET_VIEW_MIME not in o.get("data", {})]
+    exporter = HTMLExporter(extra_loaders=[jinja2.DictLoader({"eagle3lens_offline.html.j2": _OFFLINE_TEMPLATE})],
+                            template_file="eagle3lens_offline.html.j2")
+    body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": Path(executed).stem}})
+    path = Path(html_path)
+    path.write_text(body, encoding="utf-8")
+    return path
+
+
+def collect_findings(executed_ipynb: str | Path) -> list[Finding]:
+    """The findings a walkthrough recorded (every :data:`FINDINGS_MIME` output), in recorded order."""
+    import nbformat
+
+    nb = nbformat.read(str(executed_ipynb), as_version=4)
+    recorded = []
+    for cell in nb.cells:
+        for output in cell.get("outputs", []):
+            data = output.get("data", {}).get(FINDINGS_MIME)
+            if data is not None:
+                recorded.extend(Finding.from_dict(f) for f in data["findings"])
+    return findings_of(recorded)

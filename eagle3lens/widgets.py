@@ -1,0 +1,89 @@
+"""ipywidgets front-ends for the walkthroughs: controls that re-run a probe and redraw (no probe logic).
+
+Widget callbacks only fire with a live front end (JupyterLab); under papermill they never do, so
+every notebook cell that shows a panel also shows the probe's result statically from its parameters.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import ipywidgets as widgets
+
+from .errors import Eagle3LensError
+from .notebook import show
+
+_WIDE = widgets.Layout(width="60%")
+
+
+def checkpoint_path(value: str | Path = "", description: str = "checkpoint") -> widgets.Text:
+    """A path box that updates on Enter / focus loss (not on every keystroke)."""
+    return widgets.Text(value=str(value), description=description, continuous_update=False, layout=_WIDE,
+                        style={"description_width": "initial"})
+
+
+def log_file(value: str | Path = "") -> widgets.Text:
+    """A server log path box."""
+    return checkpoint_path(value, description="log file")
+
+
+def engine_dropdown(options: Sequence[str], value: str | None = None) -> widgets.Dropdown:
+    """Engine and version (``sglang==0.5.11``...)."""
+    options = list(options)
+    return widgets.Dropdown(options=options, value=value if value in options else options[0], description="engine")
+
+
+def tensor_names(checkpoint: str | Path) -> list[str]:
+    """Tensor names of a checkpoint, from its headers (empty when it cannot be opened)."""
+    from .checkpoint import Checkpoint
+
+    try:
+        return list(Checkpoint.open(checkpoint).tensors)
+    except Eagle3LensError:
+        return []
+
+
+def tensor_picker(checkpoint: str | Path, value: str | None = None,
+                  follow: widgets.Text | None = None) -> widgets.Dropdown:
+    """A tensor name dropdown; with ``follow``, its options track that checkpoint path box."""
+    names = tensor_names(checkpoint)
+    picker = widgets.Dropdown(options=names, value=value if value in names else (names[0] if names else None),
+                              description="tensor", layout=_WIDE)
+    if follow is not None:
+        def refresh(change: Mapping[str, Any]) -> None:
+            picker.options = tensor_names(change["new"])
+        follow.observe(refresh, names="value")
+    return picker
+
+
+def scenario_toggles(options: Sequence[str], value: str | None = None, description: str = "scenario") -> widgets.ToggleButtons:
+    """Mutually exclusive scenario buttons (e.g. broken vs fixed wiring)."""
+    options = list(options)
+    return widgets.ToggleButtons(options=options, value=value if value in options else options[0],
+                                 description=description)
+
+
+def probe_panel(probe: Callable[..., Any], controls: Mapping[str, widgets.ValueWidget],
+                title: str = "") -> widgets.VBox:
+    """Controls plus an output area: any control change calls ``probe(**values)`` and redraws its result.
+
+    ``probe`` receives one keyword per control (the control's current value). An eagle3lens error is
+    shown as its one-line message; the panel stays usable.
+    """
+    out = widgets.Output()
+    hint = widgets.HTML(f"<b>{title}</b> " if title else "")
+    hint.value += "<i>change a control to re-run the probe here</i>"
+
+    def rerun(_: Any = None) -> None:
+        values = {name: control.value for name, control in controls.items()}
+        with out:
+            out.clear_output(wait=True)
+            try:
+                show(probe(**values))
+            except Eagle3LensError as exc:
+                print(f"eagle3lens: error: {exc}")
+
+    for control in controls.values():
+        control.observe(rerun, names="value")
+    return widgets.VBox([hint, *controls.values(), out])
