@@ -1,0 +1,1 @@
+"""Presentation: plotly figures and rich tables for probe results (no probe logic)."""

@@ -1,0 +1,1 @@
+"""Probes: plain functions over plain inputs returning frozen results with findings."""

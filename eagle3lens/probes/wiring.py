@@ -1,0 +1,323 @@
+"""EAGLE-3 wiring check: run the target, capture the aux layers an engine would, feed the draft as that engine does.
+
+    result = check_wiring("demo/target", Checkpoint.open("demo/speculators"), "sglang==0.5.11", scenario="aux-off")
+    [f.code for f in result.findings]       # ['trace/fc-bypassed', ...]
+
+Scenarios reproduce engine faults: ``aux-off`` (no aux capture: the target's final hidden state is fed),
+``ids-shifted`` (every captured layer one deeper), ``ids-ignored`` (the engine's default layers).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..checkpoint import Checkpoint
+from ..draft import FC_GATES, Eagle3Draft, canonical_key, map_to_target
+from ..errors import CheckpointError, UsageError
+from ..findings import Finding, Severity, to_jsonable
+from .aux_layers import AuxResolution, default_ids, describe_layer, engine_label, engine_profile, resolve_aux_layers
+from .trace import TensorMeta, Tracer, first_tensor, meta_of
+
+SCENARIOS = ("aux-off", "ids-shifted", "ids-ignored")
+
+
+@dataclass(frozen=True)
+class WiringResult:
+    """What the target handed the draft and what the draft did with it, under one engine and scenario."""
+
+    engine: str
+    scenario: str | None
+    fc_gate: str
+    decoder_path: str
+    num_target_layers: int
+    resolution: AuxResolution
+    layers_used: tuple[int, ...]  # HF hidden_states indices fed to the draft ("final" = -1 for the post-norm state)
+    captured: tuple[tuple[str, TensorMeta], ...]  # (what was captured, its shape) in concat order
+    feature: TensorMeta | None  # the concatenated feature handed to the draft
+    hidden_size: int  # H
+    target_hidden_size: int  # H_t
+    fc_in_features: int
+    fc_ran: bool  # from a hook on draft.fc, not from the draft's own flag
+    decoder_input: TensorMeta | None
+    logits: TensorMeta | None
+    engine_error: str | None
+    agreement: float | None  # draft top-1 (mapped to target ids) == target's next-token argmax
+    draft_table: tuple[dict[str, Any], ...] = ()
+    findings: tuple[Finding, ...] = field(default=())
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_jsonable({
+            "engine": self.engine, "scenario": self.scenario, "fc_gate": self.fc_gate,
+            "decoder_path": self.decoder_path, "num_target_layers": self.num_target_layers,
+            "resolution": self.resolution.to_dict(), "layers_used": self.layers_used,
+            "captured": [{"what": what, **meta.to_dict()} for what, meta in self.captured],
+            "feature": self.feature.to_dict() if self.feature else None, "hidden_size": self.hidden_size,
+            "target_hidden_size": self.target_hidden_size, "fc_in_features": self.fc_in_features,
+            "fc_ran": self.fc_ran, "decoder_input": self.decoder_input.to_dict() if self.decoder_input else None,
+            "logits": self.logits.to_dict() if self.logits else None, "engine_error": self.engine_error,
+            "agreement": self.agreement, "draft_trace": list(self.draft_table),
+            "findings": [f.to_dict() for f in self.findings]})
+
+    def figures(self) -> list[Any]:
+        from ..plots.trace import wiring_figure
+
+        return [wiring_figure(self)]
+
+    def _repr_html_(self) -> str:
+        from ..plots.trace import wiring_html
+
+        return wiring_html(self)
+
+    def __rich__(self):
+        from ..plots.trace import wiring_rich
+
+        return wiring_rich(self)
+
+
+# -- the target --------------------------------------------------------------------------------
+def find_decoder_layers(model: nn.Module) -> tuple[str, nn.ModuleList]:
+    """Path and list of the decoder layers, also inside wrappers (``model.language_model.layers``)."""
+    config = getattr(model, "config", None)
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    want = getattr(text, "num_hidden_layers", None)
+    candidates = [(path, m) for path, m in model.named_modules()
+                  if isinstance(m, nn.ModuleList) and len(m) and path.rsplit(".", 1)[-1] == "layers"]
+    if want is not None:
+        exact = [c for c in candidates if len(c[1]) == want]
+        candidates = exact or candidates
+    if not candidates:
+        raise UsageError(f"{type(model).__name__}: no decoder layer list (a ModuleList named 'layers') found")
+    return min(candidates, key=lambda c: (c[0].count("."), c[0]))
+
+
+def load_target(target: Any, device: str = "cpu") -> nn.Module:
+    """An HF causal LM from a model, a Checkpoint or a directory (weights loaded; ``device="meta"``: shapes only)."""
+    if isinstance(target, nn.Module):
+        return target.eval()
+    path = target.root if isinstance(target, Checkpoint) else Path(target)
+    if not (path / "config.json").is_file():
+        raise CheckpointError(path, "not an HF model directory (no config.json)")
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    if device == "meta":
+        config = AutoConfig.from_pretrained(path)
+        with torch.device("meta"):
+            return AutoModelForCausalLM.from_config(config).eval()
+    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device).eval()
+
+
+# -- the draft as an engine loads it ------------------------------------------------------------
+def load_draft_as(ckpt: Checkpoint, engine: Any = None, seed: int = 0) -> Eagle3Draft:
+    """The reference draft holding only the tensors ``engine`` would load; the rest stays at init.
+
+    Without an engine every tensor loads (the trainer's view). Init is the module's HF-style init
+    (normal(0, initializer_range), norms 1.0), a deterministic stand-in for the engines' ``torch.empty``.
+    """
+    from ..draft import DraftConfig, _rope_theta
+
+    torch.manual_seed(seed)
+    draft = Eagle3Draft(DraftConfig.from_spec(ckpt.spec, rope_theta=_rope_theta(ckpt.config)))
+    own = draft.state_dict()
+    keys = list(ckpt.tensors) if engine is None else loaded_keys(ckpt, engine)
+    state = {}
+    for key in keys:
+        name = canonical_key(key)
+        if name in own and tuple(ckpt.tensors[key].shape) == tuple(own[name].shape):
+            state[name] = ckpt.read(key)
+    draft.load_state_dict(state, strict=False)
+    return draft.eval()
+
+
+def loaded_keys(ckpt: Checkpoint, engine: Any) -> list[str]:
+    """Checkpoint keys the engine copies into a parameter (from the load simulator)."""
+    from .keys import simulate_load
+
+    result = simulate_load(ckpt, engine_profile(engine))
+    return [key for key in ckpt.tensors if _is_loaded(result, key)]
+
+
+def _is_loaded(result: Any, key: str) -> bool:
+    entry = result.mapping.get(key) if hasattr(result, "mapping") else None
+    if entry is None:
+        return False
+    fate = getattr(entry, "fate", entry)
+    return str(getattr(fate, "value", fate)) in ("loaded", "load", "ok", "copied", "renamed")
+
+
+# -- the check ----------------------------------------------------------------------------------
+def check_wiring(target: Any, draft: Checkpoint | str | Path, engine: Any, inputs: torch.Tensor | None = None,
+                 scenario: str | None = None, device: str = "cpu", seq_len: int = 16) -> WiringResult:
+    """Run ``target``, capture the aux layers ``engine`` would, feed ``draft`` as the engine does, report."""
+    if scenario not in (None, *SCENARIOS):
+        raise UsageError(f"unknown scenario {scenario!r}: use one of {', '.join(SCENARIOS)}")
+    ckpt = draft if isinstance(draft, Checkpoint) else Checkpoint.open(draft)
+    profile = engine_profile(engine)
+    model = load_target(target, device)
+    _, layers = find_decoder_layers(model)
+    resolution = resolve_aux_layers(ckpt.spec, len(layers), profile)
+    module = load_draft_as(ckpt, profile).to(_param_device(model))
+    return wire(model, module, resolution, profile, scenario=scenario, inputs=inputs, has_d2t=ckpt.spec.has_d2t,
+                seq_len=seq_len)
+
+
+def wire(model: nn.Module, module: Eagle3Draft, resolution: AuxResolution, profile: Any, scenario: str | None = None,
+         inputs: torch.Tensor | None = None, has_d2t: bool = True, seq_len: int = 16) -> WiringResult:
+    """The wiring check on an already built target and draft (both may live on the meta device)."""
+    label = engine_label(profile)
+    decoder_path, layers = find_decoder_layers(model)
+    L = len(layers)
+    gate = engine_fc_gate(profile)
+    H, fc_in = module.cfg.hidden, module.fc.in_features
+
+    used = _layers_for(scenario, resolution, profile, L)
+    on_meta = _param_device(model).type == "meta"
+    if inputs is None:
+        vocab = model.get_input_embeddings().num_embeddings
+        gen = torch.Generator().manual_seed(0)
+        inputs = torch.randint(0, vocab, (1, seq_len), generator=gen)
+    inputs = inputs.to(_param_device(model))
+    feats, captured, target_logits = _run_target(model, decoder_path, layers, used, inputs)
+
+    findings: list[Finding] = list(resolution.findings)
+    feature = torch.cat(feats, dim=-1) if feats else None
+    engine_error = None
+    fc_ran, decoder_input, logits, agreement, table = False, None, None, None, ()
+    if feature is not None:
+        draft_param = next(module.parameters())
+        if feature.dtype != draft_param.dtype:
+            findings.append(Finding("trace/dtype-mismatch", Severity.WARNING,
+                                    f"target features are {feature.dtype}, the draft runs in {draft_param.dtype}",
+                                    "Cast before fc, as an engine would run both in one dtype.",
+                                    evidence={"feature": str(feature.dtype), "draft": str(draft_param.dtype)}))
+            feature = feature.to(draft_param.dtype)
+        ids, feat = inputs[:, 1:], feature[:, :-1]  # position t: token t+1 with the feature of t
+        with Tracer(module, include=["fc", "layers.0", "lm_head"]) as tracer:
+            try:
+                with torch.no_grad():
+                    out = module(ids, feat, fc_gate=gate)
+            except (AssertionError, RuntimeError) as exc:
+                engine_error = f"{type(exc).__name__}: {exc}".splitlines()[0]
+                out = None
+        fc_ran = any(r.path == "fc" and not r.raised for r in tracer.records)
+        decoder_input = next((r.first_input for r in tracer.records if r.path == "layers.0"), None)
+        logits = next((r.first_output for r in tracer.records if r.path == "lm_head" and not r.raised), None)
+        table = tuple(tracer.table())
+        if out is not None and not on_meta and target_logits is not None:
+            mapped = map_to_target(out.logits.argmax(-1), module.d2t) if has_d2t else out.logits.argmax(-1)
+            agreement = float((mapped == target_logits[:, 1:].argmax(-1)).float().mean())
+
+    width = feature.shape[-1] if feature is not None else 0
+    capture_desc = tuple((_what(k, L), meta_of(f)) for k, f in zip(used, feats))
+    findings += _wiring_findings(label, scenario, gate, resolution, used, width, H, fc_in, fc_ran, engine_error, L)
+    return WiringResult(
+        engine=label, scenario=scenario, fc_gate=gate, decoder_path=decoder_path, num_target_layers=L,
+        resolution=resolution, layers_used=used, captured=capture_desc,
+        feature=meta_of(feature) if feature is not None else None, hidden_size=H,
+        target_hidden_size=module.cfg.target_hidden, fc_in_features=fc_in, fc_ran=fc_ran,
+        decoder_input=decoder_input, logits=logits, engine_error=engine_error, agreement=agreement,
+        draft_table=table, findings=tuple(findings))
+
+
+def engine_fc_gate(profile: Any) -> str:
+    """The draft's ``fc_gate`` for an engine profile ("width-differs" SGLang, "always-assert" vLLM)."""
+    gate = getattr(profile, "fc_gate", None)
+    gate = str(getattr(gate, "value", gate)) if gate is not None else None
+    if gate in FC_GATES:
+        return gate
+    label = engine_label(profile).lower()
+    return "width-differs" if "sglang" in label else "always-assert" if "vllm" in label else "always"
+
+
+FINAL = -1  # the target's final (post-norm) hidden state, fed when aux capture is off
+
+
+def _layers_for(scenario: str | None, res: AuxResolution, profile: Any, L: int) -> tuple[int, ...]:
+    if scenario == "aux-off":
+        return (FINAL,)
+    if scenario == "ids-shifted":
+        return tuple(k + 1 for k in res.captured if k + 1 < L)
+    if scenario == "ids-ignored":
+        ids = getattr(profile, "default_aux_ids", None)
+        return tuple(sorted(set(ids(L) if callable(ids) else default_ids(L))))
+    return res.captured
+
+
+def _what(k: int, L: int) -> str:
+    return "final hidden state (post-norm)" if k == FINAL else f"hidden_states[{k}]: {describe_layer(k, L)}"
+
+
+def _run_target(model: nn.Module, decoder_path: str, layers: nn.ModuleList, used: tuple[int, ...],
+                inputs: torch.Tensor) -> tuple[list[torch.Tensor], Any, torch.Tensor | None]:
+    """Forward the target once; hooks keep the inputs of the decoder layers in ``used`` (and the final norm)."""
+    paths = {k: f"{decoder_path}.{k}" for k in used if k != FINAL}
+    norm_path = _final_norm_path(model, decoder_path)
+    include = list(paths.values()) + ([norm_path] if FINAL in used and norm_path else [])
+    kwargs: dict[str, Any] = {"use_cache": False}
+    if _param_device(model).type == "meta":
+        T = inputs.shape[1]
+        kwargs["attention_mask"] = torch.ones(1, 1, T, T, dtype=torch.bool, device="meta").tril()
+    with Tracer(model, include=include, keep=True) as tracer, torch.no_grad():
+        out = model(input_ids=inputs, **kwargs)
+    by_path = {r.path: r for r in tracer.records if r.call == 0}
+    feats = []
+    for k in used:
+        if k == FINAL:
+            t = first_tensor(by_path[norm_path].tensors["output"]) if norm_path in by_path else None
+            if t is None:
+                raise UsageError("cannot find the target's final norm to take its last hidden state")
+        else:
+            rec = by_path[paths[k]]
+            t = first_tensor(rec.tensors["inputs"]) if rec.tensors["inputs"] else rec.tensors["kwargs"]["hidden_states"]
+        feats.append(t)
+    return feats, tracer, getattr(out, "logits", None)
+
+
+def _final_norm_path(model: nn.Module, decoder_path: str) -> str | None:
+    parent = decoder_path.rsplit(".", 1)[0] if "." in decoder_path else ""
+    path = f"{parent}.norm" if parent else "norm"
+    return path if path in dict(model.named_modules()) else None
+
+
+def _param_device(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def _wiring_findings(label: str, scenario: str | None, gate: str, res: AuxResolution, used: tuple[int, ...],
+                     width: int, H: int, fc_in: int, fc_ran: bool, engine_error: str | None, L: int) -> list[Finding]:
+    findings: list[Finding] = []
+    evidence = {"layers_used_hf": list(used), "feature_width": width, "fc_in_features": fc_in, "hidden_size": H,
+                "trained_with_hf": list(res.trained_with), "engine": label, "scenario": scenario}
+    if engine_error is not None:
+        findings.append(Finding(
+            "trace/aux-width-mismatch", Severity.CRITICAL,
+            f"{label} fails loudly: the draft gets a {width}-wide feature, fc expects {fc_in}",
+            f"The engine's shape check stops the draft ({engine_error}). Aux capture is not delivering "
+            f"{fc_in // max(res.target_hidden_size or H, 1)} target layers.",
+            evidence={**evidence, "engine_error": engine_error}))
+    elif not fc_ran:
+        findings.append(Finding(
+            "trace/fc-bypassed", Severity.CRITICAL,
+            f"fc never ran: {label} fed a {width}-wide target feature straight into the decoder",
+            f"The {gate!r} fc gate skips fc when the feature is H = {H} wide; the target passed "
+            f"{len(used)} layer(s) instead of {fc_in // max(res.target_hidden_size or H, 1)}, so the draft runs on "
+            "features it never saw in training and acceptance collapses, without any error.",
+            evidence=evidence, fix="enable aux hidden-state capture on the target (EAGLE-3 mode), "
+                                   "e.g. --speculative-algorithm EAGLE3"))
+    elif width != fc_in:
+        findings.append(Finding(
+            "trace/aux-width-mismatch", Severity.CRITICAL,
+            f"the draft gets a {width}-wide feature, fc expects {fc_in}",
+            evidence=evidence))
+    layers = tuple(k for k in used if k != FINAL)
+    if used and layers != tuple(sorted(set(res.trained_with))):
+        findings.append(Finding(
+            "trace/aux-layers-mismatch", Severity.CRITICAL,
+            f"the draft is fed hidden_states{list(layers) or '[final]'}, it was trained with {list(res.trained_with)}",
+            "Layer indices are HF hidden_states indices (k = input of decoder layer k). " + res.trained_source + ".",
+            evidence={**evidence, "used_as": [_what(k, L) for k in used]}))
+    return findings
