@@ -1,0 +1,84 @@
+"""Training-side loaders: speculators ``Eagle3DraftModel.from_pretrained`` and the EAGLE reference.
+
+speculators (src/speculators/models/eagle3/core.py, model.py; 0.9.0 wheel): parameter names are the saved
+names; HF ``from_pretrained`` warns about unexpected keys and ignores them, and suppresses missing-key
+warnings for embed_tokens, verifier_*, d2t, t2d and input_norm; lm_head / embed_tokens start as NaN until
+``load_verifier_weights``; d2t/t2d buffers exist only when N != V; fc is n_aux x hidden_size wide.
+EAGLE reference (eagle/model/cnets.py, ea_model.py at cb7e0841, per FACTS.md §4.3: the repository is
+not on PyPI): ``midlayer.*`` names, ``load_state_dict(strict=False)`` with the result ignored, ids
+hard-coded 2, L//2, L-3, no option flag honoured.
+"""
+
+from __future__ import annotations
+
+from .profile import EngineProfile
+
+SPECULATORS = EngineProfile(
+    name="speculators",
+    label="speculators 0.9.x",
+    spec="speculators",
+    source="src/speculators/models/eagle3/core.py, src/speculators/model.py (speculators 0.9.0 wheel)",
+    kind="training",
+    versions=((0, 9, 0), (0, 9, 999)),
+    speculators_types=frozenset({"eagle3"}),
+    needs_speculators_config=True,
+    unrecognized_effect="Eagle3DraftModel.from_pretrained needs a speculators config (speculators_model_type eagle3)",
+    aux_ids_sources=("top-level",),
+    aux_id_convention="input",
+    honoured_flags=frozenset({"norm_before_residual", "norm_before_fc", "fc_norm", "norm_output"}),
+    fc_gate="always",
+    d2t_handling="buffer",
+    missing_d2t="identity",
+    decoder="layers.{i}",
+    fused=False,
+    num_aux_rule="top-level-or-3",
+    fc_hidden="draft",
+    later_layers="plain",
+    vocab_params="buffers-if-reduced",
+    verifier_params=True,
+    inits={"linear": "normal(0, initializer_range)", "fc": "normal(0, initializer_range)", "embed": "nan",
+           "lm_head": "nan", "norm": "ones", "vocab": "zeros", "verifier": "nan"},
+    skip_substrings=(),
+    d2t_substring=None,
+    unknown="warn",
+    shape_message="RuntimeError: size mismatch: copying a param with shape {got}, the shape in current model is {want}",
+    shared_from_target={"embed": "copied from the verifier by load_verifier_weights",
+                        "lm_head": "copied from the verifier's head rows by load_verifier_weights while NaN",
+                        "verifier": "not saved by design; loaded from the verifier",
+                        "vocab": "missing-key warning suppressed; the buffer keeps its init"},
+    native_decoder="layers.{i}.",
+    config_style="speculators",
+)
+
+EAGLE = EngineProfile(
+    name="eagle",
+    label="EAGLE reference (SafeAILab/EAGLE)",
+    spec="eagle",
+    source="eagle/model/cnets.py, eagle/model/ea_model.py (SafeAILab/EAGLE cb7e0841, via FACTS.md §4.3)",
+    kind="training",
+    versions=None,
+    architectures=frozenset({"LlamaForCausalLM"}),
+    unrecognized_effect="EAGLE builds its draft from a flat Llama config",
+    aux_ids_sources=(),
+    aux_id_convention="input",
+    honoured_flags=frozenset(),
+    fc_gate="always",
+    d2t_handling="buffer",
+    missing_d2t="identity",
+    decoder="midlayer",
+    max_layers=1,
+    fused=False,
+    num_aux_rule="three",
+    vocab_params="buffers-if-reduced",
+    inits={"linear": "kaiming-uniform", "fc": "kaiming-uniform", "embed": "kaiming-uniform", "norm": "ones",
+           "vocab": "zeros"},
+    skip_substrings=(),
+    d2t_substring=None,
+    unknown="drop",
+    shape_message="RuntimeError: size mismatch: copying a param with shape {got}, the shape in current model is {want}",
+    shared_from_target={"embed": "loaded from the target's embedding at start-up"},
+    native_decoder="midlayer.",
+    config_style="eagle",
+)
+
+PROFILES = (SPECULATORS, EAGLE)
