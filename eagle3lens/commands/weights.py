@@ -1,0 +1,45 @@
+"""``eagle3lens weights CKPT``: streaming statistics and provenance (trained, init, NaN, copy of the target)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..checkpoint import Checkpoint
+from ..findings import Report
+from . import add_output_options, example_epilog, finish
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..probes.weights import check_device, weight_stats
+
+    check_device(args.device)
+    ckpt = Checkpoint.open(args.checkpoint)
+    target = Checkpoint.open(args.target) if args.target else None
+    against = Checkpoint.open(args.against) if args.against else None
+    report = Report(checkpoint=ckpt.summary())
+    report.add("weights", weight_stats(ckpt, names=args.names, device=args.device, target=target, against=against,
+                                       progress=None if sys.stderr.isatty() else False))
+    if target is None:
+        report.notes.append("no --target given: embed_tokens / lm_head copies not checked")
+    return finish(report, args)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "weights", help="streaming weight statistics: trained or init? NaN? copies of the target?",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=example_epilog(
+            "eagle3lens weights demo/broken-untrained            # decoder at init -> weights/init-like",
+            "eagle3lens weights demo/speculators --target demo/target",
+            "eagle3lens weights final/ --against epoch0/ --names 'layers.0.*'",
+            "eagle3lens weights big-draft/ --device cuda --json",
+        ),
+    )
+    p.add_argument("checkpoint", metavar="CKPT", help="checkpoint directory, .safetensors, index.json or .bin/.pt file")
+    p.add_argument("--target", metavar="T", help="target checkpoint: check embed_tokens and lm_head[t2d] copies")
+    p.add_argument("--against", metavar="CKPT2", help="reference checkpoint: per-tensor relative change and cosine")
+    p.add_argument("--device", default="cpu", help="cpu (default) or cuda: where chunks are reduced")
+    p.add_argument("--names", metavar="PATTERN", help="only tensors matching this glob, e.g. 'layers.0.*'")
+    add_output_options(p)
+    p.set_defaults(func=run)

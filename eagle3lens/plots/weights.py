@@ -1,0 +1,146 @@
+"""Presentation of a WeightsResult: plotly figures, a rich terminal section and an HTML fragment."""
+
+from __future__ import annotations
+
+import html
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..probes.weights import WeightsResult
+
+
+def _fmt(value: float | int | None, spec: str = ".4g") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def std_figure(result: "WeightsResult"):
+    """std and absmax per float tensor, grouped by module, with the predicted init std beside each."""
+    import plotly.graph_objects as go
+
+    rows = [t for t in result.tensors if t.stats.kind == "float" and t.stats.std is not None]
+    rows.sort(key=lambda t: (t.module, t.name))
+    x = [[t.module for t in rows], [t.name.rsplit(".", 2)[-2] if t.name.count(".") else t.name for t in rows]]
+    fig = go.Figure()
+    fig.add_bar(name="std", x=x, y=[t.stats.std for t in rows], customdata=[t.verdict for t in rows],
+                hovertemplate="%{x}<br>std %{y:.4g}<br>%{customdata}<extra></extra>")
+    fig.add_bar(name="absmax", x=x, y=[t.stats.absmax for t in rows], visible="legendonly")
+    fig.add_scatter(name="predicted init std", x=x, y=[t.init.std if t.init else None for t in rows], mode="markers",
+                    marker={"symbol": "line-ew-open", "size": 18, "color": "black"})
+    fig.update_layout(title="std per tensor (marker: the initialiser's std; equal std + shape = untrained)",
+                      yaxis_type="log", barmode="group", height=420)
+    return fig
+
+
+def histogram_figure(result: "WeightsResult"):
+    """Histogram of one tensor at a time (dropdown), densities over each tensor's own [min, max]."""
+    import plotly.graph_objects as go
+
+    rows = [t for t in result.tensors if t.stats.hist_counts]
+    fig = go.Figure()
+    for i, t in enumerate(rows):
+        edges, counts = t.stats.hist_edges, t.stats.hist_counts
+        centres = [(a + b) / 2 for a, b in zip(edges[:-1], edges[1:])] if len(edges) > 1 else list(edges[:1])
+        fig.add_bar(x=centres, y=counts, name=t.name, visible=i == 0)
+    fig.update_layout(
+        title=f"value histogram: {rows[0].name if rows else ''}", height=380, bargap=0, showlegend=False,
+        updatemenus=[{"buttons": [{"label": t.name, "method": "update",
+                                   "args": [{"visible": [j == i for j in range(len(rows))]},
+                                            {"title": f"value histogram: {t.name} ({t.verdict})"}]}
+                                  for i, t in enumerate(rows)], "x": 1.0, "y": 1.15}] if rows else [],
+    )
+    return fig
+
+
+def change_figure(result: "WeightsResult"):
+    """Relative change and cosine similarity against the reference checkpoint."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    comp = result.comparison
+    names = [c.name for c in comp.changes]
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("relative change ||a-b||/||b||", "cosine similarity"))
+    fig.add_bar(x=names, y=[c.rel_change for c in comp.changes], row=1, col=1, showlegend=False)
+    fig.add_bar(x=names, y=[c.cosine for c in comp.changes], row=1, col=2, showlegend=False)
+    fig.update_layout(title=f"change against {comp.against}", height=420)
+    return fig
+
+
+def weights_figures(result: "WeightsResult") -> list:
+    figs = [std_figure(result), histogram_figure(result)]
+    if result.comparison is not None and result.comparison.changes:
+        figs.append(change_figure(result))
+    return figs
+
+
+def _tensor_rows(result: "WeightsResult") -> list[list[str]]:
+    rows = []
+    for t in result.tensors:
+        s = t.stats
+        if s.kind == "float":
+            numbers = [_fmt(s.mean), _fmt(s.std), _fmt(s.absmax), _fmt(s.kurtosis, ".3g"), f"{s.zero_frac:.1%}",
+                       f"{s.nan}/{s.inf}"]
+        else:
+            numbers = [f"min {_fmt(s.min)}", f"max {_fmt(s.max)}", f"{_fmt(s.distinct)} distinct", "", "", ""]
+        rows.append([s.name, s.dtype, str(list(s.shape)), *numbers, t.verdict])
+    return rows
+
+
+_COLUMNS = ("name", "dtype", "shape", "mean", "std", "absmax", "kurtosis", "zeros", "nan/inf", "verdict")
+
+
+def weights_rich(result: "WeightsResult") -> Any:
+    from rich.console import Group
+    from rich.table import Table
+
+    modules = Table(title="share of each module that looks trained", expand=False)
+    for col in ("module", "tensors", "params", "trained", "verdicts"):
+        modules.add_column(col)
+    for m in result.modules:
+        style = "green" if m.trained_share == 1 else "red" if m.trained_share == 0 else "yellow"
+        modules.add_row(m.module, str(m.tensors), f"{m.params:,}", f"[{style}]{m.trained_share:.0%}[/]",
+                        ", ".join(f"{k} {v}" for k, v in m.verdicts.items()))
+    tensors = Table(title="tensors", expand=False)
+    for col in _COLUMNS:
+        tensors.add_column(col)
+    for row in _tensor_rows(result):
+        tensors.add_row(*row)
+    parts: list[Any] = [modules, tensors]
+    if result.copies:
+        copies = Table(title="copies of the target", expand=False)
+        for col in ("draft", "target", "rows", "result"):
+            copies.add_column(col)
+        for c in result.copies:
+            verdict = ("[green]identical[/]" if c.matches else f"[red]{c.problem}[/]" if c.problem else
+                       f"[red]{c.mismatched_rows} rows differ, rel L2 {c.rel_l2:.3g}, max |diff| {c.max_abs_diff:.3g}[/]")
+            copies.add_row(c.draft, c.target, c.rows, verdict)
+        parts.append(copies)
+    if result.comparison is not None:
+        comp = Table(title=f"against {result.comparison.against}", expand=False)
+        for col in ("name", "relative change", "cosine", "max |diff|"):
+            comp.add_column(col)
+        for c in result.comparison.changes:
+            comp.add_row(c.name, _fmt(c.rel_change, ".3g"), _fmt(c.cosine, ".6f"), _fmt(c.max_abs_diff, ".3g"))
+        parts.append(comp)
+    parts.extend(f"[dim]note: {n}[/]" for n in result.notes)
+    return Group(*parts)
+
+
+def weights_html(result: "WeightsResult") -> str:
+    def table(header: tuple[str, ...] | list[str], rows: list[list[str]]) -> str:
+        head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
+        return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+    modules = [[m.module, str(m.tensors), f"{m.params:,}", f"{m.trained_share:.0%}",
+                ", ".join(f"{k} {v}" for k, v in m.verdicts.items())] for m in result.modules]
+    parts = ["<h4>Share of each module that looks trained</h4>",
+             table(["module", "tensors", "params", "trained", "verdicts"], modules),
+             "<details><summary>tensors</summary>", table(_COLUMNS, _tensor_rows(result)), "</details>"]
+    if result.copies:
+        parts.append(table(["draft", "target", "rows", "identical", "mismatched rows", "relative L2"],
+                           [[c.draft, c.target, c.rows, str(c.matches), str(c.mismatched_rows), f"{c.rel_l2:.3g}"]
+                            for c in result.copies]))
+    if result.comparison is not None:
+        parts.append(table(["name", "relative change", "cosine"],
+                           [[c.name, f"{c.rel_change:.3g}", f"{c.cosine:.6f}"] for c in result.comparison.changes]))
+    return "<div class='eagle3lens-weights'>" + "".join(parts) + "</div>"

@@ -1,0 +1,267 @@
+"""Streaming statistics of one tensor, read in bounded chunks (peak memory set by the chunk, not the tensor).
+
+Floats: per chunk, moments of the finite values are taken in the compute dtype (float32, float64 for F64
+tensors; torch's cascaded sums) around the chunk's own mean, then merged into float64 running moments with
+the pairwise update of Chan et al. / Pébay (2008), so no catastrophic cancellation even for norms near 1.0.
+min/max/zeros/NaN/Inf are exact. The histogram needs no range up front: it counts the top 16 bits of each
+value's float32 pattern (bf16-truncated values, ~3 significant digits) on an evenly strided sample of each
+chunk, and is rebinned over [min, max] at the end.
+Integers and bool: min, max, zero count and distinct count (exact up to ``DISTINCT_CAP`` values).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import numpy as np
+
+from ..checkpoint import Checkpoint
+from ..safetensors_header import DTYPE_BITS
+
+DEFAULT_CHUNK_BYTES = 4 << 20
+HIST_SAMPLES_PER_CHUNK = 1 << 16
+HIST_BINS = 64
+DISTINCT_CAP = 1 << 20
+
+_FLOAT_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
+                 "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
+_INT_DTYPES = {"BOOL": "bool", "U8": "uint8", "I8": "int8", "I16": "int16", "U16": "uint16", "I32": "int32",
+               "U32": "uint32", "I64": "int64", "U64": "uint64"}
+
+
+def torch_dtype(st_dtype: str):
+    """The torch dtype for a safetensors dtype name, or None when this module cannot read it (F4, F6, E8M0...)."""
+    import torch
+
+    name = _FLOAT_DTYPES.get(st_dtype) or _INT_DTYPES.get(st_dtype)
+    return getattr(torch, name) if name else None
+
+
+def as_tensor(raw: memoryview, st_dtype: str):
+    """Reinterpret little-endian bytes as a 1-D tensor (no copy)."""
+    import torch
+
+    if len(raw) == 0:
+        return torch.empty(0, dtype=torch_dtype(st_dtype))
+    return torch.frombuffer(raw, dtype=torch_dtype(st_dtype))
+
+
+@dataclass(frozen=True)
+class TensorStats:
+    """Statistics of one tensor. Floats fill mean..kurtosis and the histogram; ints/bool fill min/max/distinct."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    kind: str  # "float" | "int" | "bool" | "unsupported"
+    numel: int
+    nan: int = 0
+    inf: int = 0
+    zeros: int = 0
+    min: float | None = None  # over finite values
+    max: float | None = None
+    absmax: float | None = None
+    mean: float | None = None
+    std: float | None = None  # population std of the finite values
+    l2: float | None = None
+    kurtosis: float | None = None  # excess: normal 0, uniform -1.2
+    distinct: int | None = None  # ints/bool; None when more than DISTINCT_CAP
+    hist_edges: tuple[float, ...] = ()
+    hist_counts: tuple[int, ...] = ()
+    hist_sample: int = 0  # values the histogram was drawn from
+
+    @property
+    def finite(self) -> int:
+        return self.numel - self.nan - self.inf
+
+    @property
+    def zero_frac(self) -> float:
+        return self.zeros / self.numel if self.numel else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        data = asdict(self)
+        data["zero_frac"] = self.zero_frac
+        return data
+
+
+@dataclass
+class _Moments:
+    """float64 running count, mean and central moment sums M2..M4 (pairwise merge)."""
+
+    n: int = 0
+    mean: float = 0.0
+    m2: float = 0.0
+    m3: float = 0.0
+    m4: float = 0.0
+
+    def merge(self, n: int, mean: float, m2: float, m3: float, m4: float) -> None:
+        na, nb = self.n, n
+        if nb == 0:
+            return
+        if na == 0:
+            self.n, self.mean, self.m2, self.m3, self.m4 = n, mean, m2, m3, m4
+            return
+        tot = na + nb
+        d = mean - self.mean
+        d2 = d * d
+        self.m4 = (self.m4 + m4 + d2 * d2 * na * nb * (na * na - na * nb + nb * nb) / tot ** 3
+                   + 6 * d2 * (na * na * m2 + nb * nb * self.m2) / tot ** 2 + 4 * d * (na * m3 - nb * self.m3) / tot)
+        self.m3 = (self.m3 + m3 + d * d2 * na * nb * (na - nb) / tot ** 2 + 3 * d * (na * m2 - nb * self.m2) / tot)
+        self.m2 = self.m2 + m2 + d2 * na * nb / tot
+        self.mean = self.mean + d * nb / tot
+        self.n = tot
+
+
+@dataclass
+class StreamingStats:
+    """Accumulates one tensor's statistics chunk by chunk; ``update`` with each chunk, then ``result``."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    device: str = "cpu"
+    _moments: _Moments = field(default_factory=_Moments)
+    _nan: int = 0
+    _inf: int = 0
+    _zeros: int = 0
+    _min: float = math.inf
+    _max: float = -math.inf
+    _codes: Any = None  # np.int64[65536] histogram of float32 top-16-bit patterns
+    _sample: int = 0
+    _distinct: Any = None  # sorted unique values so far (ints), None once capped
+    _capped: bool = False
+
+    @property
+    def kind(self) -> str:
+        if self.dtype in _FLOAT_DTYPES:
+            return "float"
+        if self.dtype == "BOOL":
+            return "bool"
+        return "int" if self.dtype in _INT_DTYPES else "unsupported"
+
+    def update(self, raw: memoryview) -> None:
+        """Add the next chunk of raw bytes (element-aligned)."""
+        chunk = as_tensor(raw, self.dtype)
+        if self.device != "cpu":
+            chunk = chunk.to(self.device)
+        if self.kind == "float":
+            self._update_float(chunk)
+        else:
+            self._update_int(chunk)
+
+    def _update_float(self, chunk) -> None:
+        import torch
+
+        x = chunk.to(torch.float64 if self.dtype == "F64" else torch.float32)
+        total = x.sum()
+        if not torch.isfinite(total):  # a finite sum proves every value finite; otherwise count and drop
+            nan, inf = int(torch.isnan(x).sum()), int(torch.isinf(x).sum())
+            if nan or inf:
+                self._nan += nan
+                self._inf += inf
+                x = x[torch.isfinite(x)]
+            total = x.sum(dtype=torch.float64)  # float32 overflow of a huge but finite chunk
+        n = x.numel()
+        if n == 0:
+            return
+        lo, hi = torch.aminmax(x)
+        self._min, self._max = min(self._min, float(lo)), max(self._max, float(hi))
+        self._zeros += n - int(torch.count_nonzero(x))
+        mean = float(total) / n
+        d = x - mean
+        d2 = d * d
+        self._moments.merge(n, mean, float(d2.sum()), float((d2 * d).sum()), float((d2 * d2).sum()))
+        self._add_sample(x[:: max(1, -(-n // HIST_SAMPLES_PER_CHUNK))])
+
+    def _add_sample(self, sample) -> None:
+        import torch
+
+        bits = sample.to(torch.float32).contiguous().cpu().view(torch.int32).numpy()
+        codes = (bits >> 16).astype(np.uint16)
+        counts = np.bincount(codes, minlength=1 << 16)
+        self._codes = counts if self._codes is None else self._codes + counts
+        self._sample += int(sample.numel())
+
+    def _update_int(self, chunk) -> None:
+        import torch
+
+        if chunk.numel() == 0:
+            return
+        if chunk.dtype in (torch.bool, torch.uint16, torch.uint32, torch.uint64):
+            chunk = chunk.to(torch.int64)  # U64 above 2**63 wraps; aminmax/unique need a signed or byte type
+        lo, hi = torch.aminmax(chunk)
+        self._min, self._max = min(self._min, int(lo)), max(self._max, int(hi))
+        self._zeros += chunk.numel() - int(torch.count_nonzero(chunk))
+        if self._capped:
+            return
+        uniq = torch.unique(chunk).cpu()
+        merged = uniq if self._distinct is None else torch.unique(torch.cat([self._distinct, uniq.to(self._distinct.dtype)]))
+        if merged.numel() > DISTINCT_CAP:
+            self._capped, self._distinct = True, None
+        else:
+            self._distinct = merged
+
+    def result(self) -> TensorStats:
+        numel = math.prod(self.shape)
+        base = dict(name=self.name, dtype=self.dtype, shape=tuple(self.shape), kind=self.kind, numel=numel)
+        if self.kind == "unsupported":
+            return TensorStats(**base)
+        has = self._min <= self._max
+        lo = (self._min if has else None)
+        hi = (self._max if has else None)
+        if self.kind != "float":
+            distinct = None if self._capped else (0 if self._distinct is None else int(self._distinct.numel()))
+            return TensorStats(**base, zeros=self._zeros, min=lo, max=hi, distinct=distinct,
+                               absmax=None if not has else max(abs(lo), abs(hi)))
+        m = self._moments
+        std = math.sqrt(m.m2 / m.n) if m.n else None
+        kurt = (m.n * m.m4 / (m.m2 * m.m2) - 3.0) if m.n and m.m2 > 0 else None
+        edges, counts = self._histogram(lo, hi)
+        return TensorStats(
+            **base, nan=self._nan, inf=self._inf, zeros=self._zeros, min=lo, max=hi,
+            absmax=None if not has else max(abs(lo), abs(hi)), mean=m.mean if m.n else None, std=std,
+            l2=math.sqrt(m.m2 + m.n * m.mean * m.mean) if m.n else None, kurtosis=kurt,
+            hist_edges=edges, hist_counts=counts, hist_sample=self._sample,
+        )
+
+    def _histogram(self, lo: float | None, hi: float | None) -> tuple[tuple[float, ...], tuple[int, ...]]:
+        if self._codes is None or lo is None:
+            return (), ()
+        codes = np.nonzero(self._codes)[0]
+        values = (codes.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+        if hi == lo:
+            return (lo, hi), (int(self._codes.sum()),)
+        counts, edges = np.histogram(np.clip(values, lo, hi), bins=HIST_BINS, range=(lo, hi),
+                                     weights=self._codes[codes])
+        return tuple(float(e) for e in edges), tuple(int(c) for c in counts)
+
+
+def tensor_stats(ckpt: Checkpoint, name: str, chunk_bytes: int = DEFAULT_CHUNK_BYTES, device: str = "cpu",
+                 on_bytes=None) -> TensorStats:
+    """Stream one tensor of ``ckpt`` through a StreamingStats; ``on_bytes(n)`` is called after each chunk."""
+    info = ckpt.info(name)
+    acc = StreamingStats(name, info.dtype, info.shape, device=device)
+    if acc.kind != "unsupported":
+        for raw in ckpt.iter_chunks(name, chunk_bytes):
+            acc.update(raw)
+            if on_bytes is not None:
+                on_bytes(len(raw))
+    elif on_bytes is not None:
+        on_bytes(info.nbytes)
+    return acc.result()
+
+
+def iter_element_chunks(ckpt: Checkpoint, name: str, chunk_elems: int, start: int = 0,
+                        stop: int | None = None) -> Iterator[tuple[int, Any]]:
+    """Yield ``(first_element, tensor)`` over elements ``[start, stop)`` of a tensor, one reused buffer."""
+    info = ckpt.info(name)
+    elem = max(DTYPE_BITS[info.dtype] // 8, 1)
+    stop = info.numel if stop is None else stop
+    buf = bytearray(min(chunk_elems, max(stop - start, 0)) * elem)
+    for first in range(start, stop, chunk_elems):
+        last = min(first + chunk_elems, stop)
+        yield first, as_tensor(ckpt.read_bytes(name, first * elem, last * elem, out=buf), info.dtype)
