@@ -1,0 +1,62 @@
+"""``eagle3lens logs FILE``: acceptance and throughput from an SGLang / vLLM server log.
+
+A log with no decode lines is not an error: the command prints a result that says
+nothing was parsed and exits 0 (the file may simply predate the first decode batch).
+A missing or unreadable file exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ..findings import Report
+from ..probes.logs import parse_log
+from . import add_output_options, example_epilog, finish
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return value
+
+
+def run(args: argparse.Namespace) -> int:
+    result = parse_log(args.file, engine=args.engine, num_draft_tokens=args.num_draft_tokens,
+                       baseline_tps=args.baseline_tps, expected_accept_len=args.expected_accept_len)
+    report = Report(checkpoint={}, engine=args.engine or result.engine)
+    report.add("logs", result)
+    return finish(report, args)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "logs", help="parse accept len / accept rate / tok/s from an SGLang or vLLM server log",
+        description="Parse SGLang 'Decode batch' and vLLM 'SpecDecoding metrics' lines by label and say whether "
+                    "the draft is accepted at all (logs/zero-acceptance), too little (logs/low-acceptance) or "
+                    "costs throughput (logs/speculation-slower). Unparsed lines are counted, never fatal.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=example_epilog(
+            "eagle3lens logs demo/sglang.log",
+            "eagle3lens logs server.log --engine sglang==0.5.5 --num-draft-tokens 5 --baseline-tps 90",
+            "eagle3lens logs vllm.log --expected-accept-len 3.2 --json",
+        ))
+    p.add_argument("file", metavar="FILE", help="server log (SGLang or vLLM stdout/stderr)")
+    p.add_argument("--engine", metavar="E",
+                   help="sglang or vllm, optionally ==VERSION (fixes SGLang's accept-rate formula); default: detect")
+    p.add_argument("--num-draft-tokens", type=_positive_int, metavar="K",
+                   help="SGLang --speculative-num-draft-tokens, or vLLM num_speculative_tokens "
+                        "(default: inferred from the log when it can be)")
+    p.add_argument("--baseline-tps", type=_positive_float, metavar="X",
+                   help="tokens/s of the same server without speculative decoding")
+    p.add_argument("--expected-accept-len", type=_positive_float, metavar="X",
+                   help="accept length the draft's training metrics promise (bonus token included)")
+    add_output_options(p)
+    p.set_defaults(func=run)
