@@ -1,0 +1,439 @@
+"""The miniature incident: a tiny Llama target, a genuinely trained EAGLE-3 draft for it, and broken variants.
+
+``build_demo(out_dir)`` builds everything on CPU in seconds, byte-identical on every run:
+
+1. a 10-layer, 64-wide Llama target (seeded HF init, ``save_pretrained``);
+2. data: sequences sampled from the target itself from random low-id prompts;
+3. the draft vocab as training libraries build it: the N most frequent target tokens, ascending,
+   ``d2t[i] = ids[i] - i``, ``t2d`` a mask (the head of ``d2t`` is a run of zeros: ids 0..k-1 are kept);
+4. a draft trained on the target's aux hidden states (speculators ids [2, 5, 7] = HF
+   ``hidden_states[2|5|7]``) to predict the target's next token, speculators-style: ``embed_tokens`` and
+   ``lm_head = target lm_head[t2d]`` copied and frozen, fc + decoder layer + norm trained;
+5. the same weights in speculators and EAGLE/SpecForge layouts, the broken variants, and server logs.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from contextlib import contextmanager
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import torch
+import torch.nn.functional as F
+
+from .draft import DraftConfig, Eagle3Draft, map_to_target
+from .errors import UsageError
+
+SEED = 20260504
+V, N = 2048, 512  # target vocab, draft vocab
+TARGET = dict(hidden_size=64, num_hidden_layers=10, vocab_size=V, num_attention_heads=4, num_key_value_heads=2,
+              intermediate_size=128, head_dim=16, max_position_embeddings=256, rms_norm_eps=1e-6,
+              initializer_range=0.02, tie_word_embeddings=False)
+AUX_IDS = [2, 5, 7]  # speculators / vLLM convention: input of layer k = HF hidden_states[k]; [2, L//2, L-3]
+SGLANG_AUX_IDS = [k - 1 for k in AUX_IDS]  # SGLang / SpecForge convention: output of layer k
+SEQS, PROMPT_LEN, NEW_TOKENS, PROMPT_IDS = 256, 16, 48, 64
+TEMPERATURE = 0.1
+TRAIN_SEQS, BATCH, STEPS, LR = 224, 32, 240, 1e-2
+SPECULATIVE_TOKENS = 5
+ST_METADATA = {"format": "pt"}
+
+SGLANG_OLD = "sglang==0.5.11"
+SPECULATORS_ON_SGLANG_OLD = {SGLANG_OLD: ["keys/dropped", "keys/left-at-init"]}
+VARIANTS = {  # directory -> (what it is, findings on their own, findings added by an engine)
+    "speculators": ("trained draft, speculators layout (layers.0.*, nested transformer_layer_config, "
+                    "top-level aux ids [2, 5, 7]); healthy, but SGLang <=0.5.11 silently drops its decoder",
+                    [], SPECULATORS_ON_SGLANG_OLD),
+    "eagle": ("the same weights in EAGLE/SpecForge layout (midlayer.*, flat LlamaForCausalLMEagle3 config, "
+              "eagle_config ids [1, 4, 6] in SGLang's output-of-layer convention, no embed_tokens); healthy "
+              "on SGLang, but vLLM 0.33.0 reads the nested ids raw (one layer early)",
+              [], {"vllm==0.33.0": ["config/aux-ids-shifted"]}),
+    "broken-d2t-double-subtracted": ("d2t 'fixed' by subtracting arange from values that were already offsets",
+                                     ["vocab/d2t-double-subtracted"], SPECULATORS_ON_SGLANG_OLD),
+    "broken-d2t-absolute": ("d2t holds absolute target ids instead of offsets (d2t + arange)",
+                            ["vocab/d2t-absolute-ids"], SPECULATORS_ON_SGLANG_OLD),
+    "broken-d2t-missing": ("no d2t / t2d tensors although draft_vocab_size 512 < vocab_size 2048",
+                           ["vocab/d2t-missing"], SPECULATORS_ON_SGLANG_OLD),
+    "broken-untrained": ("fc, decoder layer and norm never trained: HF-style init normal(0, 0.02), norms 1.0",
+                         ["weights/init-like", "weights/norm-at-init"], SPECULATORS_ON_SGLANG_OLD),
+    "broken-lm-head-nan": ("lm_head is the speculators NaN placeholder (verifier weights never loaded)",
+                           ["weights/nan"], SPECULATORS_ON_SGLANG_OLD),
+}
+
+
+@dataclass(frozen=True)
+class DemoPaths:
+    """Where each piece of a built demo lives."""
+
+    root: Path
+    target: Path
+    speculators: Path
+    eagle: Path
+    broken_d2t_double_subtracted: Path
+    broken_d2t_absolute: Path
+    broken_d2t_missing: Path
+    broken_untrained: Path
+    broken_lm_head_nan: Path
+    sglang_log: Path
+    vllm_log: Path
+    token_counts: Path
+    readme: Path
+    manifest: Path
+
+    @classmethod
+    def under(cls, root: Path) -> "DemoPaths":
+        root = Path(root)
+        names = {f.name: f.name.replace("_", "-") for f in fields(cls) if f.name != "root"}
+        names.update(sglang_log="sglang.log", vllm_log="vllm.log", token_counts="token_counts.json",
+                     readme="README.md", manifest="manifest.json")
+        return cls(root=root, **{key: root / name for key, name in names.items()})
+
+    @property
+    def drafts(self) -> dict[str, Path]:
+        """Variant directory name -> path, for every draft checkpoint (good and broken)."""
+        return {name: self.root / name for name in VARIANTS}
+
+
+def build_demo(out_dir: str | Path, force: bool = False,
+               progress: Callable[[str], None] | None = None) -> DemoPaths:
+    """Build the demo into ``out_dir`` (reused as is when already built, unless ``force``).
+
+    The build goes to a temporary directory beside ``out_dir`` and is renamed into place; an existing
+    ``out_dir`` is replaced only when it is an earlier demo (has ``manifest.json``) and ``force`` is set.
+    """
+    out = Path(out_dir)
+    paths = DemoPaths.under(out)
+    if out.exists():
+        if not out.is_dir():
+            raise UsageError(f"{out}: exists and is not a directory")
+        if paths.manifest.is_file() and not force:
+            return paths
+        if any(out.iterdir()) and not paths.manifest.is_file():
+            raise UsageError(f"{out}: directory is not empty and is not an eagle3lens demo; choose another DIR")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.building"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    try:
+        _build_into(DemoPaths.under(tmp), progress or (lambda message: None))
+        if out.exists():
+            old = out.parent / f".{out.name}.old"
+            if old.exists():
+                shutil.rmtree(old)
+            out.rename(old)
+            tmp.rename(out)
+            shutil.rmtree(old)
+        else:
+            tmp.rename(out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    return paths
+
+
+@contextmanager
+def _deterministic(threads: int = 1) -> Iterator[None]:
+    """One thread and deterministic kernels, so every build writes the same bytes; restored afterwards."""
+    old_threads, old_det = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+    torch.set_num_threads(threads)
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old_threads)
+        torch.use_deterministic_algorithms(old_det)
+
+
+def _build_into(paths: DemoPaths, progress: Callable[[str], None]) -> None:
+    with _deterministic(), torch.no_grad():
+        progress("target: tiny Llama (10 layers, hidden 64, vocab 2048)")
+        target = _build_target(paths.target)
+        progress("data: sampling sequences from the target")
+        seqs = _sample_sequences(target)
+        counts = torch.bincount(seqs.flatten(), minlength=V)
+        d2t, t2d = draft_vocab(counts, N)
+        out = target(input_ids=seqs, output_hidden_states=True)
+        aux = torch.cat([out.hidden_states[k] for k in AUX_IDS], dim=-1)
+        logits = out.logits
+    progress("draft: training fc + decoder layer on the target's aux hidden states")
+    with _deterministic():
+        draft, init_state, metrics = _train_draft(target, seqs, aux, logits, d2t, t2d)
+    progress("writing checkpoints, logs and manifest")
+    trained = {k: v.detach().clone().contiguous() for k, v in draft.state_dict().items()}
+    _write_speculators(paths.speculators, trained)
+    _write_eagle(paths.eagle, trained)
+    _write_speculators(paths.broken_d2t_double_subtracted, {**trained, "d2t": trained["d2t"] - torch.arange(N)})
+    _write_speculators(paths.broken_d2t_absolute, {**trained, "d2t": trained["d2t"] + torch.arange(N)})
+    _write_speculators(paths.broken_d2t_missing, {k: v for k, v in trained.items() if k not in ("d2t", "t2d")})
+    _write_speculators(paths.broken_untrained, init_state)
+    _write_speculators(paths.broken_lm_head_nan, {**trained, "lm_head.weight": torch.full_like(trained["lm_head.weight"], float("nan"))})
+    paths.sglang_log.write_text(SGLANG_LOG, encoding="utf-8")
+    paths.vllm_log.write_text(VLLM_LOG, encoding="utf-8")
+    _write_json(paths.token_counts, {"vocab_size": V, "num_tokens": int(counts.sum()), "source":
+                                     "target-sampled sequences (prompts + generated tokens)", "counts": counts.tolist()})
+    _write_json(paths.manifest, _manifest(metrics, d2t))
+    paths.readme.write_text(_readme(metrics), encoding="utf-8")
+
+
+def _build_target(path: Path):
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    torch.manual_seed(SEED)
+    config = LlamaConfig(**TARGET, bos_token_id=1, eos_token_id=2, dtype="float32")
+    config.architectures = ["LlamaForCausalLM"]
+    target = LlamaForCausalLM(config).eval()
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        target.save_pretrained(path)
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
+    return target
+
+
+def _sample_sequences(target) -> torch.Tensor:
+    """Prompts of low ids (so low ids are frequent), continued by the target with temperature sampling."""
+    from transformers import GenerationConfig
+
+    gen = torch.Generator().manual_seed(SEED + 1)
+    prompts = torch.randint(0, PROMPT_IDS, (SEQS, PROMPT_LEN), generator=gen)
+    config = GenerationConfig(do_sample=True, temperature=TEMPERATURE, top_k=0, top_p=1.0, max_new_tokens=NEW_TOKENS,
+                              min_new_tokens=NEW_TOKENS, eos_token_id=None, pad_token_id=0)
+    torch.manual_seed(SEED + 1)
+    return target.generate(prompts, attention_mask=torch.ones_like(prompts), generation_config=config)
+
+
+def draft_vocab(counts: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """d2t / t2d as training libraries build them: top-n target tokens by frequency, ascending ids."""
+    order = torch.argsort(-counts, stable=True)  # ties: lower id first
+    ids = order[:n].sort().values
+    d2t = ids - torch.arange(n)
+    t2d = torch.zeros(counts.numel(), dtype=torch.bool)
+    t2d[ids] = True
+    return d2t, t2d
+
+
+def _train_draft(target, seqs, aux, logits, d2t, t2d):
+    """Train fc + decoder + norm; the draft sees token t+1 and aux(t), predicts the target's argmax at t+1."""
+    tcfg = target.config
+    cfg = DraftConfig(hidden=tcfg.hidden_size, target_hidden=tcfg.hidden_size, num_aux=len(AUX_IDS),
+                      intermediate=tcfg.intermediate_size, heads=tcfg.num_attention_heads,
+                      kv_heads=tcfg.num_key_value_heads, head_dim=tcfg.head_dim, draft_vocab=N, vocab=V,
+                      rms_eps=tcfg.rms_norm_eps, rope_theta=float(tcfg.rope_parameters["rope_theta"]),
+                      initializer_range=tcfg.initializer_range)
+    torch.manual_seed(SEED + 2)
+    draft = Eagle3Draft(cfg)
+    with torch.no_grad():
+        draft.embed_tokens.weight.copy_(target.model.embed_tokens.weight)
+        draft.lm_head.weight.copy_(target.lm_head.weight[t2d])
+        draft.d2t.copy_(d2t)
+        draft.t2d.copy_(t2d)
+    init_state = {k: v.detach().clone().contiguous() for k, v in draft.state_dict().items()}
+    draft.embed_tokens.weight.requires_grad_(False)
+    draft.lm_head.weight.requires_grad_(False)
+
+    ids, feats = seqs[:, 1:], aux[:, :-1]
+    full_next = logits[:, 1:].argmax(-1)  # target's greedy next token after ids
+    teacher = logits[:, 1:][..., t2d].argmax(-1)  # restricted to the draft vocab
+    valid = t2d[full_next]  # positions whose target token the draft can propose at all
+    params = [p for p in draft.parameters() if p.requires_grad]
+    opt = torch.optim.Adam(params, lr=LR)
+    gen = torch.Generator().manual_seed(SEED + 3)
+    draft.train()
+    for _ in range(STEPS):
+        batch = torch.randint(0, TRAIN_SEQS, (BATCH,), generator=gen)
+        out = draft(ids[batch], feats[batch])
+        loss = F.cross_entropy(out.logits[valid[batch]], teacher[batch][valid[batch]])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    draft.eval()
+    with torch.no_grad():
+        held = slice(TRAIN_SEQS, None)
+        pred = draft(ids[held], feats[held]).logits.argmax(-1)
+        mask = valid[held]
+        accuracy = (pred == teacher[held])[mask].float().mean().item()
+        accuracy_full = (map_to_target(pred, draft.d2t) == full_next[held]).float().mean().item()
+        majority = torch.bincount(teacher[:TRAIN_SEQS][valid[:TRAIN_SEQS]], minlength=N).argmax()
+        chance = (teacher[held][mask] == majority).float().mean().item()
+    metrics = {
+        "accuracy": round(accuracy, 4),
+        "accuracy_definition": "held-out positions whose target next token is in the draft vocab: "
+                               "draft argmax == target argmax restricted to the draft vocab",
+        "accuracy_vs_target_argmax": round(accuracy_full, 4),
+        "majority_baseline": round(chance, 4),
+        "uniform_chance": round(1 / N, 6),
+        "draft_vocab_coverage": round(valid[held].float().mean().item(), 4),
+        "final_train_loss": round(loss.item(), 4),
+        "steps": STEPS, "batch_sequences": BATCH, "lr": LR, "train_sequences": TRAIN_SEQS,
+        "heldout_sequences": SEQS - TRAIN_SEQS, "sequence_length": PROMPT_LEN + NEW_TOKENS,
+    }
+    return draft, init_state, metrics
+
+
+# -- writers ------------------------------------------------------------------------------------
+def _write_json(path: Path, data: Any) -> None:
+    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+
+
+def _save(path: Path, tensors: dict[str, torch.Tensor], config: dict[str, Any]) -> None:
+    from safetensors.torch import save_file
+
+    path.mkdir(parents=True)
+    save_file({k: v.contiguous() for k, v in sorted(tensors.items())}, str(path / "model.safetensors"),
+              metadata=ST_METADATA)
+    _write_json(path / "config.json", config)
+
+
+def _layer_config() -> dict[str, Any]:
+    """The HF Llama config of the single draft layer (speculators' nested ``transformer_layer_config``)."""
+    return {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": TARGET["hidden_size"],
+        "intermediate_size": TARGET["intermediate_size"], "num_attention_heads": TARGET["num_attention_heads"],
+        "num_key_value_heads": TARGET["num_key_value_heads"], "head_dim": TARGET["head_dim"],
+        "num_hidden_layers": 1, "vocab_size": V, "max_position_embeddings": TARGET["max_position_embeddings"],
+        "rms_norm_eps": TARGET["rms_norm_eps"], "rope_theta": 10000.0, "rope_scaling": None,
+        "hidden_act": "silu", "attention_bias": False, "mlp_bias": False, "initializer_range": 0.02,
+        "tie_word_embeddings": False, "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "float32",
+    }
+
+
+def _write_speculators(path: Path, state: dict[str, torch.Tensor]) -> None:
+    config = {
+        "architectures": ["Eagle3Speculator"],
+        "speculators_model_type": "eagle3",
+        "speculators_version": "0.3.0",
+        "draft_vocab_size": N,
+        "norm_before_residual": False,
+        "norm_before_fc": False,
+        "fc_norm": False,
+        "norm_output": False,
+        "target_hidden_size": TARGET["hidden_size"],
+        "eagle_aux_hidden_state_layer_ids": AUX_IDS,
+        "speculators_config": {
+            "algorithm": "eagle3",
+            "default_proposal_method": "greedy",
+            "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": SPECULATIVE_TOKENS,
+                                  "verifier_accept_k": 1, "accept_tolerance": 0.0}],
+            "verifier": {"name_or_path": "../target", "architectures": ["LlamaForCausalLM"]},
+        },
+        "transformer_layer_config": _layer_config(),
+        "torch_dtype": "float32",
+    }
+    _save(path, state, config)
+
+
+def _write_eagle(path: Path, state: dict[str, torch.Tensor]) -> None:
+    """SpecForge layout: ``midlayer.*``, flat config, SGLang-convention ids, embeddings not saved."""
+    tensors = {k.replace("layers.0.", "midlayer.", 1): v for k, v in state.items() if not k.startswith("embed_tokens")}
+    layer = _layer_config()
+    config = {**layer, "architectures": ["LlamaForCausalLMEagle3"], "draft_vocab_size": N,
+              "target_hidden_size": TARGET["hidden_size"],
+              "eagle_config": {"eagle_aux_hidden_state_layer_ids": SGLANG_AUX_IDS, "use_aux_hidden_state": True}}
+    _save(path, tensors, config)
+
+
+def _manifest(metrics: dict[str, Any], d2t: torch.Tensor) -> dict[str, Any]:
+    zero_head = int((d2t != 0).nonzero()[0].item()) if (d2t != 0).any() else N
+    return {
+        "tool": "eagle3lens demo",
+        "seed": SEED,
+        "target": {"path": "target", "num_hidden_layers": TARGET["num_hidden_layers"],
+                   "hidden_size": TARGET["hidden_size"], "vocab_size": V},
+        "draft_vocab_size": N,
+        "d2t_zero_head": zero_head,
+        "aux_layer_ids": {"speculators": AUX_IDS, "sglang": SGLANG_AUX_IDS,
+                          "hf_hidden_states": AUX_IDS},
+        "training": metrics,
+        "variants": {name: {"path": name, "layout": "eagle" if name == "eagle" else "speculators",
+                            "what": what, "expected_findings": codes, "expected_findings_by_engine": by_engine}
+                     for name, (what, codes, by_engine) in VARIANTS.items()},
+        "logs": {"sglang.log": {"engine": "sglang==0.5.11", "accept_len": 1.0, "accept_rate": 0.0,
+                                "expected_findings": ["logs/zero-acceptance"]},
+                 "vllm.log": {"engine": "vllm==0.33.0", "mean_acceptance_length": 1.0,
+                              "expected_findings": ["logs/zero-acceptance"]}},
+    }
+
+
+def _readme(metrics: dict[str, Any]) -> str:
+    def found(codes: list[str], by_engine: dict[str, list[str]]) -> str:
+        own = ", ".join(f"`{c}`" for c in codes) or "nothing (healthy)"
+        return own + "".join(f"; with `--engine {e}`: " + ", ".join(f"`{c}`" for c in extra) for e, extra in by_engine.items())
+
+    rows = "\n".join(f"| `{name}/` | {what} | {found(codes, by_engine)} |" for name, (what, codes, by_engine) in VARIANTS.items())
+    return f"""# eagle3lens demo: the silent zero-acceptance incident, in miniature
+
+Built by `eagle3lens demo` (deterministic: the same bytes on every build).
+
+`target/` is a tiny HF Llama (10 layers, hidden 64, vocab {V}). The drafts have a draft vocab of
+N = {N} target tokens (the most frequent in `token_counts.json`), one decoder layer and read the
+target's aux hidden states of layers [2, 5, 7] (input-of-layer; SGLang writes [1, 4, 6]).
+The good draft was trained on the target's own hidden states and predicts the target's next
+token with accuracy {metrics['accuracy']:.1%} (majority baseline {metrics['majority_baseline']:.1%},
+uniform chance {1 / N:.2%}).
+
+| variant | what it is | what should be found |
+|---|---|---|
+{rows}
+
+Logs: `sglang.log` (SGLang 0.5.x decode lines, accept len 1.00, accept rate 0.00) and `vllm.log`
+(vLLM 0.33.0 SpecDecoding metrics, mean acceptance length 1.00): both `logs/zero-acceptance`.
+
+The head of a valid `d2t` is a run of zeros (ids 0..k-1 are in the draft vocab): that is normal.
+
+Try:
+
+    eagle3lens doctor speculators --engine sglang==0.5.11 --log sglang.log
+    eagle3lens vocab broken-d2t-double-subtracted
+    eagle3lens weights broken-untrained --target target
+"""
+
+
+def _sglang_log() -> str:
+    lines = [
+        "[2026-05-04 09:12:01] server_args=ServerArgs(model_path='target', speculative_algorithm='EAGLE3', "
+        "speculative_draft_model_path='speculators', speculative_num_steps=4, speculative_eagle_topk=1, "
+        "speculative_num_draft_tokens=5, decode_log_interval=40)",
+        "[2026-05-04 09:12:04] Load weight begin. avail mem=139.21 GB",
+        "[2026-05-04 09:12:05] Load weight end. type=LlamaForCausalLMEagle3, dtype=torch.float32, avail mem=139.20 GB",
+        "[2026-05-04 09:12:09] The server is fired up and ready to roll!",
+        "[2026-05-04 09:12:12] Prefill batch, #new-seq: 8, #new-token: 512, #cached-token: 0, token usage: 0.01, "
+        "#running-req: 0, #queue-req: 0",
+    ]
+    tokens, throughputs = 5120, (24.81, 24.79, 24.84, 24.77, 24.82, 24.80)
+    for i, tput in enumerate(throughputs):
+        lines.append(f"[2026-05-04 09:12:{25 + 13 * i:02d}] Decode batch, #running-req: 8, #token: {tokens + 320 * i}, "
+                     f"token usage: 0.02, accept len: 1.00, accept rate: 0.00, cuda graph: True, "
+                     f"gen throughput (token/s): {tput:.2f}, #queue-req: 0")
+        if i == 2:
+            lines.append('[2026-05-04 09:12:52] INFO:     127.0.0.1:41872 - "POST /generate HTTP/1.1" 200 OK')
+    return "\n".join(lines) + "\n"
+
+
+def _vllm_log() -> str:
+    lines = [
+        "INFO 05-04 09:12:01 [__init__.py:216] Automatically detected platform cuda.",
+        "INFO 05-04 09:12:06 [gpu_model_runner.py:2602] Model loading took 0.0061 GiB and 0.412 seconds",
+        "INFO 05-04 09:12:09 [api_server.py:1880] Starting vLLM API server 0 on http://0.0.0.0:8000",
+    ]
+    for i in range(4):
+        second = 20 + 10 * i
+        lines.append(f"INFO 05-04 09:12:{second:02d} [loggers.py:123] Engine 000: Avg prompt throughput: 0.0 tokens/s, "
+                     f"Avg generation throughput: {24.8 + 0.1 * (i % 2):.1f} tokens/s, Running: 8 reqs, Waiting: 0 reqs, "
+                     f"GPU KV cache usage: 0.2%, Prefix cache hit rate: 0.0%")
+        lines.append(f"INFO 05-04 09:12:{second:02d} [metrics.py:96] SpecDecoding metrics: Mean acceptance length: 1.00, "
+                     "Accepted throughput: 0.00 tokens/s, Drafted throughput: 124.00 tokens/s, Accepted: 0 tokens, "
+                     f"Drafted: {1240 + 40 * i} tokens, Per-position acceptance rate: 0.000, 0.000, 0.000, 0.000, 0.000, "
+                     "Avg Draft acceptance rate: 0.0%")
+    return "\n".join(lines) + "\n"
+
+
+SGLANG_LOG = _sglang_log()
+VLLM_LOG = _vllm_log()

@@ -1,0 +1,289 @@
+"""The reference EAGLE-3 draft module: one decoder layer on top of the target's aux hidden states.
+
+One draft step (FACTS.md §1), for token ids and a feature ``g``:
+
+    e = embed_tokens(ids)                              # H wide (the target's table)
+    g = fc(norms(concat(aux_0, aux_1, aux_2)))         # n_aux*H_t -> H   (see ``fc_gate``)
+    h = self_attn(concat(input_layernorm(e), hidden_norm(g))) + residual(g)
+    h = mlp(post_attention_layernorm(h)) + h
+    logits = lm_head(norm(h))                          # N wide: draft vocab, map with d2t
+
+Parameter names are the speculators names (``layers.0.self_attn.q_proj.weight``, ``fc.weight``,
+``lm_head.weight``, ``d2t``...), so a speculators state dict loads as is; EAGLE / SpecForge
+(``midlayer.*``, ``model.``-prefixed) keys are renamed on load. Every stage is a named submodule
+(``fc``, ``layers[0].self_attn``, ``layers[0].mlp``, ``norm``, ``lm_head``) so forward hooks see it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .errors import CheckpointError
+
+if TYPE_CHECKING:
+    from .checkpoint import Checkpoint, DraftSpec
+
+FcGate = Literal["width-differs", "always", "always-assert"]
+FC_GATES: tuple[str, ...] = ("width-differs", "always", "always-assert")
+OPTIONAL_KEYS = ("d2t", "t2d", "embed_tokens.weight")  # absent in some layouts; buffers/tables stay as built
+
+
+@dataclass(frozen=True)
+class DraftConfig:
+    """Sizes and option flags of an EAGLE-3 draft (one decoder layer)."""
+
+    hidden: int  # H
+    target_hidden: int  # H_t
+    num_aux: int  # n_aux: fc reads num_aux * target_hidden
+    intermediate: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    draft_vocab: int  # N
+    vocab: int  # V
+    rms_eps: float = 1e-6
+    rope_theta: float = 10000.0
+    initializer_range: float = 0.02
+    norm_before_residual: bool = False
+    norm_before_fc: bool = False
+    fc_norm: bool = False
+    norm_output: bool = False
+
+    @classmethod
+    def from_spec(cls, spec: "DraftSpec", rope_theta: float = 10000.0) -> "DraftConfig":
+        """Sizes from a checkpoint's DraftSpec (flags also switched on by the tensors that need them)."""
+        missing = [name for name in ("hidden_size", "intermediate_size", "num_attention_heads", "vocab_size")
+                   if getattr(spec, name) is None]
+        if missing:
+            raise ValueError(f"DraftSpec lacks {', '.join(missing)}: cannot build a draft module")
+        hidden = spec.hidden_size
+        return cls(
+            hidden=hidden,
+            target_hidden=spec.target_hidden_size or hidden,
+            num_aux=spec.num_aux or 3,
+            intermediate=spec.intermediate_size,
+            heads=spec.num_attention_heads,
+            kv_heads=spec.num_key_value_heads or spec.num_attention_heads,
+            head_dim=spec.head_dim or hidden // spec.num_attention_heads,
+            draft_vocab=spec.draft_vocab_size or spec.lm_head_rows or spec.vocab_size,
+            vocab=spec.vocab_size,
+            rms_eps=float(spec.rms_norm_eps or 1e-6),
+            rope_theta=float(rope_theta),
+            initializer_range=float(spec.initializer_range or 0.02),
+            norm_before_residual=spec.flag("norm_before_residual"),
+            norm_before_fc=spec.flag("norm_before_fc") or spec.has_input_norm,
+            fc_norm=spec.flag("fc_norm") or spec.has_fc_norm,
+            norm_output=spec.flag("norm_output"),
+        )
+
+
+@dataclass(frozen=True)
+class DraftOutput:
+    logits: torch.Tensor  # [B, T, N] draft-vocab logits
+    hidden_out: torch.Tensor  # [B, T, H] state fed to the next draft step
+    fc_applied: bool  # False when the fc gate let the feature through untouched
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(x.dtype)
+
+
+def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
+    """Llama rotary embedding (halves rotated) of ``x`` [B, heads, T, d] at ``positions`` [B, T]."""
+    d = x.shape[-1]
+    inv_freq = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.float32, device=x.device) / d))
+    angles = positions[:, None, :, None].float() * inv_freq  # [B, 1, T, d/2]
+    cos, sin = torch.cat([angles, angles], -1).cos(), torch.cat([angles, angles], -1).sin()
+    x1, x2 = x.float().chunk(2, dim=-1)
+    rotated = torch.cat([-x2, x1], dim=-1)
+    return (x.float() * cos + rotated * sin).to(x.dtype)
+
+
+class Attention(nn.Module):
+    """Causal GQA self-attention whose q/k/v read 2H features: [embedding ; hidden]."""
+
+    def __init__(self, cfg: DraftConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.q_proj = nn.Linear(2 * cfg.hidden, cfg.heads * cfg.head_dim, bias=False)
+        self.k_proj = nn.Linear(2 * cfg.hidden, cfg.kv_heads * cfg.head_dim, bias=False)
+        self.v_proj = nn.Linear(2 * cfg.hidden, cfg.kv_heads * cfg.head_dim, bias=False)
+        self.o_proj = nn.Linear(cfg.heads * cfg.head_dim, cfg.hidden, bias=False)
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        cfg = self.cfg
+        B, T, _ = x.shape
+        q = self.q_proj(x).view(B, T, cfg.heads, cfg.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(B, T, cfg.kv_heads, cfg.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(B, T, cfg.kv_heads, cfg.head_dim).transpose(1, 2)
+        q, k = rope(q, positions, cfg.rope_theta), rope(k, positions, cfg.rope_theta)
+        group = cfg.heads // cfg.kv_heads
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.o_proj(y.transpose(1, 2).reshape(B, T, cfg.heads * cfg.head_dim))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: DraftConfig) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.hidden, cfg.intermediate, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden, cfg.intermediate, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate, cfg.hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    """The single EAGLE-3 decoder layer: attention over [normed embedding ; normed feature]."""
+
+    def __init__(self, cfg: DraftConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.input_layernorm = RMSNorm(cfg.hidden, cfg.rms_eps)
+        self.hidden_norm = RMSNorm(cfg.hidden, cfg.rms_eps)
+        self.self_attn = Attention(cfg)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden, cfg.rms_eps)
+        self.mlp = MLP(cfg)
+
+    def forward(self, embeds: torch.Tensor, g: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        xe, xh = self.input_layernorm(embeds), self.hidden_norm(g)
+        residual = xh if self.cfg.norm_before_residual else g
+        h = self.self_attn(torch.cat([xe, xh], dim=-1), positions) + residual  # embeddings FIRST
+        return self.mlp(self.post_attention_layernorm(h)) + h
+
+
+class Eagle3Draft(nn.Module):
+    """EAGLE-3 draft model with speculators parameter names.
+
+    >>> draft = Eagle3Draft.from_checkpoint(Checkpoint.open("demo/speculators"))
+    >>> out = draft(input_ids, aux_hidden)          # aux_hidden: [B, T, n_aux * H_t]
+    >>> target_ids = map_to_target(out.logits.argmax(-1), draft.d2t)
+    """
+
+    def __init__(self, cfg: DraftConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        fc_in = cfg.num_aux * cfg.target_hidden
+        self.embed_tokens = nn.Embedding(cfg.vocab, cfg.hidden)
+        if cfg.norm_before_fc:
+            self.input_norm = RMSNorm(fc_in, cfg.rms_eps)
+        if cfg.fc_norm:
+            self.fc_norm = nn.ModuleList(RMSNorm(cfg.target_hidden, cfg.rms_eps) for _ in range(cfg.num_aux))
+        self.fc = nn.Linear(fc_in, cfg.hidden, bias=False)
+        self.layers = nn.ModuleList([DecoderLayer(cfg)])
+        self.norm = RMSNorm(cfg.hidden, cfg.rms_eps)
+        self.lm_head = nn.Linear(cfg.hidden, cfg.draft_vocab, bias=False)
+        self.register_buffer("d2t", torch.zeros(cfg.draft_vocab, dtype=torch.long))
+        self.register_buffer("t2d", torch.zeros(cfg.vocab, dtype=torch.bool))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """HF-style init: Linear and Embedding ~ normal(0, initializer_range), RMSNorm weights 1.0."""
+        for module in self.modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(module.weight, mean=0.0, std=self.cfg.initializer_range)
+            elif isinstance(module, RMSNorm):
+                nn.init.ones_(module.weight)
+
+    # -- forward ---------------------------------------------------------------------------
+    def project(self, hidden: torch.Tensor, fc_gate: FcGate = "always") -> tuple[torch.Tensor, bool]:
+        """The feature entering the decoder: fc over the (normed) aux concat, as the gate decides."""
+        cfg = self.cfg
+        width = hidden.shape[-1]
+        if fc_gate == "width-differs":  # SGLang: fc only when the width is not H, silently skipped otherwise
+            if width == cfg.hidden:
+                return hidden, False
+        elif fc_gate == "always-assert":  # vLLM: fc always, loud shape check
+            if width != self.fc.in_features:
+                raise AssertionError(f"fc expects {self.fc.in_features}-wide aux features "
+                                     f"({cfg.num_aux} x {cfg.target_hidden}), got {width}")
+        elif fc_gate != "always":  # EAGLE / speculators: fc always
+            raise ValueError(f"fc_gate must be one of {FC_GATES}, got {fc_gate!r}")
+        if cfg.norm_before_fc:
+            hidden = self.input_norm(hidden)
+        if cfg.fc_norm:
+            chunks = hidden.split(cfg.target_hidden, dim=-1)
+            hidden = torch.cat([norm(chunk) for norm, chunk in zip(self.fc_norm, chunks)], dim=-1)
+        return self.fc(hidden), True
+
+    def forward(self, input_ids: torch.Tensor, hidden: torch.Tensor, position_ids: torch.Tensor | None = None,
+                fc_gate: FcGate = "always") -> DraftOutput:
+        """One draft step over ``input_ids`` [B, T] with feature ``hidden`` [B, T, n_aux*H_t or H]."""
+        if position_ids is None:
+            position_ids = torch.arange(input_ids.shape[1], device=input_ids.device).expand(input_ids.shape[0], -1)
+        g, fc_applied = self.project(hidden, fc_gate)
+        h = self.layers[0](self.embed_tokens(input_ids), g, position_ids)
+        n = self.norm(h)
+        return DraftOutput(logits=self.lm_head(n), hidden_out=n if self.cfg.norm_output else h, fc_applied=fc_applied)
+
+    # -- loading ---------------------------------------------------------------------------
+    @classmethod
+    def from_checkpoint(cls, ckpt: "Checkpoint", embed_tokens: torch.Tensor | None = None) -> "Eagle3Draft":
+        """Build from a speculators or EAGLE/SpecForge checkpoint (keys renamed to speculators names).
+
+        ``embed_tokens`` supplies the target's table for layouts that do not save it (SpecForge);
+        without it such a draft keeps a NaN table, so nothing silently runs on random embeddings.
+        Absent ``d2t``/``t2d`` stay zero (identity mapping). Unknown keys or shape mismatches raise.
+        """
+        cfg = DraftConfig.from_spec(ckpt.spec, rope_theta=_rope_theta(ckpt.config))
+        model = cls(cfg)
+        state = {canonical_key(name): ckpt.read(name) for name in ckpt.tensors}
+        if embed_tokens is not None:
+            state["embed_tokens.weight"] = embed_tokens
+        own = model.state_dict()
+        unexpected = sorted(set(state) - set(own))
+        missing = sorted(set(own) - set(state) - set(OPTIONAL_KEYS))
+        if unexpected or missing:
+            raise CheckpointError(ckpt.path, f"not an EAGLE-3 draft of this shape: unexpected {unexpected[:4]}, "
+                                             f"missing {missing[:4]}")
+        for name, tensor in state.items():
+            if tuple(tensor.shape) != tuple(own[name].shape):
+                raise CheckpointError(ckpt.path, f"tensor {name!r} has shape {list(tensor.shape)}, "
+                                                 f"expected {list(own[name].shape)}")
+        if "embed_tokens.weight" not in state:
+            nn.init.constant_(model.embed_tokens.weight, math.nan)
+        model.load_state_dict(state, strict=False)
+        return model.eval()
+
+
+_RENAMES = ((re.compile(r"^model\."), ""), (re.compile(r"^midlayer\."), "layers.0."))
+
+
+def canonical_key(name: str) -> str:
+    """Speculators name of a checkpoint key: drop a ``model.`` prefix, ``midlayer.`` -> ``layers.0.``."""
+    for pattern, repl in _RENAMES:
+        name = pattern.sub(repl, name)
+    return name
+
+
+def map_to_target(draft_ids: torch.Tensor, d2t: torch.Tensor) -> torch.Tensor:
+    """Target-vocab ids of draft-vocab ids: ``target = i + d2t[i]``."""
+    return draft_ids + d2t[draft_ids]
+
+
+def _rope_theta(config: dict[str, Any] | None) -> float:
+    config = config or {}
+    layer = config.get("transformer_layer_config")
+    for cfg in (layer if isinstance(layer, dict) else {}, config):
+        params = cfg.get("rope_parameters")
+        if isinstance(params, dict) and isinstance(params.get("rope_theta"), (int, float)):
+            return float(params["rope_theta"])
+        if isinstance(cfg.get("rope_theta"), (int, float)):
+            return float(cfg["rope_theta"])
+    return 10000.0

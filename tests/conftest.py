@@ -1,0 +1,18 @@
+"""Shared fixtures: the demo incident, built once per test session."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+torch.set_num_threads(2)
+
+
+@pytest.fixture(scope="session")
+def demo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A built demo (``eagle3lens.demo.build_demo``): target/, speculators/, eagle/, broken-*/, logs, manifest."""
+    from eagle3lens.demo import build_demo
+
+    return build_demo(tmp_path_factory.mktemp("demo") / "demo").root
