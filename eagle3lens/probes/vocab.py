@@ -40,6 +40,7 @@ CANDIDATES = {
     "double-subtracted": "d2t + arange(N) (arange was subtracted twice)",
     "absolute": "d2t - arange(N) (absolute target ids were stored)",
     "from-t2d": "nonzero(t2d) - arange(N) (rebuilt from t2d)",
+    "from-head": "ids of the target lm_head rows the draft lm_head copies, minus arange(N)",
 }
 CODE_OF = {"double-subtracted": "vocab/d2t-double-subtracted", "absolute": "vocab/d2t-absolute-ids"}
 
@@ -233,14 +234,20 @@ def plan_d2t_repair(ckpt: Checkpoint, target: Checkpoint | None = None) -> D2tRe
     assert chosen is not None
     n, v = result.draft_vocab_size, result.vocab_size
     tensors = {analysis.d2t_key or _sibling(analysis.t2d_key, "d2t"): chosen.d2t.to(torch.int64).contiguous()}
-    if analysis.t2d_key is not None and not chosen.matches_t2d:
-        t2d = torch.zeros(v, dtype=torch.bool)
-        t2d[target_ids(chosen.d2t)] = True
-        tensors[analysis.t2d_key] = t2d
+    if analysis.t2d_key is None and analysis.d2t_key is None:  # restore both tensors training writes
+        tensors[_sibling(None, "t2d")] = _mask(target_ids(chosen.d2t), v)
+    elif analysis.t2d_key is not None and not chosen.matches_t2d:
+        tensors[analysis.t2d_key] = _mask(target_ids(chosen.d2t), v)
     evidence = {"diagnosis": result.diagnosis, "candidate": chosen.to_dict(), "draft_vocab_size": n, "vocab_size": v,
                 "changed_entries": int((chosen.d2t != analysis.d2t).sum()) if analysis.d2t is not None else n,
                 "tensors": sorted(tensors)}
     return D2tRepair(tensors=tensors, reason=f"{result.diagnosis}: use {CANDIDATES[chosen.name]}", evidence=evidence)
+
+
+def _mask(ids: torch.Tensor, vocab_size: int | None) -> torch.Tensor:
+    t2d = torch.zeros(vocab_size or int(ids.max()) + 1, dtype=torch.bool)
+    t2d[ids] = True
+    return t2d
 
 
 def _sibling(key: str | None, leaf: str) -> str:
@@ -344,8 +351,18 @@ class _Analysis:
         for group, score in zip(unique.values(), scores):
             for c in group:
                 scored[c.name] = score
-        return [CandidateCheck(c.name, c.d2t, c.valid, c.matches_t2d, *scored[c.name]) if c.name in scored else c
-                for c in checks]
+        checks = [CandidateCheck(c.name, c.d2t, c.valid, c.matches_t2d, *scored[c.name]) if c.name in scored else c
+                  for c in checks]
+        stored = next((c for c in checks if c.name == "stored"), None)
+        hopeless = stored is None or self._default_kind(stored.d2t) is not None or not any(c.valid for c in checks)
+        if hopeless and not any(c.matches_head for c in checks) and rows == self.n:
+            ids = recover_ids_from_head(self.ckpt, draft_head, self.target, target_head)
+            if ids is not None:
+                t2d_ids = self._t2d_ids()
+                d2t = ids - torch.arange(rows, dtype=torch.int64)
+                checks.append(CandidateCheck("from-head", d2t, invariant_breaks(d2t, self.v)["valid"],
+                                             None if t2d_ids is None else bool(torch.equal(ids, t2d_ids)), 1.0, 1.0))
+        return checks
 
     # diagnosis -------------------------------------------------------------------------------
     def result(self, tokenizer: Any = None, token_counts: Any = None, text: str | None = None) -> VocabResult:
@@ -415,8 +432,8 @@ class _Analysis:
             if n == v:
                 self.notes.append(f"full vocabulary (N = V = {n}): identity mapping, no d2t needed")
                 return "full-vocab", None, None
-            repair = "from-t2d" if from_t2d is not None and from_t2d.valid else None
-            self._finding_missing(repair)
+            repair = next((c.name for c in candidates if c.name in ("from-t2d", "from-head") and c.valid), None)
+            self._finding_missing(repair, candidates)
             return "broken", "vocab/d2t-missing", repair
         if n == v and not bool(stored.d2t.any()):
             self.notes.append(f"full vocabulary (N = V = {n}): identity mapping, all-zero d2t is expected")
@@ -502,8 +519,13 @@ class _Analysis:
             "eagle": f"{ENGINE_USE['eagle']}: {rng}",
         }
 
-    def _fix(self) -> str:
-        return f"eagle3lens convert {self.ckpt.path} --repair-d2t OUT"
+    def _fix(self, proof: CandidateCheck | None = None) -> str:
+        """The repair command; names the target when only its lm_head proves the repair."""
+        stored_valid = self.d2t is not None and invariant_breaks(self.d2t, self.v)["valid"]
+        needs_target = (proof is not None and proof.matches_head and not proof.matches_t2d
+                        and (proof.name == "from-head" or stored_valid))
+        extra = f" --target {self.target.path}" if needs_target and self.target is not None else ""
+        return f"eagle3lens convert {self.ckpt.path} --repair-d2t OUT{extra}"
 
     def _finding_for(self, right: CandidateCheck, stored: CandidateCheck, t2d_default: bool, default: str | None) -> str:
         proof = " and ".join(p for p, ok in (("t2d", right.matches_t2d), ("the target lm_head rows", right.matches_head)) if ok)
@@ -512,20 +534,20 @@ class _Analysis:
                     "stored_invariants": _inv_summary(invariant_breaks(stored.d2t, self.v)),
                     "first_offending": self._examples(stored, right), "proven_by": proof,
                     "engines": self._engines(stored)}
-        if right.name == "from-t2d":
+        if right.name in ("from-t2d", "from-head"):
             if default is not None:
                 self._finding_identity(default, right, evidence)
                 return "vocab/identity-default"
-            if stored.valid:
+            if stored.valid and right.name == "from-t2d":
                 self.findings.append(Finding(
                     "vocab/t2d-inconsistent", Severity.CRITICAL, f"{self.d2t_key} disagrees with t2d; t2d is right",
                     detail=f"Rebuilding d2t from t2d is confirmed by {proof}. Engines use d2t only, so they propose "
-                           "the wrong target ids.", evidence=evidence, fix=self._fix()))
+                           "the wrong target ids.", evidence=evidence, fix=self._fix(right)))
                 return "vocab/t2d-inconsistent"
             self.findings.append(Finding(
-                "vocab/d2t-invalid", Severity.CRITICAL, f"{self.d2t_key} breaks the mapping invariants; t2d is intact",
-                detail="The stored table is not a mapping (nor arange off by one); the valid t2d rebuilds it.",
-                evidence=evidence, fix=self._fix()))
+                "vocab/d2t-invalid", Severity.CRITICAL, f"{self.d2t_key} is not a valid mapping; {proof} rebuilds it",
+                detail=f"The stored table is not a mapping (nor arange off by one); {CANDIDATES[right.name]} is.",
+                evidence=evidence, fix=self._fix(right)))
             return "vocab/d2t-invalid"
         code = CODE_OF[right.name]
         if right.name == "double-subtracted":
@@ -536,20 +558,20 @@ class _Analysis:
             title = f"{self.d2t_key} holds absolute target ids, not offsets"
             detail = (f"d2t - arange(N) is the valid mapping, confirmed by {proof}. "
                       "Engines add arange again, so draft id i is proposed as target id ids[i] + i.")
-        self.findings.append(Finding(code, Severity.CRITICAL, title, detail=detail, evidence=evidence, fix=self._fix()))
+        self.findings.append(Finding(code, Severity.CRITICAL, title, detail=detail, evidence=evidence, fix=self._fix(right)))
         if t2d_default:
             self._finding_t2d_default(int(self.t2d.sum()))
         return code
 
-    def _finding_missing(self, repair: str | None) -> None:
+    def _finding_missing(self, repair: str | None, candidates: list[CandidateCheck]) -> None:
         self.findings.append(Finding(
             "vocab/d2t-missing", Severity.CRITICAL,
             f"no d2t although the draft vocab is smaller than the target's (N = {self.n} < V = {self.v})",
             detail="Engines silently fall back to draft id i = target id i, so only target ids < N are ever proposed. "
-                   + ("d2t can be rebuilt from t2d." if repair else "No t2d to rebuild it from: rebuild the mapping "
-                      "from the training data's token counts."),
+                   + (f"The mapping is recoverable: {CANDIDATES[repair]}." if repair else "Nothing here recovers it "
+                      "(no t2d; pass --target if lm_head copies target rows): rebuild it from the training token counts."),
             evidence={"draft_vocab_size": self.n, "vocab_size": self.v, "t2d": self.t2d_key, "engines": dict(NO_D2T_USE)},
-            fix=self._fix() if repair else None))
+            fix=self._fix(next((c for c in candidates if c.name == repair), None)) if repair else None))
 
     def _finding_identity(self, kind: str, right: CandidateCheck | None, evidence: dict[str, Any] | None = None) -> None:
         ids_note = {"all-zero": "all-zero d2t (init value, never filled): draft id i -> target id i, only ids < N",
@@ -564,9 +586,9 @@ class _Analysis:
                              for k in ENGINE_USE}
         self.findings.append(Finding(
             "vocab/identity-default", Severity.CRITICAL, f"{self.d2t_key} is a default, not a trained mapping: {ids_note}",
-            detail=("t2d holds the real mapping; d2t can be rebuilt from it." if right is not None else
+            detail=(f"The real mapping is recoverable: {CANDIDATES[right.name]}." if right is not None else
                     "No evidence of the real mapping in this checkpoint: rebuild it from the training data's token counts."),
-            evidence=ev, fix=self._fix() if right is not None else None))
+            evidence=ev, fix=self._fix(right) if right is not None else None))
 
     def _finding_t2d_default(self, t2d_sum: int) -> None:
         kind = "all True (SpecForge init)" if t2d_sum == self.v else "all False (speculators / EAGLE init)"
@@ -597,7 +619,7 @@ class _Analysis:
                       "first_offending": self._examples(stored, other) if other is not None else [],
                       "consistent_with_lm_head": head.name if head is not None else None,
                       "engines": self._engines(stored)},
-            fix=self._fix() if head is not None else None))
+            fix=self._fix(head) if head is not None else None))
 
     def _finding_invalid(self, stored: CandidateCheck, fixes: list[CandidateCheck]) -> None:
         self.findings.append(Finding(
@@ -620,8 +642,6 @@ def compare_head_rows(draft: Checkpoint, draft_key: str, target: Checkpoint, tar
     Target rows are read in blocks (never the whole head at once); rows are compared after casting
     the target rows to the draft's dtype, as speculators copies them.
     """
-    from safetensors import safe_open
-
     if not tables:
         return []
     t_info, d_info = target.info(target_key), draft.info(draft_key)
@@ -631,20 +651,7 @@ def compare_head_rows(draft: Checkpoint, draft_key: str, target: Checkpoint, tar
     id_lists = [target_ids(t) for t in tables]
     equal = [0] * len(tables)
     cosine = [0.0] * len(tables)
-    rows = t_info.shape[0]
-
-    def blocks():
-        if t_info.begin is None:
-            full = target.read(target_key)
-            for start in range(0, rows, HEAD_BLOCK_ROWS):
-                yield start, full[start:start + HEAD_BLOCK_ROWS]
-            return
-        with safe_open(str(t_info.file), framework="pt") as fh:
-            sl = fh.get_slice(target_key)
-            for start in range(0, rows, HEAD_BLOCK_ROWS):
-                yield start, sl[start:start + HEAD_BLOCK_ROWS]
-
-    for start, block in blocks():
+    for start, block in _head_blocks(target, target_key):
         stop = start + block.shape[0]
         for k, ids in enumerate(id_lists):
             lo, hi = int(torch.searchsorted(ids, start)), int(torch.searchsorted(ids, stop))
@@ -658,9 +665,52 @@ def compare_head_rows(draft: Checkpoint, draft_key: str, target: Checkpoint, tar
     return [(round(e / n, 6), round(c / n, 6)) for e, c in zip(equal, cosine)]
 
 
+def recover_ids_from_head(draft: Checkpoint, draft_key: str, target: Checkpoint, target_key: str) -> torch.Tensor | None:
+    """The target ids whose lm_head rows the draft lm_head copies (speculators), or None when not a unique copy.
+
+    Draft rows are hashed by their bytes; target rows are read in blocks, cast to the draft dtype and
+    looked up. Every draft row must be found exactly once, at strictly increasing target ids.
+    """
+    t_info, d_info = target.info(target_key), draft.info(draft_key)
+    if len(t_info.shape) != 2 or len(d_info.shape) != 2 or t_info.shape[1] != d_info.shape[1]:
+        return None
+    head = draft.read(draft_key).contiguous()
+    rows = {bytes(r): i for i, r in enumerate(head.view(torch.uint8).reshape(head.shape[0], -1).numpy())}
+    if len(rows) != head.shape[0]:
+        return None  # repeated draft rows: no unique answer
+    ids = torch.full((head.shape[0],), -1, dtype=torch.int64)
+    for start, block in _head_blocks(target, target_key):
+        raw = block.to(head.dtype).contiguous().view(torch.uint8).reshape(block.shape[0], -1).numpy()
+        for j, row in enumerate(raw):
+            i = rows.get(bytes(row))
+            if i is not None:
+                if ids[i] >= 0:
+                    return None  # two target rows equal one draft row
+                ids[i] = start + j
+    if bool((ids < 0).any()) or not bool((ids[1:] > ids[:-1]).all()):
+        return None
+    return ids
+
+
+def _head_blocks(target: Checkpoint, key: str):
+    """(first row, rows) blocks of a 2-D tensor, read HEAD_BLOCK_ROWS at a time."""
+    from safetensors import safe_open
+
+    info = target.info(key)
+    if info.begin is None:
+        full = target.read(key)
+        for start in range(0, info.shape[0], HEAD_BLOCK_ROWS):
+            yield start, full[start:start + HEAD_BLOCK_ROWS]
+        return
+    with safe_open(str(info.file), framework="pt") as fh:
+        sl = fh.get_slice(key)
+        for start in range(0, info.shape[0], HEAD_BLOCK_ROWS):
+            yield start, sl[start:start + HEAD_BLOCK_ROWS]
+
+
 # -- coverage -----------------------------------------------------------------------------------
 def load_token_counts(source: Any, vocab_size: int | None) -> tuple[torch.Tensor, str]:
-    """Counts per target id from a path (.json list/dict, .npy) or an in-memory list/dict/array/tensor."""
+    """Counts per target id from a path (.json list, {id: count} or {"counts": list}; .npy) or in-memory values."""
     name = "counts"
     if isinstance(source, (str, Path)):
         path = Path(source)
@@ -679,6 +729,8 @@ def load_token_counts(source: Any, vocab_size: int | None) -> tuple[torch.Tensor
                 source = json.loads(path.read_text(encoding="utf-8"))
             except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
                 raise UsageError(f"{path}: token counts must be a JSON list or {{id: count}} object ({exc})") from None
+    if isinstance(source, Mapping) and "counts" in source:  # {"counts": [...], ...metadata}
+        source = source["counts"]
     if isinstance(source, Mapping):
         try:
             pairs = {int(k): float(v) for k, v in source.items()}

@@ -1,0 +1,51 @@
+"""``eagle3lens vocab CKPT``: check d2t / t2d, classify what is wrong, say what engines do with it."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..checkpoint import Checkpoint
+from ..errors import UsageError
+from ..findings import Report
+from . import add_output_options, example_epilog, finish
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..probes.vocab import inspect_vocab
+
+    ckpt = Checkpoint.open(args.checkpoint)
+    target = Checkpoint.open(args.target) if args.target else None
+    text = None
+    if args.text:
+        if not args.tokenizer:
+            raise UsageError("--text needs --tokenizer to count tokens")
+        try:
+            text = Path(args.text).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"{args.text}: cannot read the text sample ({exc})") from None
+    report = Report(checkpoint=ckpt.summary())
+    report.add("vocab", inspect_vocab(ckpt, target=target, tokenizer=args.tokenizer, token_counts=args.counts,
+                                      text=text))
+    if target is None:
+        report.notes.append("no --target: lm_head rows not compared with the target head")
+    return finish(report, args)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "vocab", help="check the d2t / t2d vocabulary mapping and what each engine does with it",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Checks d2t / t2d against their invariants, classifies a broken mapping (arange subtracted "
+                    "twice, absolute ids, missing, default, t2d disagreeing) with proof, and measures coverage.",
+        epilog=example_epilog("eagle3lens vocab demo/broken-d2t-double-subtracted",
+                              "eagle3lens vocab demo/speculators --target demo/target --counts demo/token_counts.json",
+                              "eagle3lens vocab DRAFT --tokenizer TOKENIZER_DIR --text sample.txt --json",
+                              "eagle3lens convert DRAFT --repair-d2t OUT   # apply the proven repair"))
+    p.add_argument("checkpoint", metavar="CKPT", help="draft checkpoint directory or file")
+    p.add_argument("--target", metavar="T", help="target checkpoint: compare the draft lm_head with target rows")
+    p.add_argument("--tokenizer", metavar="DIR", help="tokenizer directory (decodes missed tokens; counts --text)")
+    p.add_argument("--counts", metavar="FILE", help="target-token counts: JSON list / {id: count} or .npy")
+    p.add_argument("--text", metavar="FILE", help="text sample to count tokens in (with --tokenizer)")
+    add_output_options(p)
+    p.set_defaults(func=run)
