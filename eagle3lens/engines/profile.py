@@ -256,7 +256,7 @@ class EngineProfile:
 
     def _unknown(self, name: str, params: dict[str, ParamSpec]) -> Route:
         if self.unknown == "drop":
-            return Route("dropped", reason=f"no parameter {name!r}: the loader skips it without a log")
+            return Route("dropped", reason=f"no parameter {name}: skipped without a log")
         if self.unknown == "warn":
             return Route("dropped", reason=f"unexpected key {name!r}: a warning, then ignored")
         if any(name.endswith(s) for s in self.ignore_unknown_suffixes):

@@ -1,0 +1,96 @@
+"""Presentation of load simulations and checkpoint diffs: rich tables, HTML fragments, plotly figures."""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+FATE_STYLE = {"raises": "bold red", "dropped": "bold red", "loaded-shard": "green", "loaded": "green",
+              "converted": "cyan", "skipped": "dim"}
+FATE_COLOR = {"raises": "#b71c1c", "dropped": "#c62828", "loaded-shard": "#2e7d32", "loaded": "#43a047",
+              "converted": "#1565c0", "skipped": "#9e9e9e"}
+ORDER = ("raises", "dropped", "loaded-shard", "loaded", "converted", "skipped")
+
+
+def _ordered(result: Any) -> list[Any]:
+    return sorted(result.fates, key=lambda f: (ORDER.index(f.fate), f.key))
+
+
+def _target(f: Any) -> str:
+    if f.param:
+        return f.param + (f"[{f.shard}]" if f.shard else "")
+    return f.reason
+
+
+def load_rich(result: Any):
+    """Fates table (raising and dropped tensors first) plus the parameters nothing writes."""
+    from rich.console import Group
+    from rich.table import Table
+
+    table = Table(title=f"{result.label}: {len(result.fates)} tensors"
+                        + ("" if result.recognised else "  [bold red](config not recognised)[/]"), expand=False)
+    for col in ("fate", "tensor", "shape", "→ parameter / reason"):
+        table.add_column(col)
+    for f in _ordered(result):
+        shape = str(list(f.shape)) + (f" ≠ {list(f.expected_shape)}" if f.shape_mismatch else "")
+        table.add_row(f"[{FATE_STYLE[f.fate]}]{f.fate}[/]", f.key, shape, _target(f))
+    parts: list[Any] = [table]
+    unwritten = [p for p in result.params if p.status != "loaded"]
+    if unwritten:
+        ptable = Table(title="engine parameters not fully written", expand=False)
+        for col in ("parameter", "shape", "status", "holds"):
+            ptable.add_column(col)
+        for p in unwritten:
+            style = "bold red" if p.status in ("left-at-init", "partial") else "dim"
+            holds = p.by_design if p.status == "by-design" else f"init: {p.param.init}" + (
+                f" (shards {', '.join(p.missing_shards)})" if p.missing_shards else "")
+            ptable.add_row(p.param.name, str(list(p.param.shape)), f"[{style}]{p.status}[/]", holds)
+        parts.append(ptable)
+    return Group(*parts)
+
+
+def load_html(result: Any) -> str:
+    rows = "".join(
+        f"<tr><td style='color:{FATE_COLOR[f.fate]};font-weight:bold'>{f.fate}</td><td><code>{html.escape(f.key)}</code></td>"
+        f"<td>{list(f.shape)}</td><td>{html.escape(_target(f))}</td></tr>" for f in _ordered(result))
+    return (f"<p>{html.escape(result.label)} — source: {html.escape(result.source)}</p>"
+            "<table><thead><tr><th>fate</th><th>tensor</th><th>shape</th><th>parameter / reason</th></tr></thead>"
+            f"<tbody>{rows}</tbody></table>")
+
+
+def load_figures(result: Any) -> list[Any]:
+    """One bar per draft part, stacked by fate: dropped weights stand out in red."""
+    import plotly.graph_objects as go
+
+    roles = sorted({f.role for f in result.fates})
+    fig = go.Figure()
+    for fate in ORDER:
+        counts = [sum(1 for f in result.fates if f.role == r and f.fate == fate) for r in roles]
+        if any(counts):
+            fig.add_bar(name=fate, x=roles, y=counts, marker_color=FATE_COLOR[fate])
+    fig.update_layout(barmode="stack", title=f"Tensor fates under {result.label}", xaxis_title="draft part",
+                      yaxis_title="tensors", height=360)
+    return [fig]
+
+
+def diff_rich(result: Any):
+    from rich.table import Table
+
+    table = Table(title=f"{result.a} ⇄ {result.b}" + ("  [green](renames only, bytes identical)[/]" if result.renames_only else ""),
+                  expand=False)
+    for col in ("change", "A", "B", "detail"):
+        table.add_column(col)
+    for name in result.only_in_a:
+        table.add_row("[red]only in A[/]", name, "", "")
+    for name in result.only_in_b:
+        table.add_row("[red]only in B[/]", "", name, "")
+    for c in result.layout_changes:
+        table.add_row("[yellow]dtype/shape[/]", c.name, c.name, f"{c.a} → {c.b}")
+    for c in result.changed:
+        table.add_row("[yellow]values[/]", c.name, c.b_name, f"max abs {c.max_abs:.3g}, max rel {c.max_rel:.3g}, {c.n_diff} differ")
+    for a, b in result.renamed:
+        table.add_row("[cyan]renamed[/]", a, b, "same bytes")
+    table.add_row("identical", f"{len(result.identical)} tensors", "", "")
+    if result.unchecked:
+        table.add_row("[dim]names only[/]", f"{len(result.unchecked)} tensors", "", "values not compared")
+    return table
