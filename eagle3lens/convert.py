@@ -1,0 +1,348 @@
+"""Safe rewrite of a draft checkpoint for an engine: key renames, config rewrite, optional tensor overrides.
+
+Never touches the source. Tensor bytes are streamed from the source files into new safetensors files
+whose headers are built from the validated source entries (nothing is loaded whole); the result is
+written into a temporary directory beside OUT, verified (the engine's simulated load drops nothing and
+leaves nothing at init; a diff against the source shows renames only, bytes identical except the
+overridden tensors), then renamed into place. ``in_place`` keeps the original as ``DIR.orig``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+from .checkpoint import INDEX_NAMES, Checkpoint, TensorInfo, build_spec
+from .engines import EngineProfile, resolve
+from .errors import ConversionRefused, Eagle3LensError, UsageError
+from .findings import Finding, to_jsonable
+from .safetensors_header import read_header
+from .safewrite import copy_side_files, replace_dir
+
+CHUNK = 16 << 20
+DECODER = re.compile(r"^(?:model\.)?(?:midlayer|layers\.(?P<i>\d+))\.")
+FLAGS = ("norm_before_residual", "norm_before_fc", "fc_norm", "norm_output")
+NOT_LLAMA = {"architectures", "draft_vocab_size", "eagle_config", "target_hidden_size", "eagle_aux_hidden_state_layer_ids",
+             "speculators_model_type", "speculators_config", "transformer_layer_config", "speculators_version",
+             "num_aux_hidden_states", "bias", *FLAGS}
+_ST_DTYPE = {"torch.bool": "BOOL", "torch.uint8": "U8", "torch.int8": "I8", "torch.int16": "I16", "torch.int32": "I32",
+             "torch.int64": "I64", "torch.float16": "F16", "torch.bfloat16": "BF16", "torch.float32": "F32",
+             "torch.float64": "F64"}
+
+
+@dataclass(frozen=True)
+class ConvertResult:
+    """What convert wrote and the checks it passed."""
+
+    source: str
+    out: str
+    engine: str | None
+    renamed: dict[str, str]
+    omitted: tuple[str, ...]
+    overridden: tuple[str, ...]
+    added: tuple[str, ...]
+    config_changes: tuple[str, ...]
+    forced: tuple[str, ...]
+    backup: str | None
+    load: Any = None  # LoadResult of the output under the engine
+    diff: Any = None  # DiffResult source -> output
+    findings: tuple[Finding, ...] = ()
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_jsonable({
+            "source": self.source, "out": self.out, "engine": self.engine, "renamed": self.renamed,
+            "omitted": self.omitted, "overridden": self.overridden, "added": self.added,
+            "config_changes": self.config_changes, "forced": self.forced, "backup": self.backup,
+            "verified": {"load": self.load.to_dict()["counts"] if self.load else None,
+                         "renames_only": self.diff.renames_only if self.diff else None},
+            "notes": self.notes})
+
+    def __rich__(self):
+        from rich.table import Table
+
+        table = Table(title=f"{self.source} → {self.out}" + (f" (backup {self.backup})" if self.backup else ""), expand=False)
+        table.add_column("change")
+        table.add_column("detail")
+        for a, b in self.renamed.items():
+            table.add_row("renamed", f"{a} → {b}")
+        for name in self.overridden:
+            table.add_row("[yellow]replaced[/]", name)
+        for name in self.added:
+            table.add_row("[yellow]added[/]", name)
+        for name in self.omitted:
+            table.add_row("omitted", name)
+        for change in self.config_changes:
+            table.add_row("config", change)
+        for why in self.forced:
+            table.add_row("[red]forced[/]", why)
+        table.add_row("[green]verified[/]", "engine loads every tensor; every other byte identical to the source")
+        return table
+
+
+@dataclass
+class _Plan:
+    names: dict[str, str]  # source key -> output key (omitted keys absent)
+    omitted: list[str]
+    config: dict[str, Any]
+    changes: list[str]
+    refusals: list[str]
+    notes: list[str]
+
+
+def convert(ckpt_path: str | Path, to: str | None, out: str | Path | None, in_place: bool = False, force: bool = False,
+            tensor_overrides: Mapping[str, Any] | None = None, progress: bool = True) -> ConvertResult:
+    """Rewrite ``ckpt_path`` so engine ``to`` loads every tensor (``to=None``: same layout, overrides only)."""
+    ckpt = Checkpoint.open(ckpt_path)
+    overrides = dict(tensor_overrides or {})
+    if to is None and not overrides:
+        raise UsageError("nothing to do: give --to ENGINE and/or tensors to replace (--repair-d2t)")
+    if in_place == (out is not None):
+        raise UsageError("give either OUT or --in-place (exactly one)")
+    if not ckpt.spec.is_draft:
+        raise ConversionRefused(f"{ckpt.path}: not an EAGLE-3 draft (layout {ckpt.layout}); nothing to convert")
+    profile = resolve(to) if to else None
+    plan = _plan(ckpt, profile) if profile else _Plan({n: n for n in ckpt.tensors}, [], dict(ckpt.config or {}), [], [], [])
+    if plan.refusals and not force:
+        raise ConversionRefused(f"{ckpt.path}: cannot convert faithfully to {profile.spec}: " + "; ".join(plan.refusals)
+                                + " (--force writes it anyway)")
+    added = [n for n in overrides if n not in ckpt.tensors]
+    for name in added:
+        plan.names[name] = _canonical(name, profile) if profile else name
+    target = Path(ckpt.root if in_place else out)
+    state: dict[str, Any] = {}
+
+    def build(tmp: Path) -> None:
+        _write(ckpt, plan, overrides, tmp, progress)
+
+    def verify(tmp: Path) -> None:
+        state.update(_verify(ckpt, tmp, plan, profile, overrides, force))
+
+    backup = replace_dir(target, build, verify, in_place=in_place)
+    return ConvertResult(str(ckpt.path), str(target), profile.spec if profile else None,
+                         {a: b for a, b in plan.names.items() if a != b and a in ckpt.tensors}, tuple(plan.omitted),
+                         tuple(n for n in overrides if n in ckpt.tensors), tuple(added), tuple(plan.changes),
+                         tuple(plan.refusals), str(backup) if backup else None, state.get("load"), state.get("diff"),
+                         notes=tuple(plan.notes))
+
+
+# -- planning ---------------------------------------------------------------------------------
+def _canonical(key: str, profile: EngineProfile) -> str:
+    """The name ``profile``'s native layout gives a checkpoint key."""
+    m = DECODER.match(key)
+    if m:
+        i = int(m.group("i") or 0)
+        return profile.native_decoder.format(i=i) + key[m.end():]
+    return key[len("model."):] if key.startswith("model.") else key
+
+
+def _plan(ckpt: Checkpoint, profile: EngineProfile) -> _Plan:
+    spec = ckpt.spec
+    config, changes, refusals, notes = _convert_config(ckpt.config or {}, spec, profile, ckpt)
+    names = {k: _canonical(k, profile) for k in ckpt.tensors}
+    if len(set(names.values())) != len(names):
+        raise ConversionRefused(f"{ckpt.path}: two tensors would get the same name under {profile.spec}")
+    if profile.decoder == "midlayer" and any((m := DECODER.match(k)) and m.group("i") not in (None, "0") for k in ckpt.tensors):
+        refusals.append(f"{profile.spec} has a single decoder layer (midlayer); this draft has more")
+    infos = {names[k]: replace(info, name=names[k]) for k, info in ckpt.tensors.items()}
+    new_spec = build_spec(config, infos)
+    params = profile.parameters(new_spec)
+    omitted = []
+    for key, new in list(names.items()):
+        route = profile.route(new, params, new_spec)
+        if route.fate in ("dropped", "raises"):
+            leaf = key.split(".")[-1]
+            if leaf in ("d2t", "t2d") and (new_spec.draft_vocab_size or new_spec.vocab_size) == new_spec.vocab_size:
+                omitted.append(key)
+                del names[key]
+                notes.append(f"{key} omitted: N = V (full vocabulary), {profile.spec} has no mapping parameter")
+            else:
+                refusals.append(f"{key} would be {route.fate} by {profile.spec} ({route.reason[:160]})")
+    return _Plan(names, omitted, config, changes, refusals, notes)
+
+
+def _trained_hf_ids(spec) -> list[int] | None:
+    """The aux layers the draft was trained on, as HF hidden_states indices (input-of-layer)."""
+    if spec.aux_layer_ids is None:
+        return None
+    offset = 1 if spec.aux_ids_source == "eagle_config" else 0
+    return [i + offset for i in spec.aux_layer_ids]
+
+
+def _flat_llama(config: dict[str, Any], spec) -> dict[str, Any]:
+    layer = config.get("transformer_layer_config") if spec.flavour == "speculators" else config
+    return {k: v for k, v in dict(layer or {}).items() if k not in NOT_LLAMA}
+
+
+def _convert_config(config: dict[str, Any], spec, profile: EngineProfile, ckpt: Checkpoint):
+    changes: list[str] = []
+    refusals: list[str] = []
+    notes: list[str] = []
+    implied = {"norm_before_fc": spec.has_input_norm, "fc_norm": spec.has_fc_norm}
+    wanted = {f: bool(spec.flag(f) or implied.get(f)) for f in FLAGS}
+    for flag, on in wanted.items():
+        if on and flag not in profile.honoured_flags:
+            refusals.append(f"{flag} is used by this draft but {profile.spec} does not implement it")
+    hf_ids = _trained_hf_ids(spec)
+    n = spec.draft_vocab_size or spec.lm_head_rows
+    style = profile.config_style
+    if style in ("vllm", "speculators") and spec.flavour == "speculators":
+        new = json.loads(json.dumps(config))
+        if style == "vllm" and new.get("norm_before_residual") is None:
+            new["norm_before_residual"] = False
+            changes.append("norm_before_residual: false written explicitly (vLLM assumes true when absent)")
+    elif style == "vllm":
+        new = json.loads(json.dumps(config))
+        if not profile.recognises(new):
+            new["architectures"] = ["LlamaForCausalLMEagle3"]
+            changes.append("architectures -> ['LlamaForCausalLMEagle3']")
+        if hf_ids is not None and spec.aux_ids_source != "top-level":
+            new["eagle_aux_hidden_state_layer_ids"] = hf_ids
+            changes.append(f"top-level eagle_aux_hidden_state_layer_ids {hf_ids} (input-of-layer, read first by vLLM)")
+        if n and "draft_vocab_size" not in new:
+            new["draft_vocab_size"] = n
+    elif style == "speculators":
+        new = {"architectures": ["Eagle3DraftModel"], "speculators_model_type": "eagle3", "draft_vocab_size": n,
+               "target_hidden_size": spec.target_hidden_size_declared,
+               "eagle_aux_hidden_state_layer_ids": hf_ids,
+               "speculators_config": {"algorithm": "eagle3", "default_proposal_method": "greedy",
+                                      "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 3}],
+                                      "verifier": {"name_or_path": None, "architectures": []}},
+               "transformer_layer_config": _flat_llama(config, spec)}
+        changes.append("speculators config built from the flat Llama config (verifier path unknown: set it before training)")
+    elif style == "sglang":
+        new = {**_flat_llama(config, spec), "architectures": ["LlamaForCausalLMEagle3"], "draft_vocab_size": n,
+               "tie_word_embeddings": False}
+        if spec.target_hidden_size_declared:
+            new["target_hidden_size"] = spec.target_hidden_size_declared
+        if hf_ids is not None:
+            new["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": [i - 1 for i in hf_ids],
+                                   "use_aux_hidden_state": spec.use_aux_hidden_state is not False}
+            changes.append(f"eagle_config.eagle_aux_hidden_state_layer_ids {[i - 1 for i in hf_ids]} "
+                           f"(SGLang output-of-layer convention for HF hidden_states {hf_ids})")
+        changes.append("flat Llama config with architectures ['LlamaForCausalLMEagle3']")
+    else:  # eagle
+        new = {**_flat_llama(config, spec), "architectures": ["LlamaForCausalLM"], "draft_vocab_size": n}
+        changes.append("flat Llama config with architectures ['LlamaForCausalLM'] (EAGLE reference)")
+        if hf_ids is not None:
+            notes.append(f"EAGLE hard-codes aux layers 2, L//2, L-3; this draft was trained on {hf_ids}")
+    if style != "speculators" or spec.flavour != "speculators":
+        for flag, on in wanted.items():
+            if flag in profile.honoured_flags and (on or spec.flags.get(flag) is not None):
+                if new.get(flag) != on:
+                    new[flag] = on
+                    changes.append(f"{flag}: {str(on).lower()}")
+    return new, changes, refusals, notes
+
+
+# -- writing ----------------------------------------------------------------------------------
+def _override_info(name: str, tensor: Any) -> tuple[str, tuple[int, ...]]:
+    dtype = _ST_DTYPE.get(str(tensor.dtype))
+    if dtype is None:
+        raise UsageError(f"replacement tensor {name!r}: unsupported dtype {tensor.dtype}")
+    return dtype, tuple(tensor.shape)
+
+
+def _write(ckpt: Checkpoint, plan: _Plan, overrides: Mapping[str, Any], tmp: Path, progress: bool) -> None:
+    from tqdm import tqdm
+
+    files: dict[Path, list[str]] = {f: [] for f in ckpt.files}
+    for key, info in sorted(ckpt.tensors.items(), key=lambda kv: (kv[1].begin or 0)):
+        if key in plan.names:
+            files[info.file].append(key)
+    first = ckpt.files[0]
+    files[first] += [n for n in overrides if n not in ckpt.tensors]
+    total = sum(ckpt.tensors[k].nbytes for keys in files.values() for k in keys if k in ckpt.tensors)
+    weight_map: dict[str, str] = {}
+    with tqdm(total=total, unit="B", unit_scale=True, disable=not progress, file=sys.stderr, desc="writing") as bar:
+        for src_file, keys in files.items():
+            out_name = src_file.stem + ".safetensors"
+            metadata = read_header(src_file).metadata if src_file.suffix == ".safetensors" else {"format": "pt"}
+            _write_file(ckpt, keys, plan.names, overrides, tmp / out_name, metadata, bar)
+            weight_map.update({plan.names[k]: out_name for k in keys})
+    if ckpt.index is not None or len(ckpt.files) > 1:
+        total_size = sum(_nbytes(ckpt, overrides, k) for keys in files.values() for k in keys)
+        index = {"metadata": {**((ckpt.index or {}).get("metadata") or {}), "total_size": total_size},
+                 "weight_map": dict(sorted(weight_map.items()))}
+        (tmp / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
+    (tmp / "config.json").write_text(json.dumps(plan.config, indent=2) + "\n")
+    skip = {f.name for f in ckpt.files} | set(INDEX_NAMES) | {"config.json"}
+    copy_side_files(ckpt.root, tmp, skip)
+
+
+def _nbytes(ckpt: Checkpoint, overrides: Mapping[str, Any], key: str) -> int:
+    if key in overrides:
+        t = overrides[key]
+        return t.numel() * t.element_size()
+    return ckpt.tensors[key].nbytes
+
+
+def _write_file(ckpt: Checkpoint, keys: list[str], names: dict[str, str], overrides: Mapping[str, Any], path: Path,
+                metadata: dict[str, str], bar: Any) -> None:
+    header: dict[str, Any] = {"__metadata__": metadata} if metadata else {}
+    offset = 0
+    for key in keys:
+        if key in overrides:
+            dtype, shape = _override_info(key, overrides[key])
+        else:
+            info: TensorInfo = ckpt.tensors[key]
+            dtype, shape = info.dtype, info.shape
+        size = _nbytes(ckpt, overrides, key)
+        header[names[key]] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + size]}
+        offset += size
+    raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    raw += b" " * (-len(raw) % 8)
+    with open(path, "wb") as fh:
+        fh.write(struct.pack("<Q", len(raw)))
+        fh.write(raw)
+        for key in keys:
+            if key in overrides:
+                data = _tensor_bytes(overrides[key])
+                fh.write(data)
+                bar.update(len(data))
+                continue
+            for chunk in ckpt.iter_chunks(key, CHUNK):
+                fh.write(chunk)
+                bar.update(len(chunk))
+
+
+def _tensor_bytes(tensor: Any) -> memoryview:
+    import torch
+
+    t = tensor.detach().to("cpu").contiguous()
+    return memoryview(t.view(-1).view(torch.uint8).numpy()).cast("B") if t.numel() else memoryview(b"")
+
+
+# -- verification -----------------------------------------------------------------------------
+def _verify(ckpt: Checkpoint, tmp: Path, plan: _Plan, profile: EngineProfile | None, overrides: Mapping[str, Any],
+            force: bool) -> dict[str, Any]:
+    from .probes.diff import diff
+    from .probes.keys import simulate_load
+
+    out = Checkpoint.open(tmp)
+    problems: list[str] = []
+    load = None
+    if profile is not None:
+        load = simulate_load(out, profile)
+        if not load.recognised:
+            problems.append(f"{profile.spec} would not recognise the written config")
+        bad = [f.key for f in load.fates if f.fate in ("dropped", "raises") or f.shape_mismatch]
+        if bad and not force:
+            problems.append(f"{profile.spec} would not load {bad}")
+        if load.left_at_init and not force:
+            problems.append(f"{profile.spec} would leave {list(load.left_at_init)} at init")
+    pairs = {k: plan.names[k] for k in ckpt.tensors if k in plan.names}
+    result = diff(ckpt, out, values=False, pairs=pairs)
+    changed = {c.name for c in result.changed} | {c.name for c in result.layout_changes}
+    unexpected = (changed - set(overrides)) | (set(result.only_in_a) - set(plan.omitted)) \
+        | (set(result.only_in_b) - {plan.names[n] for n in overrides if n not in ckpt.tensors})
+    if unexpected:
+        problems.append(f"bytes differ from the source for {sorted(unexpected)}")
+    if problems:
+        raise Eagle3LensError(f"{ckpt.path}: conversion not written, verification failed: " + "; ".join(problems))
+    return {"load": load, "diff": result}

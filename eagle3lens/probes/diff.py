@@ -1,0 +1,143 @@
+"""Checkpoint diff: only in A, only in B, renamed (same bytes under another name), dtype/shape and value changes.
+
+``names_only=True`` reads headers only. Otherwise tensor bytes are streamed in chunks: paired tensors
+(same name, or a ``pairs`` mapping given by the caller) are compared byte for byte, unpaired ones are
+matched by a content hash. Value differences (max abs / max rel) are computed only for tensors whose
+bytes differ.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from ..checkpoint import Checkpoint
+from ..findings import Finding, to_jsonable
+
+CHUNK = 16 << 20
+
+
+@dataclass(frozen=True)
+class LayoutChange:
+    name: str
+    a: str  # "BF16[16, 32]"
+    b: str
+
+
+@dataclass(frozen=True)
+class ValueChange:
+    name: str
+    b_name: str
+    max_abs: float
+    max_rel: float
+    n_diff: int
+
+
+@dataclass(frozen=True)
+class DiffResult:
+    a: str
+    b: str
+    only_in_a: tuple[str, ...]
+    only_in_b: tuple[str, ...]
+    renamed: tuple[tuple[str, str], ...]
+    layout_changes: tuple[LayoutChange, ...]
+    changed: tuple[ValueChange, ...]
+    identical: tuple[str, ...]
+    unchecked: tuple[str, ...] = ()  # names_only: same name, dtype and shape, bytes not read
+    findings: tuple[Finding, ...] = ()
+
+    @property
+    def renames_only(self) -> bool:
+        """Every tensor of A is in B with identical bytes (possibly under another name), and nothing else."""
+        return not (self.only_in_a or self.only_in_b or self.layout_changes or self.changed or self.unchecked)
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_jsonable({
+            "a": self.a, "b": self.b, "renames_only": self.renames_only, "only_in_a": self.only_in_a,
+            "only_in_b": self.only_in_b, "renamed": [{"a": a, "b": b} for a, b in self.renamed],
+            "layout_changes": [c.__dict__ for c in self.layout_changes], "changed": [c.__dict__ for c in self.changed],
+            "identical": self.identical, "unchecked": self.unchecked})
+
+    def __rich__(self):
+        from ..plots.keys import diff_rich
+
+        return diff_rich(self)
+
+
+def diff(a: Checkpoint, b: Checkpoint, values: bool = True, names_only: bool = False,
+         pairs: Mapping[str, str] | None = None) -> DiffResult:
+    """Compare two checkpoints; ``pairs`` (A name -> B name) says which tensors correspond when names differ."""
+    pairs = dict(pairs) if pairs is not None else {n: n for n in a.tensors if n in b.tensors}
+    pairs = {x: y for x, y in pairs.items() if x in a.tensors and y in b.tensors}
+    layout, changed, identical, renamed, unchecked = [], [], [], [], []
+    for x, y in pairs.items():
+        ta, tb = a.tensors[x], b.tensors[y]
+        if (ta.dtype, ta.shape) != (tb.dtype, tb.shape):
+            layout.append(LayoutChange(x, f"{ta.dtype}{list(ta.shape)}", f"{tb.dtype}{list(tb.shape)}"))
+        elif names_only:
+            (unchecked if x == y else renamed).append(x if x == y else (x, y))
+        elif _same_bytes(a, x, b, y):
+            (identical if x == y else renamed).append(x if x == y else (x, y))
+        else:
+            changed.append(_value_change(a, x, b, y) if values else ValueChange(x, y, float("nan"), float("nan"), -1))
+    rest_a = [n for n in a.tensors if n not in pairs]
+    paired_b = set(pairs.values())
+    rest_b = [n for n in b.tensors if n not in paired_b]
+    if not names_only and rest_a and rest_b:
+        by_hash: dict[tuple, list[str]] = {}
+        for n in rest_b:
+            by_hash.setdefault(_key(b, n), []).append(n)
+        still_a = []
+        for n in rest_a:
+            match = by_hash.get(_key(a, n))
+            if match:
+                renamed.append((n, match.pop(0)))
+            else:
+                still_a.append(n)
+        matched_b = {y for _, y in renamed}
+        rest_a, rest_b = still_a, [n for n in rest_b if n not in matched_b]
+    return DiffResult(str(a.path), str(b.path), tuple(rest_a), tuple(rest_b), tuple(sorted(renamed)),
+                      tuple(layout), tuple(changed), tuple(sorted(identical)), tuple(sorted(unchecked)))
+
+
+def digest(ckpt: Checkpoint, name: str) -> str:
+    """Content hash of a tensor's bytes (streamed)."""
+    h = hashlib.blake2b(digest_size=16)
+    for chunk in ckpt.iter_chunks(name, CHUNK):
+        h.update(chunk)
+    return h.hexdigest()
+
+
+def _key(ckpt: Checkpoint, name: str) -> tuple:
+    info = ckpt.tensors[name]
+    return info.dtype, info.shape, digest(ckpt, name)
+
+
+def _same_bytes(a: Checkpoint, x: str, b: Checkpoint, y: str) -> bool:
+    ia, ib = a.tensors[x], b.tensors[y]
+    if ia.nbytes != ib.nbytes:
+        return False
+    buf_b = bytearray(min(CHUNK, ib.nbytes))
+    start = 0
+    for chunk in a.iter_chunks(x, CHUNK):
+        other = b.read_bytes(y, start, start + len(chunk), out=buf_b)
+        if chunk != other:
+            return False
+        start += len(chunk)
+    return True
+
+
+def _value_change(a: Checkpoint, x: str, b: Checkpoint, y: str) -> ValueChange:
+    import torch
+
+    ta, tb = a.read(x), b.read(y)
+    if ta.dtype == torch.bool:
+        ta, tb = ta.to(torch.int8), tb.to(torch.int8)
+    fa, fb = ta.to(torch.float64), tb.to(torch.float64)
+    delta = (fa - fb).abs()
+    finite = torch.isfinite(delta)
+    max_abs = float(delta[finite].max()) if bool(finite.any()) else float("nan")
+    scale = float(fa.abs()[torch.isfinite(fa)].max()) if bool(torch.isfinite(fa).any()) else 0.0
+    n_diff = int((~((fa == fb) | (torch.isnan(fa) & torch.isnan(fb)))).sum())
+    return ValueChange(x, y, max_abs, max_abs / scale if scale else float("inf") if max_abs else 0.0, n_diff)

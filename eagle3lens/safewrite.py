@@ -1,0 +1,72 @@
+"""Never destroy data: build into a temporary directory beside the target, verify, then rename.
+
+``--in-place`` keeps the original as ``NAME.orig`` (refusing when a backup already exists) and swaps
+the new directory in with two renames inside the same parent (rolled back if the second fails).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from pathlib import Path
+from typing import Callable
+
+from .errors import CheckpointError, ConversionRefused
+
+
+def backup_path(path: Path) -> Path:
+    return path.with_name(path.name + ".orig")
+
+
+def replace_dir(target: Path, build: Callable[[Path], None], verify: Callable[[Path], None],
+                in_place: bool = False) -> Path | None:
+    """Build ``target`` via ``build(tmp)``, check it with ``verify(tmp)``, then move it into place.
+
+    Returns the backup path when ``in_place``. On any failure the temporary directory is removed and
+    nothing at ``target`` changes.
+    """
+    target = Path(target)
+    backup = backup_path(target) if in_place else None
+    if in_place:
+        if not target.is_dir():
+            raise CheckpointError(target, "--in-place needs a checkpoint directory")
+        if backup.exists():
+            raise ConversionRefused(f"{backup}: a backup already exists; move it away first (it is never overwritten)")
+    elif target.exists():
+        raise CheckpointError(target, "output already exists; choose a new OUT (nothing is overwritten)")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    try:
+        build(tmp)
+        verify(tmp)
+        if not in_place:
+            os.rename(tmp, target)
+            return None
+        os.rename(target, backup)
+        try:
+            os.rename(tmp, target)
+        except OSError:
+            os.rename(backup, target)
+            raise
+        return backup
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def copy_side_files(src_root: Path, dst: Path, skip: set[str]) -> list[str]:
+    """Copy the files and folders beside the weights (tokenizer, README...) that the rewrite does not produce."""
+    copied = []
+    for entry in sorted(src_root.iterdir()):
+        if entry.name in skip or entry.name.endswith(".orig") or entry.name.startswith("."):
+            continue
+        if entry.is_symlink():
+            continue  # never follow links out of the checkpoint directory
+        if entry.is_dir():
+            shutil.copytree(entry, dst / entry.name, symlinks=True)
+        elif entry.is_file():
+            shutil.copy2(entry, dst / entry.name)
+        copied.append(entry.name)
+    return copied
