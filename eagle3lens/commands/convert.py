@@ -1,0 +1,49 @@
+"""``eagle3lens convert CKPT --to E OUT``: rewrite a draft so engine E loads every tensor (source untouched)."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..checkpoint import Checkpoint
+from ..errors import UsageError
+from ..findings import Report
+from . import add_output_options, example_epilog, finish
+
+
+def _repair_tensors(path: str) -> dict:
+    try:
+        from ..probes.vocab import plan_d2t_repair
+    except ImportError as exc:  # the vocab probe is a separate module
+        raise UsageError(f"--repair-d2t needs eagle3lens.probes.vocab.plan_d2t_repair ({exc})") from None
+    return dict(plan_d2t_repair(Checkpoint.open(path)).tensors)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..convert import convert
+
+    if args.in_place and args.out:
+        raise UsageError("give OUT or --in-place, not both")
+    overrides = _repair_tensors(args.checkpoint) if args.repair_d2t else None
+    result = convert(args.checkpoint, args.to, None if args.in_place else args.out, in_place=args.in_place,
+                     force=args.force, tensor_overrides=overrides, progress=not args.json)
+    report = Report(checkpoint=Checkpoint.open(result.out).summary(), engine=result.engine)
+    report.add("convert", result)
+    if result.load is not None:
+        report.add("keys", result.load)
+    return finish(report, args)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("convert", help="rename keys / rewrite config for an engine, safely (temp, verify, rename)",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog=example_epilog("eagle3lens convert demo/speculators --to sglang==0.5.11 fixed/",
+                                             "eagle3lens convert demo/speculators --to sglang==0.5.11 --in-place   # keeps .orig",
+                                             "eagle3lens convert demo/broken-d2t-double-subtracted --repair-d2t fixed/"))
+    p.add_argument("checkpoint", metavar="CKPT")
+    p.add_argument("out", metavar="OUT", nargs="?", help="new directory (must not exist)")
+    p.add_argument("--to", metavar="E", help="target engine NAME[==VERSION]; omit with --repair-d2t to keep the layout")
+    p.add_argument("--in-place", action="store_true", help="replace CKPT, keeping the original as CKPT.orig")
+    p.add_argument("--force", action="store_true", help="write even what the engine will not use faithfully")
+    p.add_argument("--repair-d2t", action="store_true", help="also write the d2t repair the vocab probe proves")
+    add_output_options(p)
+    p.set_defaults(func=run)

@@ -1,0 +1,34 @@
+"""``eagle3lens keys CKPT --engine E``: simulate the engine's weight loading from headers only."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..checkpoint import Checkpoint
+from ..findings import Report
+from . import add_output_options, example_epilog, finish
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..engines import resolve
+    from ..probes.keys import simulate_load
+
+    profile = resolve(args.engine)
+    ckpt = Checkpoint.open(args.checkpoint)
+    report = Report(checkpoint=ckpt.summary(), engine=profile.spec)
+    report.add("keys", simulate_load(ckpt, profile, num_target_layers=args.target_layers))
+    return finish(report, args)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("keys", help="which tensors an engine loads, drops or chokes on (headers only)",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog=example_epilog("eagle3lens keys demo/speculators --engine sglang==0.5.11",
+                                             "eagle3lens keys demo/eagle --engine vllm==0.33.0 --json",
+                                             "eagle3lens engines            # the known NAME==VERSION values"))
+    p.add_argument("checkpoint", metavar="CKPT", help="draft checkpoint directory or file")
+    p.add_argument("--engine", "-e", required=True, metavar="E", help="NAME[==VERSION], e.g. sglang==0.5.11, vllm==0.33.0")
+    p.add_argument("--target-layers", type=int, default=None, metavar="L",
+                   help="number of target layers, to check aux layer defaults")
+    add_output_options(p)
+    p.set_defaults(func=run)
