@@ -21,8 +21,11 @@ def _repair_tensors(path: str) -> dict:
 def run(args: argparse.Namespace) -> int:
     from ..convert import convert
 
-    if args.in_place and args.out:
-        raise UsageError("give OUT or --in-place, not both")
+    if len(args.paths) > 2:
+        raise UsageError("convert takes CKPT and OUT only")
+    args.checkpoint, args.out = args.paths[0], (args.paths[1] if len(args.paths) == 2 else None)
+    if args.in_place == (args.out is not None):
+        raise UsageError("give either OUT or --in-place (exactly one)")
     overrides = _repair_tensors(args.checkpoint) if args.repair_d2t else None
     result = convert(args.checkpoint, args.to, None if args.in_place else args.out, in_place=args.in_place,
                      force=args.force, tensor_overrides=overrides, progress=not args.json)
@@ -33,17 +36,31 @@ def run(args: argparse.Namespace) -> int:
     return finish(report, args)
 
 
+def _intermixed(parser: argparse.ArgumentParser) -> None:
+    """Let OUT follow options (``convert CKPT --to E OUT``): argparse otherwise takes positionals in one run."""
+    plain = parser.parse_known_args
+
+    def parse_known_args(args=None, namespace=None):
+        parser.parse_known_args = plain
+        try:
+            return parser.parse_known_intermixed_args(args, namespace)
+        finally:
+            parser.parse_known_args = parse_known_args
+
+    parser.parse_known_args = parse_known_args
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("convert", help="rename keys / rewrite config for an engine, safely (temp, verify, rename)",
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        epilog=example_epilog("eagle3lens convert demo/speculators --to sglang==0.5.11 fixed/",
                                              "eagle3lens convert demo/speculators --to sglang==0.5.11 --in-place   # keeps .orig",
                                              "eagle3lens convert demo/broken-d2t-double-subtracted --repair-d2t fixed/"))
-    p.add_argument("checkpoint", metavar="CKPT")
-    p.add_argument("out", metavar="OUT", nargs="?", help="new directory (must not exist)")
+    p.add_argument("paths", metavar="CKPT [OUT]", nargs="+", help="source checkpoint, then the new directory (must not exist)")
     p.add_argument("--to", metavar="E", help="target engine NAME[==VERSION]; omit with --repair-d2t to keep the layout")
     p.add_argument("--in-place", action="store_true", help="replace CKPT, keeping the original as CKPT.orig")
     p.add_argument("--force", action="store_true", help="write even what the engine will not use faithfully")
     p.add_argument("--repair-d2t", action="store_true", help="also write the d2t repair the vocab probe proves")
     add_output_options(p)
     p.set_defaults(func=run)
+    _intermixed(p)
