@@ -12,7 +12,6 @@ Tensors are kept only with ``keep=True``. Every hook is removed on exit, also wh
 
 from __future__ import annotations
 
-import fnmatch
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
@@ -76,7 +75,8 @@ class TraceRecord:
 class Tracer:
     """Context manager registering forward pre/post hooks on the selected modules of ``model``.
 
-    ``include``: glob patterns over module paths (``"model.layers.*"``; ``"re:..."`` for a regex),
+    ``include``: glob patterns over module paths (``"model.layers.*"``: ``*`` stays within one dotted
+    component, ``**`` crosses them; ``"re:..."`` for a regex),
     module types, predicates ``(path, module) -> bool``, or a sequence of these; None = every module.
     """
 
@@ -149,7 +149,8 @@ class Tracer:
     # -- results ---------------------------------------------------------------------------
     def find(self, pattern: str) -> list[TraceRecord]:
         """Records whose path matches a glob pattern."""
-        return [r for r in self.records if fnmatch.fnmatchcase(r.path, pattern)]
+        rx = glob_regex(pattern)
+        return [r for r in self.records if rx.fullmatch(r.path)]
 
     def table(self) -> list[dict[str, Any]]:
         """One flat row per call (strings for shapes): easy to print, to JSON or to a DataFrame."""
@@ -220,6 +221,13 @@ def first_tensor(value: Any) -> torch.Tensor | None:
 
 
 # -- helpers ----------------------------------------------------------------------------------
+def glob_regex(pattern: str) -> re.Pattern[str]:
+    """Module-path glob: ``*`` matches within one dotted component, ``**`` across components, ``?`` one char."""
+    parts = re.split(r"(\*\*|\*|\?)", pattern)
+    table = {"**": ".*", "*": "[^.]*", "?": "[^.]"}
+    return re.compile("".join(table.get(part, re.escape(part)) for part in parts))
+
+
 def _matcher(include: Include | Sequence[Include] | None) -> Callable[[str, nn.Module], bool]:
     if include is None:
         return lambda path, module: True
@@ -231,7 +239,7 @@ def _matcher(include: Include | Sequence[Include] | None) -> Callable[[str, nn.M
         elif isinstance(item, str) and item.startswith("re:"):
             tests.append(lambda p, m, rx=re.compile(item[3:]): rx.fullmatch(p) is not None)
         elif isinstance(item, str):
-            tests.append(lambda p, m, pat=item: fnmatch.fnmatchcase(p, pat))
+            tests.append(lambda p, m, rx=glob_regex(item): rx.fullmatch(p) is not None)
         elif callable(item):
             tests.append(item)
         else:

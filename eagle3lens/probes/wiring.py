@@ -43,7 +43,7 @@ class WiringResult:
     target_hidden_size: int  # H_t
     fc_in_features: int
     fc_ran: bool  # from a hook on draft.fc, not from the draft's own flag
-    decoder_input: TensorMeta | None
+    decoder_input: TensorMeta | None  # what the decoder's attention reads: [embedding ; feature], 2H wide
     logits: TensorMeta | None
     engine_error: str | None
     agreement: float | None  # draft top-1 (mapped to target ids) == target's next-token argmax
@@ -134,19 +134,22 @@ def load_draft_as(ckpt: Checkpoint, engine: Any = None, seed: int = 0) -> Eagle3
 
 
 def loaded_keys(ckpt: Checkpoint, engine: Any) -> list[str]:
-    """Checkpoint keys the engine copies into a parameter (from the load simulator)."""
+    """Checkpoint keys the engine writes into a parameter (``simulate_load(...).mapping``)."""
     from .keys import simulate_load
 
-    result = simulate_load(ckpt, engine_profile(engine))
-    return [key for key in ckpt.tensors if _is_loaded(result, key)]
+    mapping = simulate_load(ckpt, engine_profile(engine)).mapping
+    return [key for key in ckpt.tensors if key in mapping]
 
 
-def _is_loaded(result: Any, key: str) -> bool:
-    entry = result.mapping.get(key) if hasattr(result, "mapping") else None
-    if entry is None:
-        return False
-    fate = getattr(entry, "fate", entry)
-    return str(getattr(fate, "value", fate)) in ("loaded", "load", "ok", "copied", "renamed")
+def _share_embedding(module: Eagle3Draft, model: nn.Module, ckpt: Checkpoint, profile: Any) -> None:
+    """Engines that share the target's embedding install it when the draft's did not load."""
+    if "embed" not in getattr(profile, "shared_from_target", {}):
+        return
+    loaded = {canonical_key(k) for k in loaded_keys(ckpt, profile)}
+    table = model.get_input_embeddings().weight
+    if "embed_tokens.weight" not in loaded and table.shape == module.embed_tokens.weight.shape:
+        with torch.no_grad():
+            module.embed_tokens.weight.copy_(table)
 
 
 # -- the check ----------------------------------------------------------------------------------
@@ -161,6 +164,7 @@ def check_wiring(target: Any, draft: Checkpoint | str | Path, engine: Any, input
     _, layers = find_decoder_layers(model)
     resolution = resolve_aux_layers(ckpt.spec, len(layers), profile)
     module = load_draft_as(ckpt, profile).to(_param_device(model))
+    _share_embedding(module, model, ckpt, profile)
     return wire(model, module, resolution, profile, scenario=scenario, inputs=inputs, has_d2t=ckpt.spec.has_d2t,
                 seq_len=seq_len)
 
@@ -196,7 +200,7 @@ def wire(model: nn.Module, module: Eagle3Draft, resolution: AuxResolution, profi
                                     evidence={"feature": str(feature.dtype), "draft": str(draft_param.dtype)}))
             feature = feature.to(draft_param.dtype)
         ids, feat = inputs[:, 1:], feature[:, :-1]  # position t: token t+1 with the feature of t
-        with Tracer(module, include=["fc", "layers.0", "lm_head"]) as tracer:
+        with Tracer(module, include=["fc", "layers.0", "layers.0.self_attn.q_proj", "lm_head"]) as tracer:
             try:
                 with torch.no_grad():
                     out = module(ids, feat, fc_gate=gate)
@@ -204,7 +208,7 @@ def wire(model: nn.Module, module: Eagle3Draft, resolution: AuxResolution, profi
                 engine_error = f"{type(exc).__name__}: {exc}".splitlines()[0]
                 out = None
         fc_ran = any(r.path == "fc" and not r.raised for r in tracer.records)
-        decoder_input = next((r.first_input for r in tracer.records if r.path == "layers.0"), None)
+        decoder_input = next((r.first_input for r in tracer.records if r.path == "layers.0.self_attn.q_proj"), None)
         logits = next((r.first_output for r in tracer.records if r.path == "lm_head" and not r.raised), None)
         table = tuple(tracer.table())
         if out is not None and not on_meta and target_logits is not None:

@@ -1,0 +1,147 @@
+"""The forward-hook tracer and the meta-device full-size traces."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from eagle3lens.probes.trace import TensorMeta, Tracer
+
+
+def tiny_llama(layers: int = 3, hidden: int = 32) -> LlamaForCausalLM:
+    torch.manual_seed(0)
+    config = LlamaConfig(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                         intermediate_size=2 * hidden, vocab_size=97, tie_word_embeddings=False)
+    return LlamaForCausalLM(config).eval()
+
+
+def hook_count(model: nn.Module) -> int:
+    return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
+
+
+def test_records_shapes_of_selected_layers_without_keeping_tensors():
+    model = tiny_llama()
+    ids = torch.randint(0, 97, (2, 5))
+    with Tracer(model, include=["model.layers.*", "lm_head"]) as tracer:
+        model(input_ids=ids)
+    paths = [r.path for r in tracer.records]
+    assert paths == ["model.layers.0", "model.layers.1", "model.layers.2", "lm_head"]
+    layer = tracer.records[0]
+    assert layer.first_input == TensorMeta((2, 5, 32), "float32", "cpu")
+    assert layer.first_output.shape == (2, 5, 32)
+    assert "position_embeddings" in layer.kwargs  # (cos, sin) tuple recorded as nested metas
+    assert isinstance(layer.kwargs["position_embeddings"], tuple)
+    assert tracer.records[-1].first_output.shape == (2, 5, 97)
+    assert all(not r.tensors and not r.stats_raw for r in tracer.records)
+    assert hook_count(model) == 0
+    assert tracer.table()[3]["output"] == "f32[2, 5, 97]@cpu"
+
+
+def test_include_by_type_and_regex_and_call_index():
+    model = tiny_llama(layers=2)
+    with Tracer(model, include=[nn.Embedding, "re:model\\.layers\\.\\d+\\.mlp"]) as tracer:
+        model(input_ids=torch.tensor([[1, 2, 3]]))
+        model(input_ids=torch.tensor([[4, 5]]))
+    embeds = tracer.find("model.embed_tokens")
+    assert [r.call for r in embeds] == [0, 1]
+    assert embeds[1].first_output.shape == (1, 2, 32)
+    assert {r.path for r in tracer.records} == {"model.embed_tokens", "model.layers.0.mlp", "model.layers.1.mlp"}
+
+
+def test_keep_and_stats_give_the_real_values():
+    model = tiny_llama(layers=1)
+    ids = torch.tensor([[3, 1, 4, 1]])
+    with Tracer(model, include="model.norm", keep=True, stats=True) as tracer:
+        with torch.no_grad():
+            out = model(input_ids=ids, output_hidden_states=True)
+    rec = tracer.records[0]
+    assert torch.equal(rec.tensors["output"], out.hidden_states[-1])
+    stats = rec.stats()
+    assert stats["norm"] == pytest.approx(float(out.hidden_states[-1].norm()), rel=1e-5)
+    assert stats["mean"] == pytest.approx(float(out.hidden_states[-1].mean()), rel=1e-4, abs=1e-6)
+
+
+class Boom(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.inner(x)
+        raise RuntimeError("boom")
+
+
+def test_hooks_removed_when_the_forward_raises():
+    model = nn.Sequential(nn.Linear(4, 4), Boom())
+    with pytest.raises(RuntimeError, match="boom"):
+        with Tracer(model) as tracer:
+            model(torch.zeros(1, 4))
+    assert hook_count(model) == 0 and not tracer.active
+    by_path = {r.path: r for r in tracer.records}
+    assert by_path["1.inner"].raised is False and by_path["1.inner"].first_output.shape == (1, 4)
+    assert by_path["1"].raised and by_path[""].raised  # the calls that never returned
+    model[0](torch.zeros(1, 4))  # no hook left to record anything
+    assert len(tracer.records) == len(by_path)
+
+
+def test_accelerate_dispatch_over_cpu_and_disk_offload(tmp_path):
+    from accelerate import dispatch_model, infer_auto_device_map
+
+    model = tiny_llama(layers=4, hidden=64)
+    ids = torch.randint(0, 97, (1, 6))
+    with torch.no_grad():
+        expected = model(input_ids=ids).logits
+    layer_bytes = sum(p.numel() * 4 for p in model.model.layers[0].parameters())
+    device_map = infer_auto_device_map(model, max_memory={"cpu": 3 * layer_bytes, "disk": 1 << 30},
+                                       no_split_module_classes=["LlamaDecoderLayer"])
+    assert "disk" in set(device_map.values()) and "cpu" in set(device_map.values())
+    model = dispatch_model(model, device_map=device_map, offload_dir=str(tmp_path / "offload"))
+    assert any(p.device.type == "meta" for p in model.parameters())  # offloaded weights are meta until used
+    with Tracer(model, include="model.layers.*", stats=True) as tracer, torch.no_grad():
+        logits = model(input_ids=ids).logits
+    torch.testing.assert_close(logits, expected)
+    assert [r.path for r in tracer.records] == [f"model.layers.{i}" for i in range(4)]
+    assert all(r.first_output == TensorMeta((1, 6, 64), "float32", "cpu") for r in tracer.records)
+    assert all(r.stats()["norm"] > 0 for r in tracer.records)
+    assert hook_count(model) == 0
+
+
+def test_meta_model_traces_shapes_only():
+    config = LlamaConfig(hidden_size=1024, num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=2,
+                         intermediate_size=4096, vocab_size=50000)
+    with torch.device("meta"):
+        model = LlamaForCausalLM(config).eval()
+    mask = torch.ones(1, 1, 4, 4, dtype=torch.bool, device="meta").tril()
+    with Tracer(model, include=["model.layers.*", "lm_head"], stats=True) as tracer:
+        model(input_ids=torch.zeros(1, 4, dtype=torch.long, device="meta"), attention_mask=mask, use_cache=False)
+    assert tracer.records[-1].first_output == TensorMeta((1, 4, 50000), "float32", "meta")
+    assert all(not r.stats_raw for r in tracer.records)  # no statistics of meta tensors
+
+
+def _profile(name: str):
+    from eagle3lens.engines import resolve
+
+    return resolve(name)
+
+
+def test_meta_full_size_kimi_widths_flow_into_fc():
+    from eagle3lens.probes.meta_trace import trace_full_size
+
+    result = trace_full_size("kimi-k2.5", engine=_profile("vllm==0.33.0"))
+    assert result.layers_used == (2, 30, 58) and result.num_target_layers == 61
+    assert result.feature.shape[-1] == 21504 == result.fc_in_features
+    assert result.fc_ran and result.decoder_input.shape[-1] == 2 * 7168
+    assert result.findings == ()
+    broken = trace_full_size("kimi-k2.5", engine=_profile("sglang==0.5.11"), scenario="aux-off")
+    assert broken.feature.shape[-1] == 7168 and not broken.fc_ran
+    assert "trace/fc-bypassed" in {f.code for f in broken.findings}
+
+
+def test_meta_unknown_preset_is_a_usage_error():
+    from eagle3lens.errors import UsageError
+    from eagle3lens.probes.meta_trace import trace_full_size
+
+    with pytest.raises(UsageError, match="unknown preset"):
+        trace_full_size("gpt-9")

@@ -1,0 +1,174 @@
+"""Aux-layer resolver and the EAGLE-3 wiring check, on the demo incident."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from types import SimpleNamespace
+
+import pytest
+import torch
+from torch import nn
+
+from eagle3lens.checkpoint import Checkpoint
+from eagle3lens.engines import resolve
+from eagle3lens.probes.aux_layers import resolve_aux_layers
+from eagle3lens.probes.wiring import check_wiring, find_decoder_layers, load_draft_as
+
+
+@pytest.fixture(scope="module")
+def target(demo_dir):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(demo_dir / "target", dtype=torch.float32).eval()
+
+
+def codes(result) -> set[str]:
+    return {f.code for f in result.findings}
+
+
+# -- resolver ---------------------------------------------------------------------------------
+def test_resolver_reads_each_engines_source_and_convention(demo_dir):
+    eagle = Checkpoint.open(demo_dir / "eagle").spec  # eagle_config [1, 4, 6], SGLang convention
+    spec = Checkpoint.open(demo_dir / "speculators").spec  # top-level [2, 5, 7], input-of-layer
+    sg = resolve_aux_layers(eagle, 10, resolve("sglang==0.5.11"))
+    assert (sg.source, sg.ids_read, sg.captured, sg.trained_with) == ("eagle_config", (1, 4, 6), (2, 5, 7), (2, 5, 7))
+    assert sg.findings == () and sg.captured_as_inputs()[0].startswith("input of decoder layer 2")
+    vl = resolve_aux_layers(spec, 10, resolve("vllm==0.33.0"))
+    assert (vl.source, vl.captured) == ("top-level", (2, 5, 7)) and vl.findings == ()
+    ignored = resolve_aux_layers(spec, 10, resolve("sglang==0.5.11"))  # SGLang never reads top-level ids
+    assert ignored.source == "default" and ignored.captured == (2, 5, 7)
+    [finding] = ignored.findings
+    assert finding.code == "config/aux-ids-ignored" and finding.severity.value == "info"  # default matches here
+    deeper = resolve_aux_layers(spec, 32, resolve("sglang==0.5.11"))  # same ids, other target: default differs
+    assert deeper.captured == (2, 16, 29)
+    assert [f.severity.value for f in deeper.findings if f.code == "config/aux-ids-ignored"] == ["critical"]
+
+
+def test_resolver_flags_shifted_out_of_range_duplicate_and_width(demo_dir):
+    spec = Checkpoint.open(demo_dir / "eagle").spec
+    vllm = resolve_aux_layers(spec, 10, resolve("vllm==0.33.0"))  # SGLang-convention ids read raw by vLLM
+    assert vllm.captured == (1, 4, 6) and "config/aux-ids-shifted" in codes(vllm)
+    bad = dataclasses.replace(spec, aux_ids_by_source={"eagle_config": (9, 4, 4, 1)}, aux_layer_ids=(9, 4, 4, 1))
+    res = resolve_aux_layers(bad, 10, resolve("sglang==0.5.11"))
+    assert res.requested == (10, 5, 5, 2) and res.captured == (2, 5)
+    assert {"config/aux-ids-out-of-range", "config/aux-ids-duplicate", "config/aux-ids-unsorted",
+            "trace/aux-width-mismatch"} <= codes(res)
+    width = next(f for f in res.findings if f.code == "trace/aux-width-mismatch")
+    assert width.evidence["fc_in_features"] == 192 and width.evidence["captured_hf"] == [2, 5]
+
+
+def test_resolver_without_target_layer_count(demo_dir):
+    spec = Checkpoint.open(demo_dir / "speculators").spec
+    res = resolve_aux_layers(spec, None, resolve("sglang==0.5.11"))
+    assert res.captured == () and [f.severity.value for f in res.findings] == ["warning"]
+    json.dumps(res.to_dict())
+
+
+# -- wiring -----------------------------------------------------------------------------------
+def test_correct_wiring_feeds_three_layers_into_fc(demo_dir, target):
+    for layout, engine in (("eagle", "sglang==0.5.11"), ("speculators", "vllm==0.33.0")):
+        result = check_wiring(target, Checkpoint.open(demo_dir / layout), engine)
+        assert result.layers_used == (2, 5, 7)
+        assert [m.shape[-1] for _, m in result.captured] == [64, 64, 64]
+        assert result.feature.shape[-1] == 192 == result.fc_in_features
+        assert result.fc_ran and result.engine_error is None
+        assert result.decoder_input.shape[-1] == 128 and result.logits.shape[-1] == 512
+        assert not any(f.code.startswith("trace/") for f in result.findings)
+        json.dumps(result.to_dict())
+
+
+def test_captured_features_are_the_target_hidden_states(demo_dir, target):
+    ids = torch.randint(0, 2048, (1, 12), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        hs = target(input_ids=ids, output_hidden_states=True).hidden_states
+    draft = load_draft_as(Checkpoint.open(demo_dir / "speculators"))
+    with torch.no_grad():
+        expected = draft(ids[:, 1:], torch.cat([hs[2], hs[5], hs[7]], -1)[:, :-1]).logits.argmax(-1)
+    result = check_wiring(target, Checkpoint.open(demo_dir / "speculators"), "vllm==0.33.0", inputs=ids)
+    mapped = expected + draft.d2t[expected]
+    agreement = float((mapped == target(input_ids=ids).logits[:, 1:].argmax(-1)).float().mean())
+    assert result.agreement == pytest.approx(agreement)
+
+
+def test_aux_off_under_sglang_bypasses_fc_silently(demo_dir, target):
+    result = check_wiring(target, Checkpoint.open(demo_dir / "eagle"), "sglang==0.5.11", scenario="aux-off")
+    assert result.feature.shape[-1] == 64 and not result.fc_ran and result.engine_error is None
+    assert all(row["path"] != "fc" for row in result.draft_table)
+    assert result.decoder_input.shape[-1] == 128  # the decoder ran on the raw target state
+    bypass = next(f for f in result.findings if f.code == "trace/fc-bypassed")
+    assert bypass.severity.value == "critical" and bypass.evidence["feature_width"] == 64
+    fig = result.figures()[0]
+    assert "BYPASSED" in json.dumps(fig.to_plotly_json(), default=str)
+
+
+def test_aux_off_under_vllm_reports_the_loud_failure(demo_dir, target):
+    result = check_wiring(target, Checkpoint.open(demo_dir / "speculators"), "vllm==0.33.0", scenario="aux-off")
+    assert result.engine_error and "192" in result.engine_error
+    assert "trace/fc-bypassed" not in codes(result)
+    finding = next(f for f in result.findings if f.code == "trace/aux-width-mismatch")
+    assert "fails loudly" in finding.title and finding.evidence["engine_error"] == result.engine_error
+
+
+def test_ids_shifted_by_one_is_a_layer_mismatch(demo_dir, target):
+    result = check_wiring(target, Checkpoint.open(demo_dir / "speculators"), "vllm==0.33.0", scenario="ids-shifted")
+    assert result.layers_used == (3, 6, 8) and result.fc_ran
+    finding = next(f for f in result.findings if f.code == "trace/aux-layers-mismatch")
+    assert finding.evidence["trained_with_hf"] == [2, 5, 7]
+
+
+def test_unknown_scenario_is_a_usage_error(demo_dir, target):
+    from eagle3lens.errors import UsageError
+
+    with pytest.raises(UsageError, match="scenario"):
+        check_wiring(target, Checkpoint.open(demo_dir / "eagle"), "sglang==0.5.11", scenario="aux-on")
+
+
+class Wrapper(nn.Module):
+    """A multimodal-style wrapper: the language model sits in a sub-module (as Kimi-K2.5's does)."""
+
+    def __init__(self, lm: nn.Module) -> None:
+        super().__init__()
+        self.config = lm.config
+        self.model = nn.Module()
+        self.model.language_model = lm.model
+        self.lm_head = lm.lm_head
+
+    def get_input_embeddings(self) -> nn.Module:
+        return self.model.language_model.embed_tokens
+
+    def forward(self, input_ids: torch.Tensor, **kwargs):
+        hidden = self.model.language_model(input_ids=input_ids, **kwargs).last_hidden_state
+        return SimpleNamespace(logits=self.lm_head(hidden))
+
+
+def test_decoder_layers_found_inside_a_wrapper(demo_dir, target):
+    wrapped = Wrapper(target)
+    assert find_decoder_layers(wrapped)[0] == "model.language_model.layers"
+    ids = torch.randint(0, 2048, (1, 10), generator=torch.Generator().manual_seed(2))
+    plain = check_wiring(target, Checkpoint.open(demo_dir / "eagle"), "sglang==0.5.11", inputs=ids)
+    inner = check_wiring(wrapped, Checkpoint.open(demo_dir / "eagle"), "sglang==0.5.11", inputs=ids)
+    assert inner.decoder_path == "model.language_model.layers" and inner.layers_used == (2, 5, 7)
+    assert inner.agreement == plain.agreement and inner.fc_ran
+
+
+def test_cli_trace_exit_codes_and_json(demo_dir, capsys):
+    from eagle3lens.cli import main
+
+    args = ["trace", "--target", str(demo_dir / "target"), "--draft", str(demo_dir / "eagle"),
+            "--engine", "sglang==0.5.11", "--json"]
+    assert main(args) == 0
+    capsys.readouterr()
+    assert main(args + ["--scenario", "aux-off"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert "trace/fc-bypassed" in {f["code"] for f in data["findings"]}
+    assert data["results"]["wiring"]["feature"]["shape"] == [1, 16, 64]
+    assert main(["trace", "--draft", str(demo_dir / "eagle")]) == 2
+
+
+def test_cli_trace_preset_on_meta(capsys):
+    from eagle3lens.cli import main
+
+    assert main(["trace", "--preset", "kimi-k2.5", "--device", "meta", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)["results"]["wiring"]
+    assert data["feature"]["shape"][-1] == 21504 and data["fc_ran"]
