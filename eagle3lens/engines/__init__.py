@@ -55,7 +55,7 @@ def resolve(spec: "str | EngineProfile") -> EngineProfile:
         if profile.contains(release):
             return replace(profile, spec=f"{name}=={version}")
     ranges = ", ".join(p.label for p in family)
-    raise UsageError(f"no profile for {name}=={version}: known ranges are {ranges}")
+    raise UsageError(f"no profile for {name}=={version}: known ranges are {ranges}; known: {known()}")
 
 
 __all__ = ["EngineProfile", "ParamSpec", "Route", "all_profiles", "known", "resolve", "parse_version"]
