@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 def _x(result: "LogResult", samples: list["LogSample"]) -> tuple[list[float], str]:
     """Seconds since the first timestamp when every sample has one, else the log line number."""
     if samples and all(s.seconds is not None for s in samples):
-        return [float(s.seconds) for s in samples], "seconds since first logged line"  # type: ignore[arg-type]
+        return [float(s.seconds) for s in samples], "seconds since the first timestamped line"  # type: ignore[arg-type]
     return [float(s.line) for s in samples], "log line"
 
 
@@ -120,6 +120,10 @@ def summary_rows(result: "LogResult") -> list[tuple[str, str]]:
                        f"last {_fmt(s.last_accept_len)}, min {_fmt(s.min_accept_len)}, max {_fmt(s.max_accept_len)}"
                        f" over {s.acceptance_lines} lines"),
     ]
+    from ..probes.logs import FORMAT_DESCRIPTIONS
+
+    for name, count in result.formats:
+        rows.append((f"format {name}", f"{count} lines: {FORMAT_DESCRIPTIONS[name]}"))
     if s.lifetime_accept_len is not None:
         rows.append(("lifetime avg_spec_accept_length", _fmt(s.lifetime_accept_len, ".3f")))
     if s.mean_accept_rate is not None:

@@ -25,10 +25,11 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from ..errors import Eagle3LensError
+from ..errors import Eagle3LensError, UsageError
 from ..findings import Finding, Severity, to_jsonable
 
 ZERO_ACCEPT_LEN = 1.05  # ≤ 1 accepted draft token per 20 verify steps: "zero"
@@ -36,6 +37,7 @@ EXPECTED_SHORTFALL = 0.5  # low when < half the accepted drafts the training pro
 DRAFT_STEP_COST = 0.1  # break-even heuristic: each draft step costs ~10% of a target step
 DEFAULT_DRAFT_STEPS = 3  # K assumed for break-even when nothing pins it (SGLang 0.5.23 auto, non-Llama)
 MAX_EXAMPLES = 5
+FIELD_SCAN_LINES = 500  # fork fields are collected from the first lines of each engine
 _MAX_K = 16
 
 ENGINES = ("sglang", "vllm")
@@ -66,36 +68,60 @@ class LogFileError(Eagle3LensError):
 # ---------------------------------------------------------------- line grammar (data)
 
 _NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|nan|inf"
-_BOUNDARY = r"(?:^|[,:.\]]\s*)"  # a label starts a message or follows a separator
+_SEPARATORS = ",:.]"  # a label starts the message or follows one of these (then spaces)
+_BOUNDARY = r"(?:^|[,:.\]]\s*)"
 
 
-def _field(label: str, suffix: str = "") -> re.Pattern[str]:
-    return re.compile(_BOUNDARY + re.escape(label) + r"\s*:\s*(" + _NUM + ")" + re.escape(suffix), re.IGNORECASE)
+@dataclass(frozen=True)
+class _Field:
+    """A ``label: number[suffix]`` field found by its label wherever it sits in the line."""
+
+    label: str
+    suffix: str = ""
+    scale: float = 1.0
+
+    def read(self, message: str) -> float | None:
+        """The value after the first occurrence of the label that starts a field, or None."""
+        at = message.find(self.label)
+        while at >= 0:
+            before = message[:at].rstrip()
+            if not before or before[-1] in _SEPARATORS:
+                match = _value_pattern(self.suffix).match(message, at + len(self.label))
+                if match is not None:
+                    value = float(match.group(1))
+                    return None if math.isnan(value) or math.isinf(value) else value * self.scale
+            at = message.find(self.label, at + 1)
+        return None
 
 
-# attribute -> (pattern, scale); labels as the engines print them
-SGLANG_FIELDS: dict[str, tuple[re.Pattern[str], float]] = {
-    "accept_len": (_field("accept len"), 1.0),
-    "accept_rate": (_field("accept rate"), 1.0),
-    "running_reqs": (_field("#running-req"), 1.0),
-    "gen_tps": (_field("gen throughput (token/s)"), 1.0),
+@lru_cache(maxsize=None)
+def _value_pattern(suffix: str) -> re.Pattern[str]:
+    return re.compile(r"\s*:\s*(" + _NUM + ")" + re.escape(suffix))
+
+
+# attribute -> field, labels exactly as the engines print them
+SGLANG_FIELDS = {
+    "accept_len": _Field("accept len"),
+    "accept_rate": _Field("accept rate"),
+    "running_reqs": _Field("#running-req"),
+    "gen_tps": _Field("gen throughput (token/s)"),
 }
-VLLM_SPEC_FIELDS: dict[str, tuple[re.Pattern[str], float]] = {
-    "accept_len": (_field("Mean acceptance length"), 1.0),
-    "accepted_tps": (_field("Accepted throughput"), 1.0),
-    "drafted_tps": (_field("Drafted throughput"), 1.0),
-    "accepted_tokens": (_field("Accepted"), 1.0),
-    "drafted_tokens": (_field("Drafted"), 1.0),
-    "accept_rate": (_field("Avg Draft acceptance rate", "%"), 0.01),
-    "legacy_rate": (_field("Draft acceptance rate", "%"), 0.01),
+VLLM_SPEC_FIELDS = {
+    "accept_len": _Field("Mean acceptance length"),
+    "accepted_tps": _Field("Accepted throughput"),
+    "drafted_tps": _Field("Drafted throughput"),
+    "accepted_tokens": _Field("Accepted"),
+    "drafted_tokens": _Field("Drafted"),
+    "accept_rate": _Field("Avg Draft acceptance rate", "%", 0.01),
+    "legacy_rate": _Field("Draft acceptance rate", "%", 0.01),
 }
-VLLM_ENGINE_FIELDS: dict[str, tuple[re.Pattern[str], float]] = {
-    "gen_tps": (_field("Avg generation throughput"), 1.0),
-    "running_reqs": (_field("Running"), 1.0),
+VLLM_ENGINE_FIELDS = {
+    "gen_tps": _Field("Avg generation throughput"),
+    "running_reqs": _Field("Running"),
 }
 _PER_POSITION = re.compile(_BOUNDARY + r"Per-position acceptance rate\s*:\s*((?:\d*\.?\d+)(?:\s*,\s*\d*\.?\d+)*)")
 _LIFETIME = re.compile(r"avg_spec_accept_length['\"]?\s*[=:]\s*(?:np\.float\d*\()?(" + _NUM + ")")
-_SGLANG_DECODE = re.compile(r"Decode batch(\.)?")
+_SGLANG_DECODE = re.compile(r"Decode batch")
 _VLLM_SPEC = "SpecDecoding metrics"
 _VLLM_STATS = "Avg generation throughput"
 # words that make a line look like acceptance metrics: if nothing parses, it is "unparsed"
@@ -230,6 +256,7 @@ class LogResult:
             "source": self.source,
             "engine": self.engine,
             "formats": dict(self.formats),
+            "format_descriptions": {name: FORMAT_DESCRIPTIONS[name] for name, _ in self.formats},
             "format_era": self.format_era,
             "summary": self.summary.to_dict(),
             "inference": self.inference.to_dict(),
@@ -260,17 +287,10 @@ class LogResult:
 
 # ---------------------------------------------------------------- line parsing
 
-def _number(match: re.Match[str] | None, scale: float = 1.0) -> float | None:
-    if match is None:
-        return None
-    value = float(match.group(1))
-    return None if math.isnan(value) or math.isinf(value) else value * scale
-
-
-def _fields(message: str, table: dict[str, tuple[re.Pattern[str], float]]) -> dict[str, float]:
+def _fields(message: str, table: dict[str, _Field]) -> dict[str, float]:
     found = {}
-    for name, (pattern, scale) in table.items():
-        value = _number(pattern.search(message), scale)
+    for name, spec in table.items():
+        value = spec.read(message)
         if value is not None:
             found[name] = value
     return found
@@ -279,18 +299,16 @@ def _fields(message: str, table: dict[str, tuple[re.Pattern[str], float]]) -> di
 def _timestamp(line: str) -> tuple[str | None, datetime | None]:
     head = line[:120]
     if m := _ISO_TIME.search(head):
-        text = m.group(1).replace(",", ".").replace("T", " ")
-        fmt = "%Y-%m-%d %H:%M:%S.%f" if "." in text else "%Y-%m-%d %H:%M:%S"
-        try:
-            return m.group(1), datetime.strptime(text, fmt)
-        except ValueError:
-            return m.group(1), None
-    if m := _VLLM_TIME.search(head):  # vLLM prints no year; 2000 is a leap year, so 02-29 parses
-        try:
-            return m.group(1), datetime.strptime("2000-" + m.group(1), "%Y-%m-%d %H:%M:%S")
-        except ValueError:
-            return m.group(1), None
-    return None, None
+        text = m.group(1)
+    elif m := _VLLM_TIME.search(head):  # vLLM prints no year; 2000 is a leap year, so 02-29 parses
+        text = m.group(1)
+    else:
+        return None, None
+    iso = text.replace(",", ".") if len(text) > 14 else "2000-" + text
+    try:
+        return text, datetime.fromisoformat(iso)
+    except ValueError:  # e.g. a hand-edited "09:12:64"
+        return text, None
 
 
 def _ints(values: dict[str, float], *names: str) -> dict[str, int]:
@@ -298,11 +316,11 @@ def _ints(values: dict[str, float], *names: str) -> dict[str, int]:
 
 
 def _parse_sglang(line: str) -> tuple[str, dict[str, Any]] | None:
-    if m := _LIFETIME.search(line):
-        value = _number(m)
-        return ("sglang-lifetime", {"accept_len": value}) if value is not None else None
+    if "avg_spec_accept_length" in line and (m := _LIFETIME.search(line)):
+        value = float(m.group(1))
+        return ("sglang-lifetime", {"accept_len": value}) if math.isfinite(value) else None
     decode = _SGLANG_DECODE.search(line)
-    values = _fields(line[decode.end():] if decode else line, SGLANG_FIELDS)
+    values = _fields(line[decode.start():] if decode else line, SGLANG_FIELDS)
     if "accept_len" not in values and not (decode and "gen_tps" in values):
         return None  # a decode line without speculation still carries its throughput
     if "accept_len" not in values:
@@ -398,7 +416,7 @@ def infer_draft_tokens(pairs: Iterable[tuple[float, float]], num_draft_tokens: i
         return DraftInference(forced, num_draft_tokens, steps, "option" if num_draft_tokens else "unknown",
                               explanation="no accept rate in the log: formula and K cannot be read from it")
     common: set[tuple[str, int]] | None = None
-    for length, rate in pairs:
+    for length, rate in dict.fromkeys(pairs):  # distinct pairs, in order
         common = _candidates(length, rate) if common is None else common & _candidates(length, rate)
     assert common is not None
     fitting = set(common)
@@ -439,8 +457,6 @@ def infer_draft_tokens(pairs: Iterable[tuple[float, float]], num_draft_tokens: i
     else:
         expl = ("the pairs fit both formulas: " + ", ".join(f"{f} with num_draft_tokens={n}" for f, n in candidates)
                 + "; pass --engine sglang==VERSION or --num-draft-tokens to decide")
-    if source == "option" and ndt not in {c[1] for c in common}:
-        expl += f" (note: num_draft_tokens={ndt} from the option does not fit the logged pairs)"
     return DraftInference(formula, ndt, ndt - 1 if ndt else None, source, candidates, expl)
 
 
@@ -451,15 +467,10 @@ def _split_engine(engine: str | None) -> tuple[str | None, tuple[int, ...] | Non
         return None, None
     name, _, version = engine.strip().lower().partition("==")
     if name not in ENGINES:
-        from ..errors import UsageError
-
         raise UsageError(f"unknown engine {engine!r} for logs: use sglang or vllm (optionally ==VERSION)")
     if not version:
         return name, None
-    try:
-        return name, tuple(int(p) for p in re.findall(r"\d+", version)[:3])
-    except ValueError:  # pragma: no cover - findall yields digits only
-        return name, None
+    return name, tuple(int(p) for p in re.findall(r"\d+", version)[:3])
 
 
 def _lines(path_or_text: str | os.PathLike[str]) -> tuple[str, Iterator[str]]:
@@ -503,8 +514,6 @@ def parse_log(path_or_text: str | os.PathLike[str], engine: str | None = None,
     for label, value in (("num_draft_tokens", num_draft_tokens), ("baseline_tps", baseline_tps),
                          ("expected_accept_len", expected_accept_len)):
         if value is not None and value <= 0:
-            from ..errors import UsageError
-
             raise UsageError(f"{label} must be positive, got {value}")
     source, lines = _lines(path_or_text)
     parsed: dict[str, list[LogSample]] = {e: [] for e in ENGINES}
@@ -514,28 +523,24 @@ def parse_log(path_or_text: str | os.PathLike[str], engine: str | None = None,
     first_time: datetime | None = None
     for number, raw in enumerate(lines, 1):
         total += 1
-        line = _ANSI.sub("", raw).rstrip("\r\n")
-        hit = None
-        for engine_name in ENGINES:
-            if (result := _PARSERS[engine_name](line)) is not None:
-                hit = engine_name, result
-                break
+        line = (_ANSI.sub("", raw) if "\x1b" in raw else raw).rstrip("\r\n")
+        if first_time is None:  # times count from the first timestamped line of the file
+            first_time = _timestamp(line)[1]
+        if not any(a in line for a in _ANCHORS):
+            ignored += 1
+            continue
+        hit = next(((e, r) for e in ENGINES if (r := _PARSERS[e](line)) is not None), None)
         if hit is None:
-            if any(a in line for a in _ANCHORS):
-                unparsed_count += 1
-                if len(unparsed) < MAX_EXAMPLES:
-                    unparsed.append((number, line.strip()[:300]))
-            else:
-                ignored += 1
+            unparsed_count += 1
+            if len(unparsed) < MAX_EXAMPLES:
+                unparsed.append((number, line.strip()[:300]))
             continue
         engine_name, (fmt, values) = hit
         text, when = _timestamp(line)
-        if when is not None and first_time is None:
-            first_time = when
         seconds = (when - first_time).total_seconds() if when is not None and first_time is not None else None
         parsed[engine_name].append(LogSample(line=number, engine=engine_name, format=fmt, time=text,
                                              seconds=seconds, **values))
-        if fmt != "sglang-lifetime":
+        if fmt != "sglang-lifetime" and len(parsed[engine_name]) <= FIELD_SCAN_LINES:
             unknown[engine_name] |= _unknown_labels(engine_name, line)
 
     notes: list[str] = []

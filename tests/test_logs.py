@@ -1,0 +1,326 @@
+"""Acceptance-log probe: every format of FACTS.md §6 by label, unparsed lines, §6.4 arithmetic, CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from eagle3lens.cli import main
+from eagle3lens.errors import UsageError
+from eagle3lens.probes.logs import LogFileError, infer_draft_tokens, parse_log
+
+DATA = Path(__file__).parent / "data" / "logs"
+
+
+def codes(result) -> list[str]:
+    return [f.code for f in result.findings]
+
+
+def finding(result, code: str):
+    return next(f for f in result.findings if f.code == code)
+
+
+# ---------------------------------------------------------------- SGLang formats
+
+def test_sglang_0_4_10_accept_len_only_with_hybrid_and_prealloc_fields():
+    r = parse_log(DATA / "sglang_0.4.10_dead.log")
+    assert r.engine == "sglang"
+    assert dict(r.formats) == {"sglang-0.4": 4}
+    assert [s.line for s in r.samples] == [4, 5, 6, 7]  # prefill, startup and HTTP lines are not decode lines
+    assert all(s.accept_len == 1.0 and s.accept_rate is None for s in r.samples)
+    assert [s.gen_tps for s in r.samples] == [24.61, 24.83, 24.97, 24.79]
+    assert r.samples[2].running_reqs == 8  # '#full token' / '#swa token' hybrid line
+    assert r.inference.formula is None and r.inference.num_draft_tokens is None
+    assert r.unparsed_lines == 0 and r.ignored_lines == 4
+    assert codes(r) == ["logs/zero-acceptance"]
+
+
+def test_sglang_0_5_5_iteration_hybrid_prealloc_and_cpu_graph_variants():
+    r = parse_log(DATA / "sglang_0.5.5_dead.log")
+    assert dict(r.formats) == {"sglang-0.5": 4}
+    assert [(s.accept_len, s.accept_rate) for s in r.samples] == [(1.0, 0.2)] * 4
+    assert [s.gen_tps for s in r.samples] == [24.80, 24.71, 24.88, 24.81]  # incl. '[4411]' and 'cpu graph' lines
+    assert r.samples[2].time == "2025-11-03 14:06:08.123" and r.samples[2].seconds == pytest.approx(237.123)  # from 14:02:11
+    assert r.summary.mean_gen_tps == pytest.approx(24.8, abs=0.01)
+
+
+def test_sglang_0_5_11_backend_label_mfu_fields_and_lifetime_line():
+    r = parse_log(DATA / "sglang_0.5.11_dead.log")
+    assert dict(r.formats) == {"sglang-0.5": 3, "sglang-lifetime": 1}
+    assert r.summary.lifetime_accept_len == 1.0
+    assert r.summary.acceptance_lines == 3  # the lifetime average is not an interval sample
+    assert r.summary.mean_accept_rate == 0.0
+    assert r.unknown_fields == ()  # every field there is a real SGLang field
+
+
+def test_sglang_0_5_23_extra_fields_and_fork_field_are_tolerated():
+    r = parse_log(DATA / "sglang_0.5.23_healthy.log")
+    # 'block accept len: 3.10' must not be read as 'accept len'
+    assert [s.accept_len for s in r.samples] == [3.12, 2.88, 3.40, 3.00]
+    assert [s.accept_rate for s in r.samples] == [0.53, 0.47, 0.60, 0.50]
+    assert r.unknown_fields == ("spec verify ms",)
+    assert r.findings == ()
+    assert r.summary.mean_accept_len == pytest.approx(3.10)
+    assert r.summary.median_accept_len == pytest.approx(3.06)
+    assert r.summary.last_accept_len == 3.0
+    assert r.summary.mean_running_reqs == pytest.approx(15.75)
+
+
+def test_lifetime_average_alone_is_classified():
+    r = parse_log("[2026-03-10 08:02:00 TP0] avg_spec_accept_length=1.0213\n")
+    assert r.summary.acceptance_lines == 0 and r.summary.lifetime_accept_len == pytest.approx(1.0213)
+    assert codes(r) == ["logs/zero-acceptance"]
+    assert "lifetime" in finding(r, "logs/zero-acceptance").title
+    json_form = parse_log('{"avg_spec_accept_length": 2.75, "last_gen_throughput": 300.1}\nplain line\n')
+    assert json_form.summary.lifetime_accept_len == 2.75 and json_form.findings == ()
+
+
+def test_decode_lines_without_speculation_only_give_throughput():
+    text = ("[2026-03-10 08:01:12 TP0] Decode batch, #running-req: 4, #token: 900, token usage: 0.01, "
+            "cuda graph: True, gen throughput (token/s): 88.00, #queue-req: 0\n")
+    r = parse_log(text)
+    assert dict(r.formats) == {"sglang-no-spec": 1}
+    assert r.summary.acceptance_lines == 0 and r.summary.mean_gen_tps == 88.0
+    assert r.findings == ()
+    assert any("speculative decoding looks off" in n for n in r.notes)
+
+
+# ---------------------------------------------------------------- vLLM formats
+
+def test_vllm_0_33_0_format_and_engine_stats():
+    r = parse_log(DATA / "vllm_0.33.0_dead.log")
+    assert r.engine == "vllm"
+    assert dict(r.formats) == {"vllm-throughput": 2, "vllm-engine-stats": 2}
+    spec = r.acceptance_samples
+    assert [s.accept_len for s in spec] == [1.0, 1.0]
+    assert spec[0].per_position == (0.0,) * 5 and spec[0].accept_rate == 0.0
+    assert (spec[0].accepted_tps, spec[0].drafted_tps, spec[0].drafted_tokens) == (0.0, 512.0, 5120)
+    assert r.summary.drafted_tokens == 10105 and r.summary.accepted_tokens == 0
+    assert r.summary.mean_gen_tps == pytest.approx(24.85)
+    assert r.summary.mean_running_reqs == 8.0
+    assert r.inference.num_draft_tokens == 5 and r.inference.source == "per-position count"
+    assert spec[1].seconds == 20.0  # vLLM timestamps carry no year
+    assert codes(r) == ["logs/zero-acceptance"]
+
+
+def test_vllm_mean_length_format():
+    r = parse_log(DATA / "vllm_mean_length.log")
+    assert dict(r.formats) == {"vllm-mean-length": 2, "vllm-engine-stats": 2}
+    spec = r.acceptance_samples
+    assert [(s.accept_len, s.accept_rate) for s in spec] == [(1.12, pytest.approx(0.04)), (1.13, pytest.approx(0.043))]
+    assert spec[0].per_position == (0.11, 0.01, 0.0)
+    assert r.summary.mean_per_position == pytest.approx((0.115, 0.01, 0.0))
+    assert codes(r) == ["logs/low-acceptance"]  # 1.125 < break-even 1 + 0.1 x 3
+
+
+def test_vllm_rate_only_format_derives_length_only_when_it_can():
+    r = parse_log(DATA / "vllm_rate_only.log")
+    assert dict(r.formats) == {"vllm-rate-only": 2, "vllm-engine-stats": 2}
+    assert [s.accept_len for s in r.acceptance_samples] == [1.0, 1.0]  # 0 accepted tokens: exactly 1.00
+    assert codes(r) == ["logs/zero-acceptance"]
+    partial = "INFO 05-02 11:21:10 [metrics.py:82] SpecDecoding metrics: Draft acceptance rate: 40.0%, Accepted: 300 tokens, Drafted: 750 tokens\n"
+    unknown_k = parse_log(partial)
+    assert unknown_k.summary.mean_accept_len is None and unknown_k.summary.mean_accept_rate == pytest.approx(0.4)
+    assert unknown_k.findings == () and "--num-draft-tokens" in unknown_k.inference.explanation
+    known_k = parse_log(partial, num_draft_tokens=3)
+    assert known_k.summary.mean_accept_len == pytest.approx(2.2)  # 1 + 3 x 0.40
+
+
+def test_vllm_fork_fields_are_ignored_by_label():
+    r = parse_log(DATA / "vllm_fork_fields.log")
+    spec = r.acceptance_samples
+    assert [s.accept_len for s in spec[:2]] == [2.61, 2.55]
+    assert spec[0].per_position == (0.72, 0.53, 0.36)  # the histogram after it is not read as positions
+    assert spec[1].per_position == (0.70, 0.51, 0.34)
+    assert [s.accept_rate for s in spec] == [pytest.approx(0.537), pytest.approx(0.517), pytest.approx(0.52)]
+    assert spec[2].accepted_tokens == 1560 and spec[2].drafted_tokens == 3000  # not 'Total accepted'
+    assert {"Rejected", "Reverify", "Draft length histogram", "top2", "Total accepted",
+            "Average accpetace length"} <= set(r.unknown_fields)
+    assert r.findings == ()
+
+
+# ---------------------------------------------------------------- robustness
+
+def test_unparsed_lines_are_counted_with_examples_never_fatal():
+    r = parse_log(DATA / "garbage_mixed.log")
+    assert [s.accept_len for s in r.acceptance_samples] == [1.0, 1.02]
+    assert r.unparsed_lines == 4
+    assert [n for n, _ in r.unparsed_examples] == [2, 3, 4, 5]
+    assert "garbled" in r.unparsed_examples[0][1]
+    assert r.total_lines == 10 and r.ignored_lines == 4
+    assert r.to_dict()["lines"] == {"total": 10, "parsed": 2, "ignored": 4, "unparsed": 4}
+
+
+def test_ansi_colours_and_engine_override():
+    text = ("\x1b[32mINFO\x1b[0m 08-20 12:00:10 [metrics.py:120] SpecDecoding metrics: Mean acceptance length: "
+            "\x1b[1m2.50\x1b[0m, Accepted: 150 tokens, Drafted: 300 tokens, Per-position acceptance rate: 0.800, "
+            "0.700\n[2026-03-10 08:01:12 TP0] Decode batch, #running-req: 8, accept len: 1.00, accept rate: 0.00, "
+            "gen throughput (token/s): 24.80, #queue-req: 0\n")
+    assert parse_log(text).engine in {"sglang", "vllm"}
+    as_vllm = parse_log(text, engine="vllm")
+    assert as_vllm.engine == "vllm" and as_vllm.summary.mean_accept_len == 2.5 and as_vllm.findings == ()
+    assert any("1 sglang lines ignored" in n for n in as_vllm.notes)
+    as_sglang = parse_log(text, engine="sglang")
+    assert codes(as_sglang) == ["logs/zero-acceptance"]
+    with pytest.raises(UsageError):
+        parse_log(text, engine="trtllm")
+
+
+def test_nothing_parsed_is_a_finding_free_result(tmp_path):
+    r = parse_log(DATA / "no_decode.log")
+    assert r.engine is None and r.samples == () and r.findings == ()
+    assert r.format_era == "nothing parsed" and r.figures() == []
+    assert "no decode or speculative-metrics lines parsed" in r.notes[0]
+    empty = tmp_path / "empty.log"
+    empty.write_text("")
+    assert parse_log(empty).total_lines == 0
+
+
+def test_missing_file_and_directory_raise_log_file_error(tmp_path):
+    with pytest.raises(LogFileError, match="no such log file"):
+        parse_log(tmp_path / "nope.log")
+    with pytest.raises(LogFileError, match="is a directory"):
+        parse_log(tmp_path)
+
+
+# ---------------------------------------------------------------- §6.4 arithmetic and K inference
+
+def test_worked_example_pins_k_and_the_0_5_5_formula():
+    r = parse_log(DATA / "sglang_0.5.5_dead.log")
+    inf = r.inference
+    assert (inf.formula, inf.num_draft_tokens, inf.draft_steps, inf.source) == ("0.5.5", 5, 4, "log")
+    f = finding(r, "logs/zero-acceptance")
+    assert "1.00/5 = 0.20" in f.detail and "floor" in f.detail and "only the bonus token" in f.detail
+    assert "(1.00-1)/(5-1) = 0.00" in f.detail  # what 0.5.11+ logs for the same run
+    assert f.evidence["num_draft_tokens"] == 5 and f.evidence["rate_formula"] == "0.5.5"
+    assert f.evidence["accepted_drafts_per_step"] == 0.0
+    assert f.severity.value == "critical"
+
+
+@pytest.mark.parametrize("steps_plus_one, rate", [(4, 0.25), (5, 0.20), (6, 0.17)])
+def test_old_floor_identifies_k(steps_plus_one, rate):
+    inf = infer_draft_tokens([(1.00, rate)])
+    assert (inf.formula, inf.num_draft_tokens) == ("0.5.5", steps_plus_one)
+
+
+def test_new_formula_dead_draft_leaves_k_open_and_new_format_0_20_needs_1_80():
+    dead = infer_draft_tokens([(1.00, 0.00)] * 3)
+    assert dead.formula == "0.5.11+" and dead.num_draft_tokens is None
+    # §6.4: under 0.5.11+ a rate of 0.20 with 5 draft tokens needs accept len 1 + 0.20 x 4 = 1.80
+    assert ("0.5.11+", 5) in infer_draft_tokens([(1.80, 0.20)]).candidates
+    assert ("0.5.11+", 5) not in infer_draft_tokens([(1.00, 0.20)]).candidates
+
+
+def test_several_lines_resolve_an_ambiguous_pair():
+    assert {c[0] for c in infer_draft_tokens([(2.50, 0.50)]).candidates} == {"0.5.5", "0.5.11+"}
+    r = parse_log(DATA / "sglang_0.5.5_healthy.log")
+    assert (r.inference.formula, r.inference.num_draft_tokens) == ("0.5.5", 5)
+    r23 = parse_log(DATA / "sglang_0.5.23_healthy.log")
+    assert (r23.inference.formula, r23.inference.num_draft_tokens) == ("0.5.11+", 5)
+
+
+def test_options_narrow_or_contradict_the_inference():
+    pinned = parse_log(DATA / "sglang_0.5.11_dead.log", num_draft_tokens=5)
+    assert (pinned.inference.num_draft_tokens, pinned.inference.source) == (5, "option")
+    assert "(1.00-1)/4 = 0.00" in finding(pinned, "logs/zero-acceptance").detail
+    by_version = parse_log(DATA / "sglang_0.5.5_healthy.log", engine="sglang==0.5.5")
+    assert by_version.inference.formula == "0.5.5"
+    contradicted = parse_log(DATA / "sglang_0.5.5_dead.log", engine="sglang==0.5.11")
+    assert contradicted.inference.candidates == () and "fit no single formula" in contradicted.inference.explanation
+    assert codes(contradicted) == ["logs/zero-acceptance"]  # accept len alone still decides
+    wrong_k = infer_draft_tokens([(1.0, 0.2)], num_draft_tokens=4)
+    assert wrong_k.num_draft_tokens == 4 and wrong_k.candidates == ()
+
+
+# ---------------------------------------------------------------- classification
+
+def test_zero_low_healthy_boundaries():
+    def line(length: float, rate: float) -> str:
+        return (f"[2026-03-10 08:01:12 TP0] Decode batch, #running-req: 8, accept len: {length:.2f}, "
+                f"accept rate: {rate:.2f}, cuda graph: True, gen throughput (token/s): 100.00, #queue-req: 0\n")
+
+    assert codes(parse_log(line(1.05, 0.01))) == ["logs/zero-acceptance"]
+    assert codes(parse_log(line(1.06, 0.02))) == ["logs/low-acceptance"]  # below heuristic break-even
+    assert codes(parse_log(line(1.80, 0.20))) == []
+    # with K = 8 (num_draft_tokens 9) the heuristic break-even is 1 + 0.1 x 8 = 1.80
+    low = parse_log(line(1.64, 0.08), num_draft_tokens=9)
+    assert codes(low) == ["logs/low-acceptance"]
+    assert "1.80 = 1 + 0.1 x K (K = 8" in finding(low, "logs/low-acceptance").detail
+
+
+def test_expected_accept_len_from_training():
+    r = parse_log(DATA / "sglang_0.5.23_healthy.log", expected_accept_len=5.5)
+    f = finding(r, "logs/low-acceptance")
+    # 3.10 - 1 = 2.10 accepted drafts per step < 50% of 5.5 - 1 = 4.50
+    assert "2.10 accepted draft tokens per step" in f.detail and "4.50" in f.detail
+    assert codes(parse_log(DATA / "sglang_0.5.23_healthy.log", expected_accept_len=4.0)) == []
+
+
+def test_baseline_comparison_incident_numbers():
+    r = parse_log(DATA / "sglang_0.5.5_dead.log", baseline_tps=90)
+    assert codes(r) == ["logs/zero-acceptance", "logs/speculation-slower"]
+    slower = finding(r, "logs/speculation-slower")
+    assert slower.severity.value == "critical"
+    assert slower.evidence["ratio"] == pytest.approx(24.8 / 90, abs=1e-3)
+    assert "24.8 tok/s vs 90.0" in slower.title and "72% loss" in slower.detail
+    low = parse_log(DATA / "sglang_0.5.11_low.log", baseline_tps=90)
+    assert codes(low) == ["logs/low-acceptance", "logs/speculation-slower"]
+    assert "80.6 tok/s with speculation vs 90.0" in finding(low, "logs/low-acceptance").detail
+    assert finding(low, "logs/speculation-slower").severity.value == "warning"
+    faster = parse_log(DATA / "sglang_0.5.11_low.log", baseline_tps=70)
+    assert codes(faster) == []  # measured faster than baseline: speculation pays despite 1.20
+
+
+# ---------------------------------------------------------------- presentation and CLI
+
+def test_figures_html_rich_and_dict():
+    from rich.console import Console
+
+    r = parse_log(DATA / "vllm_0.33.0_dead.log", baseline_tps=90)
+    titles = [f.layout.title.text for f in r.figures()]
+    assert titles == ["Acceptance over time (vllm)", "Per-position acceptance rate", "Throughput"]
+    assert r.figures()[0].data[0].x == (10.0, 20.0)  # seconds since the first timestamp
+    html = r._repr_html_()
+    assert "vllm-throughput" in html and "0.000, 0.000" in html
+    console = Console(record=True, width=160)
+    console.print(r)
+    assert "per-position" in console.export_text()
+    data = json.loads(json.dumps(r.to_dict()))
+    assert data["summary"]["mean_accept_len"] == 1.0 and len(data["series"]) == 4
+
+
+def test_cli_json_schema_and_exit_codes(capsys):
+    rc = main(["logs", str(DATA / "sglang_0.5.5_dead.log"), "--json", "--baseline-tps", "90"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 1
+    assert set(out) >= {"tool", "version", "checkpoint", "engine", "findings", "results"}
+    assert out["tool"] == "eagle3lens" and out["engine"] == "sglang"
+    assert [f["code"] for f in out["findings"]] == ["logs/zero-acceptance", "logs/speculation-slower"]
+    assert out["results"]["logs"]["inference"]["num_draft_tokens"] == 5
+    assert main(["logs", str(DATA / "sglang_0.5.23_healthy.log"), "--json"]) == 0
+    capsys.readouterr()
+    assert main(["logs", str(DATA / "no_decode.log")]) == 0
+    assert "nothing parsed" in capsys.readouterr().out
+
+
+def test_cli_options_and_bad_input(tmp_path, capsys):
+    assert main(["logs", str(DATA / "sglang_0.5.11_dead.log"), "--engine", "sglang==0.5.11",
+                 "--num-draft-tokens", "5", "--json", "--fail-on", "warning"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["engine"] == "sglang==0.5.11" and out["results"]["logs"]["inference"]["source"] == "option"
+    assert main(["logs", str(tmp_path / "missing.log")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "missing.log: no such log file" in err
+    assert main(["logs", str(DATA / "no_decode.log"), "--engine", "trtllm"]) == 2
+    with pytest.raises(SystemExit) as exc:
+        main(["logs", str(DATA / "no_decode.log"), "--num-draft-tokens", "0"])
+    assert exc.value.code == 2
+
+
+def test_demo_logs_give_zero_acceptance(demo_dir):
+    for name, engine in (("sglang.log", "sglang"), ("vllm.log", "vllm")):
+        r = parse_log(demo_dir / name)
+        assert r.engine == engine and r.unparsed_lines == 0
+        assert codes(r) == ["logs/zero-acceptance"]
