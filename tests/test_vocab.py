@@ -223,7 +223,7 @@ def test_head_copy_recovers_a_missing_mapping(target):
     result, repair = probe(300, 60, None, None, lm_head=head[ids], target=tgt)
     assert result.diagnosis == "vocab/d2t-missing" and result.repair == "from-head"
     assert torch.equal(repair.tensors["d2t"], d2t) and torch.equal(repair.tensors["t2d"], t2d)
-    assert "--target" in result.findings[0].fix
+    assert "plan_d2t_repair" in result.findings[0].fix and str(tgt.path) in result.findings[0].fix
     _, refused = probe(300, 60, None, None, lm_head=head[ids])  # no t2d, no target: nothing proves a mapping
     assert isinstance(refused, ConversionRefused)
 
@@ -317,3 +317,47 @@ def test_demo_variants(request, variant):
     else:  # the target's lm_head proves the repair, and it is the good drafter's mapping
         repair = plan_d2t_repair(Checkpoint.open(demo_dir / variant), target)
         assert torch.equal(repair.tensors["d2t"], Checkpoint.open(demo_dir / "speculators").read("d2t"))
+
+
+# -- end to end: eagle3lens convert --repair-d2t -----------------------------------------------
+def _files(path: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(path.iterdir()) if p.is_file()}
+
+
+@pytest.mark.parametrize("kind", ["double", "absolute", "missing"])
+def test_cli_repair_restores_the_original_mapping(tmp_path, capsys, kind):
+    d2t, t2d = build_mapping(spread(200), 50)
+    bad_d2t, bad_t2d = corrupt(kind, d2t, t2d, 200)
+    src = write_draft(tmp_path / "draft", 200, 50, bad_d2t, bad_t2d)
+    before = _files(src)
+    assert main(["convert", str(src), "--repair-d2t", str(tmp_path / "fixed"), "--json"]) == 0
+    fixed = Checkpoint.open(tmp_path / "fixed")
+    assert torch.equal(fixed.read("d2t"), d2t) and torch.equal(fixed.read("t2d"), t2d)
+    assert torch.equal(fixed.read("lm_head.weight"), Checkpoint.open(src).read("lm_head.weight"))
+    assert _files(src) == before  # source untouched
+    assert inspect_vocab(fixed).findings == ()
+    assert main(["convert", str(src), "--repair-d2t", "--in-place", "--json"]) == 0
+    assert _files(tmp_path / "draft.orig") == before  # backup kept, byte for byte
+    assert torch.equal(Checkpoint.open(src).read("d2t"), d2t)
+    capsys.readouterr()
+
+
+def test_cli_repair_refuses_ambiguous_evidence(tmp_path, capsys):
+    d2t, t2d = build_mapping(spread(200), 50)
+    bad_d2t, bad_t2d = corrupt("t2d", d2t, t2d, 200)  # d2t and t2d disagree, no target to decide
+    src = write_draft(tmp_path / "draft", 200, 50, bad_d2t, bad_t2d)
+    assert main(["convert", str(src), "--repair-d2t", str(tmp_path / "out")]) == 2
+    assert "no repair is proven" in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("variant", ["broken-d2t-double-subtracted", "broken-d2t-absolute"])
+def test_cli_repair_of_demo_variants(demo_dir, tmp_path, capsys, variant):
+    import shutil
+
+    src = Path(shutil.copytree(demo_dir / variant, tmp_path / variant))
+    assert main(["convert", str(src), "--repair-d2t", "--in-place", "--json"]) == 0
+    good = Checkpoint.open(demo_dir / "speculators")
+    assert torch.equal(Checkpoint.open(src).read("d2t"), good.read("d2t"))
+    assert _files(tmp_path / f"{variant}.orig") == _files(demo_dir / variant)
+    assert inspect_vocab(Checkpoint.open(src), target=Checkpoint.open(demo_dir / "target")).findings == ()
+    capsys.readouterr()

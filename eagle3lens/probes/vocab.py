@@ -228,8 +228,10 @@ def plan_d2t_repair(ckpt: Checkpoint, target: Checkpoint | None = None) -> D2tRe
         raise ConversionRefused(f"{ckpt.path}: the d2t/t2d mapping is already valid; nothing to repair")
     if result.repair is None:
         why = "; ".join(f.title for f in result.findings) or "no usable mapping"
+        hint = ("; a target whose lm_head rows the draft copies may prove one (plan_d2t_repair(ckpt, target))"
+                if target is None and head_key(ckpt) == "lm_head.weight" else "")
         raise ConversionRefused(f"{ckpt.path}: no repair is proven ({why}); "
-                                "rebuild the mapping from the training data's token counts")
+                                f"rebuild the mapping from the training data's token counts{hint}")
     chosen = result.candidate(result.repair)
     assert chosen is not None
     n, v = result.draft_vocab_size, result.vocab_size
@@ -524,8 +526,11 @@ class _Analysis:
         stored_valid = self.d2t is not None and invariant_breaks(self.d2t, self.v)["valid"]
         needs_target = (proof is not None and proof.matches_head and not proof.matches_t2d
                         and (proof.name == "from-head" or stored_valid))
-        extra = f" --target {self.target.path}" if needs_target and self.target is not None else ""
-        return f"eagle3lens convert {self.ckpt.path} --repair-d2t OUT{extra}"
+        if needs_target and self.target is not None:  # only the target's lm_head proves it: use the API
+            return (f"repair = plan_d2t_repair(Checkpoint.open({str(self.ckpt.path)!r}), "
+                    f"Checkpoint.open({str(self.target.path)!r})); "
+                    f"eagle3lens.convert.convert({str(self.ckpt.path)!r}, None, OUT, tensor_overrides=repair.tensors)")
+        return f"eagle3lens convert {self.ckpt.path} --repair-d2t OUT"
 
     def _finding_for(self, right: CandidateCheck, stored: CandidateCheck, t2d_default: bool, default: str | None) -> str:
         proof = " and ".join(p for p, ok in (("t2d", right.matches_t2d), ("the target lm_head rows", right.matches_head)) if ok)
