@@ -1,0 +1,158 @@
+"""simulate_load on tiny checkpoints in the layouts engines disagree about, and on the demo."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from _keys_helpers import DECODER, draft_tensors, sglang_config, speculators_config, write
+from eagle3lens.checkpoint import Checkpoint
+from eagle3lens.cli import main
+from eagle3lens.probes.keys import simulate_load
+
+SPEC_DECODER = {f"layers.0.{k}" for k in DECODER}
+
+
+def codes(result):
+    return {f.code: f.severity.value for f in result.findings}
+
+
+@pytest.fixture(scope="module")
+def speculators_ckpt(tmp_path_factory):
+    return Checkpoint.open(write(tmp_path_factory.mktemp("spec"), draft_tensors("layers.0."), speculators_config()))
+
+
+def test_speculators_under_sglang_0_5_11_drops_exactly_the_decoder(speculators_ckpt):
+    result = simulate_load(speculators_ckpt, "sglang==0.5.11")
+    assert set(result.dropped) == SPEC_DECODER
+    dropped = next(f for f in result.findings if f.code == "keys/dropped")
+    assert dropped.severity.value == "critical" and set(dropped.evidence["tensors"]) == SPEC_DECODER
+    fates = {f.key: f.fate for f in result.fates}
+    assert fates["fc.weight"] == fates["norm.weight"] == fates["lm_head.weight"] == "loaded"
+    assert fates["d2t"] == "converted" and fates["t2d"] == "skipped"
+    assert len(result.left_at_init) == 7 and all("midlayer" in p for p in result.left_at_init)
+    assert "eagle3lens convert" in dropped.fix and "sglang==0.5.11" in dropped.fix
+
+
+@pytest.mark.parametrize("engine", ["sglang==0.5.12", "sglang==0.5.23", "vllm==0.33.0", "speculators"])
+def test_speculators_layout_loads_fully_elsewhere(speculators_ckpt, engine):
+    result = simulate_load(speculators_ckpt, engine)
+    assert result.dropped == () and result.left_at_init == ()
+    assert not {"keys/dropped", "keys/raises", "keys/left-at-init", "keys/shape-mismatch"} & set(codes(result))
+
+
+def test_stacked_shards_are_named(speculators_ckpt):
+    result = simulate_load(speculators_ckpt, "vllm==0.33.0")
+    q = next(f for f in result.fates if f.key == "layers.0.self_attn.q_proj.weight")
+    assert (q.fate, q.param, q.shard) == ("loaded-shard", "model.layers.0.self_attn.qkv_proj.weight", "q")
+    d2t = next(f for f in result.fates if f.key == "d2t")
+    assert d2t.param == "draft_id_to_target_id"
+    assert result.mapping["fc.weight"] == "model.fc.weight"
+
+
+def test_model_prefixed_layout_raises_under_vllm(tmp_path):
+    tensors = {("model." + k if k.startswith("layers.") else k): v for k, v in draft_tensors("layers.0.").items()}
+    ckpt = Checkpoint.open(write(tmp_path, tensors, sglang_config()))
+    result = simulate_load(ckpt, "vllm==0.33.0")
+    raises = next(f for f in result.findings if f.code == "keys/raises")
+    assert raises.severity.value == "critical"
+    assert "There is no module or parameter named 'model' in LlamaModel" in raises.evidence["message"]
+    assert set(raises.evidence["tensors"]) == {f"model.layers.0.{k}" for k in DECODER}
+    # SGLang >= 0.5.12 loads the same keys, 0.5.11 drops them
+    assert simulate_load(ckpt, "sglang==0.5.12").dropped == ()
+    assert len(simulate_load(ckpt, "sglang==0.5.11").dropped) == 10
+
+
+def test_hand_renamed_keys_with_speculators_config(tmp_path):
+    """The incident's quick fix: keys renamed to midlayer.*, config left as speculators wrote it."""
+    tensors = {k.replace("layers.0.", "midlayer."): v for k, v in draft_tensors("layers.0.").items()}
+    ckpt = Checkpoint.open(write(tmp_path, tensors, speculators_config(ids=(3, 6, 8))))
+    result = simulate_load(ckpt, "sglang==0.5.11", num_target_layers=10)
+    assert result.dropped == () and result.left_at_init == ()
+    found = codes(result)
+    assert found["config/unrecognized"] == "critical"
+    assert found["config/aux-ids-ignored"] == "critical"  # default 2,5,7 differs from the trained 3,6,8
+
+
+def test_unknown_bias_silent_in_vllm_and_flag_ignored(tmp_path):
+    extra = {"fc.bias": torch.zeros(16, dtype=torch.bfloat16), "input_norm.weight": torch.ones(48, dtype=torch.bfloat16)}
+    ckpt = Checkpoint.open(write(tmp_path, draft_tensors("midlayer.", extra=extra), sglang_config()))
+    vllm = simulate_load(ckpt, "vllm==0.33.0")
+    fates = {f.key: f for f in vllm.fates}
+    assert fates["fc.bias"].fate == "dropped" and "bias" in fates["fc.bias"].reason
+    assert fates["input_norm.weight"].fate == "dropped" and "norm_before_fc" in fates["input_norm.weight"].reason
+    sglang = simulate_load(ckpt, "sglang==0.5.11")
+    flag = next(f for f in sglang.findings if f.code == "config/flag-ignored")
+    assert flag.evidence["flag"] == "norm_before_fc" and flag.severity.value == "critical"
+
+
+def test_norm_before_residual_ignored_by_sglang(tmp_path):
+    cfg = {**sglang_config(), "norm_before_residual": True}
+    ckpt = Checkpoint.open(write(tmp_path, draft_tensors("midlayer."), cfg))
+    assert any(f.code == "config/flag-ignored" and f.evidence["flag"] == "norm_before_residual"
+               for f in simulate_load(ckpt, "sglang==0.5.23").findings)
+    assert not any(f.code == "config/flag-ignored" for f in simulate_load(ckpt, "vllm==0.33.0").findings)
+
+
+def test_shape_mismatch_fc_width(tmp_path):
+    ckpt = Checkpoint.open(write(tmp_path, draft_tensors("midlayer.", n_aux=4), sglang_config()))
+    result = simulate_load(ckpt, "sglang==0.5.11")
+    mismatch = next(f for f in result.findings if f.code == "keys/shape-mismatch")
+    assert mismatch.evidence["tensors"]["fc.weight"] == {"checkpoint": [16, 64], "engine": [16, 48],
+                                                         "param": "model.fc.weight", "shard": None}
+
+
+def test_missing_d2t_and_shifted_ids(tmp_path):
+    tensors = {k: v for k, v in draft_tensors("midlayer.").items() if k not in ("d2t", "t2d")}
+    ckpt = Checkpoint.open(write(tmp_path, tensors, sglang_config(ids=(1, 4, 6))))
+    sglang = simulate_load(ckpt, "sglang==0.5.11", num_target_layers=10)
+    assert codes(sglang)["vocab/d2t-missing"] == "critical"
+    assert "config/aux-ids-shifted" not in codes(sglang)
+    vllm = simulate_load(ckpt, "vllm==0.33.0", num_target_layers=10)
+    assert codes(vllm)["config/aux-ids-shifted"] == "critical"  # nested SGLang ids read raw
+
+
+def test_sglang_refuses_two_layers(tmp_path):
+    cfg = sglang_config()
+    cfg["num_hidden_layers"] = 2
+    ckpt = Checkpoint.open(write(tmp_path, draft_tensors("midlayer."), cfg))
+    result = simulate_load(ckpt, "sglang==0.5.11")
+    assert any(f.code == "keys/raises" and "only supports 1 layer" in f.detail for f in result.findings)
+
+
+def test_result_renders_and_serialises(speculators_ckpt):
+    from rich.console import Console
+
+    result = simulate_load(speculators_ckpt, "sglang==0.5.11")
+    data = json.loads(json.dumps(result.to_dict()))
+    assert data["counts"]["dropped"] == 10
+    console = Console(record=True, width=160)
+    console.print(result)
+    text = console.export_text()
+    assert text.index("dropped") < text.index("loaded")
+    assert result.figures() and "<table>" in result._repr_html_()
+    state = result.loaded_state(speculators_ckpt)
+    assert "fc.weight" in state and "layers.0.mlp.down_proj.weight" not in state
+
+
+def test_cli_keys(speculators_ckpt, capsys):
+    assert main(["keys", str(speculators_ckpt.path), "--engine", "sglang==0.5.11", "--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["engine"] == "sglang==0.5.11" and data["results"]["keys"]["counts"]["dropped"] == 10
+    assert main(["keys", str(speculators_ckpt.path), "--engine", "vllm==0.33.0"]) == 0
+    assert main(["keys", str(speculators_ckpt.path), "--engine", "sglang==9.9"]) == 2
+    assert main(["engines", "--json"]) == 0
+    assert "sglang==0.5.11" in capsys.readouterr().out
+
+
+def test_demo(demo_dir):
+    spec = Checkpoint.open(demo_dir / "speculators")
+    result = simulate_load(spec, "sglang==0.5.11", num_target_layers=10)
+    assert {k.split(".", 2)[-1] for k in result.dropped} == set(DECODER)
+    for engine in ("sglang==0.5.12", "sglang==0.5.23", "vllm==0.33.0"):
+        assert simulate_load(spec, engine).dropped == ()
+    eagle = Checkpoint.open(demo_dir / "eagle")
+    assert simulate_load(eagle, "sglang==0.5.11").dropped == ()
+    assert any(f.code == "vocab/d2t-missing" for f in simulate_load(Checkpoint.open(demo_dir / "broken-d2t-missing"), "vllm").findings)
