@@ -14,6 +14,14 @@ sources):
 
 A metrics-looking line that yields nothing is counted as *unparsed* (with examples);
 other lines are *ignored*. Neither is ever fatal.
+
+Judging (accept len always counts the bonus token, so accepted drafts per step = len - 1):
+``logs/zero-acceptance`` when the mean accept len is <= 1.05; ``logs/low-acceptance`` when
+len - 1 is under half of what ``expected_accept_len`` promises, or speculation is measured
+slower than ``baseline_tps``, or (no baseline) len is under the break-even heuristic
+1 + 0.1·K; ``logs/speculation-slower`` when measured tok/s is under the baseline (critical
+under 0.5×). SGLang's accept rate changed meaning in 0.5.11, so the (len, rate) pairs are
+used to infer the formula era and K (FACTS.md §6.4).
 """
 
 from __future__ import annotations
@@ -504,8 +512,9 @@ def parse_log(path_or_text: str | os.PathLike[str], engine: str | None = None,
               expected_accept_len: float | None = None) -> LogResult:
     """Parse an SGLang or vLLM server log into series, a summary and acceptance findings.
 
-    ``engine`` (``sglang``, ``vllm``, optionally ``==VERSION``) restricts parsing to that engine and,
-    with a version, fixes SGLang's accept-rate formula; otherwise the engine is detected from the lines.
+    ``engine`` (``sglang``, ``vllm``, optionally ``==VERSION``) reads the log as that engine (other engines'
+    lines count as ignored) and, with a version, fixes SGLang's accept-rate formula; by default the engine
+    with most acceptance lines wins.
     ``num_draft_tokens`` is SGLang's ``--speculative-num-draft-tokens`` or vLLM's
     ``num_speculative_tokens``; ``baseline_tps`` the tok/s of the same server without speculation;
     ``expected_accept_len`` what the draft's training metrics promise (bonus token included).
