@@ -1,0 +1,127 @@
+"""convert: renames + config rewrite, verified, never touching the source; in-place with .orig; refusals."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+
+from _keys_helpers import draft_tensors, sglang_config, speculators_config, write
+from eagle3lens.checkpoint import Checkpoint
+from eagle3lens.cli import main
+from eagle3lens.convert import convert
+from eagle3lens.errors import CheckpointError, ConversionRefused
+from eagle3lens.probes.diff import diff
+from eagle3lens.probes.keys import simulate_load
+
+
+def _snapshot(path):
+    return {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in sorted(path.iterdir())}
+
+
+@pytest.fixture()
+def spec_dir(tmp_path):
+    d = write(tmp_path / "spec", draft_tensors("layers.0."), speculators_config(), shards=2)
+    (d / "tokenizer.json").write_text("{}")
+    return d
+
+
+def test_speculators_to_sglang_0_5_11_round_trip(spec_dir, tmp_path):
+    before = _snapshot(spec_dir)
+    result = convert(spec_dir, "sglang==0.5.11", tmp_path / "sg", progress=False)
+    assert _snapshot(spec_dir) == before  # source untouched
+    out = Checkpoint.open(tmp_path / "sg")
+    load = simulate_load(out, "sglang==0.5.11", num_target_layers=10)
+    assert load.dropped == () and load.left_at_init == () and load.recognised
+    assert not [f for f in load.findings if f.severity.value != "info"]
+    assert diff(Checkpoint.open(spec_dir), out).renames_only
+    cfg = json.loads((tmp_path / "sg" / "config.json").read_text())
+    assert cfg["architectures"] == ["LlamaForCausalLMEagle3"] and cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [1, 4, 6]
+    assert (tmp_path / "sg" / "model.safetensors.index.json").exists() and (tmp_path / "sg" / "tokenizer.json").exists()
+    assert len(result.renamed) == 10
+    convert(tmp_path / "sg", "speculators", tmp_path / "back", progress=False)
+    back = Checkpoint.open(tmp_path / "back")
+    rt = diff(Checkpoint.open(spec_dir), back)
+    assert rt.renames_only and rt.renamed == () and len(rt.identical) == len(back.tensors)
+    assert back.spec.aux_layer_ids == (2, 5, 7) and back.layout == "speculators"
+    assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]
+
+
+def test_in_place_keeps_backup_and_refuses_second(spec_dir):
+    original = {k: Checkpoint.open(spec_dir).read(k) for k in Checkpoint.open(spec_dir).tensors}
+    result = convert(spec_dir, "sglang==0.5.11", None, in_place=True, progress=False)
+    backup = spec_dir.with_name("spec.orig")
+    assert result.backup == str(backup) and backup.is_dir()
+    orig = Checkpoint.open(backup)
+    assert all(torch.equal(orig.read(k), v) for k, v in original.items())
+    assert Checkpoint.open(spec_dir).spec.decoder_prefix == "midlayer."
+    with pytest.raises(ConversionRefused, match="backup already exists"):
+        convert(spec_dir, "sglang==0.5.12", None, in_place=True, progress=False)
+
+
+def test_refuses_unfaithful_and_force(tmp_path):
+    cfg = {**speculators_config(), "norm_before_residual": True}
+    src = write(tmp_path / "nbr", draft_tensors("layers.0."), cfg)
+    with pytest.raises(ConversionRefused, match="norm_before_residual"):
+        convert(src, "sglang==0.5.11", tmp_path / "o", progress=False)
+    assert not (tmp_path / "o").exists()
+    convert(src, "sglang==0.5.11", tmp_path / "o", force=True, progress=False)
+    assert (tmp_path / "o" / "config.json").exists()
+    norm_src = write(tmp_path / "inorm", draft_tensors("layers.0.", extra={"input_norm.weight": torch.ones(48)}),
+                     speculators_config(norm_before_fc=True))
+    with pytest.raises(ConversionRefused, match="norm_before_fc"):
+        convert(norm_src, "sglang==0.5.12", tmp_path / "o2", progress=False)
+    convert(norm_src, "sglang==0.5.23", tmp_path / "o3", progress=False)
+    assert json.loads((tmp_path / "o3" / "config.json").read_text())["norm_before_fc"] is True
+
+
+def test_existing_out_is_never_overwritten(spec_dir, tmp_path):
+    (tmp_path / "taken").mkdir()
+    with pytest.raises(CheckpointError, match="already exists"):
+        convert(spec_dir, "sglang==0.5.11", tmp_path / "taken", progress=False)
+
+
+def test_sglang_to_vllm_moves_ids(tmp_path):
+    src = write(tmp_path / "sg", draft_tensors("midlayer."), sglang_config(ids=(1, 4, 6)))
+    convert(src, "vllm==0.33.0", tmp_path / "v", progress=False)
+    out = Checkpoint.open(tmp_path / "v")
+    assert out.config["eagle_aux_hidden_state_layer_ids"] == [2, 5, 7]
+    assert not [f for f in simulate_load(out, "vllm==0.33.0", num_target_layers=10).findings if f.severity.value != "info"]
+
+
+def test_overrides_change_only_those_bytes(spec_dir, tmp_path):
+    ckpt = Checkpoint.open(spec_dir)
+    new_d2t = ckpt.read("d2t") + 1
+    result = convert(spec_dir, None, tmp_path / "fixed", tensor_overrides={"d2t": new_d2t}, progress=False)
+    out = Checkpoint.open(tmp_path / "fixed")
+    assert result.overridden == ("d2t",) and torch.equal(out.read("d2t"), new_d2t)
+    d = diff(ckpt, out)
+    assert [c.name for c in d.changed] == ["d2t"] and not d.only_in_a and not d.renamed
+
+
+def test_cli_convert_and_repair_flag(spec_dir, tmp_path, capsys):
+    assert main(["convert", str(spec_dir), "--to", "sglang==0.5.11", str(tmp_path / "c"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["results"]["convert"]["verified"]["renames_only"] is True
+    assert main(["convert", str(spec_dir), "--to", "sglang==0.5.11", str(tmp_path / "c")]) == 2
+    assert main(["convert", str(spec_dir), "--repair-d2t", str(tmp_path / "r")]) == 2  # mapping already valid
+    assert "nothing to repair" in capsys.readouterr().err
+
+
+def test_demo_convert(demo_dir, tmp_path):
+    src = demo_dir / "speculators"
+    before = _snapshot(src)
+    convert(src, "sglang==0.5.11", tmp_path / "sg", progress=False)
+    assert _snapshot(src) == before
+    out = Checkpoint.open(tmp_path / "sg")
+    assert simulate_load(out, "sglang==0.5.11").dropped == ()
+    assert diff(Checkpoint.open(src), out).renames_only
+    convert(tmp_path / "sg", "speculators", tmp_path / "back", progress=False)
+    rt = diff(Checkpoint.open(src), Checkpoint.open(tmp_path / "back"))
+    assert rt.renames_only and rt.renamed == ()
+    fixed = tmp_path / "fixed"
+    assert main(["convert", str(demo_dir / "broken-d2t-double-subtracted"), "--repair-d2t", str(fixed)]) in (0, 1)
+    repaired = Checkpoint.open(fixed).read("d2t")
+    assert torch.equal(repaired, Checkpoint.open(src).read("d2t"))
+    assert os.path.isdir(demo_dir / "broken-d2t-double-subtracted")

@@ -1,0 +1,47 @@
+"""diff: renames found by content, value changes measured, names-only reads headers only."""
+
+from __future__ import annotations
+
+import torch
+
+from _keys_helpers import draft_tensors, speculators_config, write
+from eagle3lens.checkpoint import Checkpoint
+from eagle3lens.cli import main
+from eagle3lens.probes.diff import diff
+
+
+def test_renames_value_changes_and_layout(tmp_path):
+    base = draft_tensors("layers.0.")
+    other = {k.replace("layers.0.", "midlayer."): v.clone() for k, v in base.items()}
+    other["norm.weight"] = base["norm.weight"] + 0.5
+    other["fc.weight"] = base["fc.weight"].float()
+    del other["t2d"]
+    other["extra"] = torch.zeros(3)
+    a = Checkpoint.open(write(tmp_path / "a", base, speculators_config()))
+    b = Checkpoint.open(write(tmp_path / "b", other, speculators_config()))
+    result = diff(a, b)
+    assert len(result.renamed) == 10 and ("layers.0.mlp.up_proj.weight", "midlayer.mlp.up_proj.weight") in result.renamed
+    assert result.only_in_a == ("t2d",) and result.only_in_b == ("extra",)
+    assert [c.name for c in result.layout_changes] == ["fc.weight"]
+    (change,) = result.changed
+    assert change.name == "norm.weight" and abs(change.max_abs - 0.5) < 0.02 and change.n_diff == 16
+    assert set(result.identical) == {"d2t", "embed_tokens.weight", "lm_head.weight"}
+    assert not result.renames_only
+
+
+def test_renames_only_and_names_only(tmp_path):
+    base = draft_tensors("layers.0.")
+    a = Checkpoint.open(write(tmp_path / "a", base, speculators_config()))
+    b = Checkpoint.open(write(tmp_path / "b", {k.replace("layers.0.", "midlayer."): v for k, v in base.items()}, None, shards=2))
+    assert diff(a, b).renames_only
+    names = diff(a, b, names_only=True)
+    assert len(names.only_in_a) == 10 and names.unchecked and not names.renames_only
+
+
+def test_cli_diff(tmp_path, capsys):
+    base = draft_tensors("layers.0.")
+    a = write(tmp_path / "a", base, None)
+    b = write(tmp_path / "b", {**base, "norm.weight": base["norm.weight"] * 2}, None)
+    assert main(["diff", str(a), str(b), "--json"]) == 0
+    assert '"changed"' in capsys.readouterr().out
+    assert main(["diff", str(a), str(tmp_path / "missing")]) == 2
