@@ -13,6 +13,7 @@ Two sides share this module:
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import sys
@@ -86,16 +87,28 @@ def show_figure(fig: Any) -> None:
 
 
 def show(obj: Any) -> None:
-    """Display a probe result or report (its ``_repr_html_``) followed by its plotly figures."""
-    from IPython.display import display
+    """Display a probe result (``_repr_html_``, else its rich view) and its plotly figures.
+
+    A :class:`Report` shows its verdict and findings, then each probe's result under a heading.
+    """
+    from IPython.display import HTML, display
 
     from .render import figures_of
 
-    display(obj)
-    results = obj.results.values() if isinstance(obj, Report) else [obj]
-    for result in results:
-        for fig in figures_of(result):
-            show_figure(fig)
+    if isinstance(obj, Report):
+        display(obj)
+        for name, result in obj.results.items():
+            display(HTML(f"<h3>{html.escape(name)}</h3>"))
+            show(result)
+        return
+    if hasattr(obj, "_repr_html_") or not hasattr(obj, "__rich__"):
+        display(obj)
+    else:
+        from rich.console import Console
+
+        Console(force_jupyter=True, width=120).print(obj)
+    for fig in figures_of(obj):
+        show_figure(fig)
 
 
 def findings_of(*objs: Any) -> list[Finding]:
@@ -125,7 +138,7 @@ def findings_of(*objs: Any) -> list[Finding]:
     return out
 
 
-def record_findings(*objs: Any) -> list[Finding]:
+def record_findings(*objs: Any) -> None:
     """Store the findings of ``objs`` in the notebook as a JSON output eagle3lens reads back."""
     from IPython.display import display
 
@@ -135,7 +148,6 @@ def record_findings(*objs: Any) -> list[Finding]:
     summary = verdict(Report(checkpoint={}, findings=findings))
     display({FINDINGS_MIME: {"findings": [f.to_dict() for f in findings]},
              "text/plain": f"eagle3lens findings: {summary}"}, raw=True)
-    return findings
 
 
 def default_demo_dir() -> Path:
@@ -255,8 +267,9 @@ def run_notebook(name_or_path: str | Path, parameters: Mapping[str, Any] | None,
     findings_json = out / f"{source.stem}.findings.json"
     start = time.perf_counter()
     try:
-        # The kernel inherits this environment: plotly emits text/html with plotly.js inlined.
-        with _environ(PLOTLY_RENDERER="notebook"):
+        # The kernel inherits this environment: plotly emits text/html with plotly.js inlined, and
+        # no progress-bar widgets (transformers' weight loading) clutter the report.
+        with _environ(PLOTLY_RENDERER="notebook", HF_HUB_DISABLE_PROGRESS_BARS="1"):
             papermill.execute_notebook(str(source), str(executed), parameters=parameters,
                                        kernel_name=kernel_name, progress_bar=progress,
                                        cwd=str(source.parent), execution_timeout=timeout)

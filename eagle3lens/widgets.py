@@ -28,10 +28,16 @@ def log_file(value: str | Path = "") -> widgets.Text:
     return checkpoint_path(value, description="log file")
 
 
-def engine_dropdown(options: Sequence[str], value: str | None = None) -> widgets.Dropdown:
-    """Engine and version (``sglang==0.5.11``...)."""
+def engine_dropdown(value: str | None = None, options: Sequence[str] | None = None) -> widgets.Dropdown:
+    """Engine and version (``sglang==0.5.11``...); options default to every known engine profile."""
+    if options is None:
+        from .engines import all_profiles
+
+        options = [p.spec for p in all_profiles()]
     options = list(options)
-    return widgets.Dropdown(options=options, value=value if value in options else options[0], description="engine")
+    if value and value not in options:
+        options.insert(0, value)
+    return widgets.Dropdown(options=options, value=value or options[0], description="engine")
 
 
 def tensor_names(checkpoint: str | Path) -> list[str]:
