@@ -1,0 +1,215 @@
+"""The reference draft module against a plain, independent computation; fc gates; layout loading."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from eagle3lens.checkpoint import Checkpoint
+from eagle3lens.draft import DraftConfig, Eagle3Draft, canonical_key, map_to_target
+from eagle3lens.errors import CheckpointError
+
+
+def plain_draft(W: dict[str, torch.Tensor], ids: torch.Tensor, feature: torch.Tensor, *, heads: int, kv_heads: int,
+                eps: float = 1e-6, theta: float = 10000.0, apply_fc: bool = True, norm_before_residual: bool = False,
+                norm_before_fc: bool = False, fc_norm: int = 0, norm_output: bool = False):
+    """EAGLE-3 step written out by hand: (logits, state fed forward)."""
+    def rms(x, w):
+        return w * (x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps))
+
+    L = "layers.0."
+    g = feature
+    if apply_fc:
+        if norm_before_fc:
+            g = rms(g, W["input_norm.weight"])
+        if fc_norm:
+            width = g.shape[-1] // fc_norm
+            g = torch.cat([rms(g[..., j * width:(j + 1) * width], W[f"fc_norm.{j}.weight"]) for j in range(fc_norm)], -1)
+        g = g @ W["fc.weight"].T
+    e = W["embed_tokens.weight"][ids]
+    xe, xh = rms(e, W[L + "input_layernorm.weight"]), rms(g, W[L + "hidden_norm.weight"])
+    x = torch.cat([xe, xh], -1)
+    B, T, _ = x.shape
+    q = (x @ W[L + "self_attn.q_proj.weight"].T).view(B, T, heads, -1)
+    k = (x @ W[L + "self_attn.k_proj.weight"].T).view(B, T, kv_heads, -1)
+    v = (x @ W[L + "self_attn.v_proj.weight"].T).view(B, T, kv_heads, -1)
+    d = q.shape[-1]
+    half = d // 2
+    freq = theta ** (-torch.arange(half, dtype=torch.float32) * 2 / d)
+    angle = torch.arange(T, dtype=torch.float32)[:, None] * freq  # [T, d/2]
+    cos, sin = angle.cos()[None, :, None, :], angle.sin()[None, :, None, :]
+
+    def rotate(t):  # pair (j, j + d/2) rotated by angle j
+        a, b = t[..., :half], t[..., half:]
+        return torch.cat([a * cos - b * sin, b * cos + a * sin], -1)
+
+    q, k = rotate(q), rotate(k)
+    out = torch.zeros(B, T, heads, d)
+    for h in range(heads):
+        kv = h // (heads // kv_heads)
+        scores = q[:, :, h] @ k[:, :, kv].transpose(1, 2) / math.sqrt(d)  # [B, T, T]
+        scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+        out[:, :, h] = scores.softmax(-1) @ v[:, :, kv]
+    attn = out.reshape(B, T, heads * d) @ W[L + "self_attn.o_proj.weight"].T
+    h = attn + (xh if norm_before_residual else g)
+    m = rms(h, W[L + "post_attention_layernorm.weight"])
+    gate, up = m @ W[L + "mlp.gate_proj.weight"].T, m @ W[L + "mlp.up_proj.weight"].T
+    h = h + (torch.nn.functional.silu(gate) * up) @ W[L + "mlp.down_proj.weight"].T
+    n = rms(h, W["norm.weight"])
+    return n @ W["lm_head.weight"].T, (n if norm_output else h)
+
+
+def inputs(B: int = 2, T: int = 7, width: int = 192, vocab: int = 2048, seed: int = 0):
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(0, vocab, (B, T), generator=gen), torch.randn(B, T, width, generator=gen)
+
+
+@pytest.fixture(scope="module")
+def demo_draft(demo_dir: Path) -> tuple[Eagle3Draft, dict[str, torch.Tensor]]:
+    return (Eagle3Draft.from_checkpoint(Checkpoint.open(demo_dir / "speculators")),
+            load_file(str(demo_dir / "speculators" / "model.safetensors")))
+
+
+def test_logits_match_plain_computation_on_demo_weights(demo_draft) -> None:
+    draft, W = demo_draft
+    ids, aux = inputs()
+    with torch.no_grad():
+        out = draft(ids, aux)
+    logits, state = plain_draft(W, ids, aux, heads=4, kv_heads=2)
+    assert out.fc_applied and out.logits.shape == (2, 7, 512) and out.hidden_out.shape == (2, 7, 64)
+    torch.testing.assert_close(out.logits, logits, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(out.hidden_out, state, rtol=1e-4, atol=1e-5)
+
+
+def test_explicit_positions_shift_rope(demo_draft) -> None:
+    draft, _ = demo_draft
+    ids, aux = inputs(B=1, T=5)
+    with torch.no_grad():
+        base = draft(ids, aux).logits
+        same = draft(ids, aux, position_ids=torch.arange(5)[None]).logits
+        shifted = draft(ids, aux, position_ids=torch.arange(3, 8)[None]).logits
+    torch.testing.assert_close(base, same)
+    torch.testing.assert_close(base, shifted, rtol=1e-4, atol=1e-5)  # RoPE: only relative positions matter
+    assert not torch.equal(base[0, 1:], draft(ids, aux, position_ids=torch.tensor([[0, 9, 1, 7, 2]])).logits[0, 1:].detach())
+
+
+def test_fc_gates(demo_draft) -> None:
+    draft, W = demo_draft
+    ids, single = inputs(width=64)  # an H-wide state: one target layer instead of three
+    with torch.no_grad():
+        skipped = draft(ids, single, fc_gate="width-differs")
+        aux_ids, aux = inputs()
+        applied = draft(aux_ids, aux, fc_gate="width-differs")
+    assert not skipped.fc_applied and applied.fc_applied  # SGLang: silent bypass on H-wide input
+    logits, _ = plain_draft(W, ids, single, heads=4, kv_heads=2, apply_fc=False)
+    torch.testing.assert_close(skipped.logits, logits, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(applied.logits, draft(aux_ids, aux).logits.detach())
+    with pytest.raises(AssertionError, match="192"):  # vLLM: loud
+        draft(ids, single, fc_gate="always-assert")
+    with pytest.raises(RuntimeError):  # EAGLE / speculators: fc on the wrong width fails in the matmul
+        draft(ids, single, fc_gate="always")
+    with pytest.raises(ValueError, match="fc_gate"):
+        draft(ids, single, fc_gate="sometimes")
+
+
+def test_eagle_and_speculators_layouts_load_identically(demo_dir: Path, demo_draft) -> None:
+    spec_draft, W = demo_draft
+    eagle = Eagle3Draft.from_checkpoint(Checkpoint.open(demo_dir / "eagle"), embed_tokens=W["embed_tokens.weight"])
+    assert eagle.cfg == spec_draft.cfg
+    a, b = spec_draft.state_dict(), eagle.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    no_embed = Eagle3Draft.from_checkpoint(Checkpoint.open(demo_dir / "eagle"))
+    assert torch.isnan(no_embed.embed_tokens.weight).all()  # never silently random
+
+
+def test_model_prefixed_eagle_keys_load(demo_dir: Path, tmp_path: Path, demo_draft) -> None:
+    spec_draft, W = demo_draft
+    src = demo_dir / "eagle"
+    tensors = {("model." + k if not k.startswith("lm_head") else k): v
+               for k, v in load_file(str(src / "model.safetensors")).items()}
+    save_file(tensors, str(tmp_path / "model.safetensors"))
+    (tmp_path / "config.json").write_text((src / "config.json").read_text())
+    ckpt = Checkpoint.open(tmp_path)
+    assert ckpt.spec.decoder_prefix == "model.midlayer."
+    loaded = Eagle3Draft.from_checkpoint(ckpt, embed_tokens=W["embed_tokens.weight"])
+    assert all(torch.equal(v, spec_draft.state_dict()[k]) for k, v in loaded.state_dict().items())
+
+
+def test_missing_d2t_loads_as_identity_and_bad_shapes_raise(demo_dir: Path, tmp_path: Path) -> None:
+    draft = Eagle3Draft.from_checkpoint(Checkpoint.open(demo_dir / "broken-d2t-missing"))
+    assert torch.equal(map_to_target(torch.arange(512), draft.d2t), torch.arange(512))
+    tensors = load_file(str(demo_dir / "speculators" / "model.safetensors"))
+    tensors["fc.weight"] = tensors["fc.weight"][:, :128].contiguous()  # two aux states wide
+    config = json.loads((demo_dir / "speculators" / "config.json").read_text())
+    config["target_hidden_size"] = 48  # fc width 128 is no multiple of it: declared 3 aux states
+    save_file(tensors, str(tmp_path / "model.safetensors"))
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match="fc.weight"):
+        Eagle3Draft.from_checkpoint(Checkpoint.open(tmp_path))
+    tensors = load_file(str(demo_dir / "speculators" / "model.safetensors"))
+    tensors["layers.0.self_attn.q_norm.weight"] = torch.ones(16)  # a key the module has no place for
+    save_file(tensors, str(tmp_path / "model.safetensors"))
+    (tmp_path / "config.json").write_text((demo_dir / "speculators" / "config.json").read_text())
+    with pytest.raises(CheckpointError, match="q_norm"):
+        Eagle3Draft.from_checkpoint(Checkpoint.open(tmp_path))
+
+
+def test_option_flags_round_trip(tmp_path: Path) -> None:
+    cfg = DraftConfig(hidden=32, target_hidden=24, num_aux=3, intermediate=48, heads=4, kv_heads=1, head_dim=8,
+                      draft_vocab=40, vocab=100, rope_theta=500.0, norm_before_residual=True, fc_norm=True,
+                      norm_output=True)
+    torch.manual_seed(0)
+    draft = Eagle3Draft(cfg)
+    with torch.no_grad():  # non-trivial norm weights, so a skipped norm would show
+        for name, p in draft.named_parameters():
+            if p.dim() == 1:
+                p.uniform_(0.5, 1.5)
+    state = {k: v.contiguous() for k, v in draft.state_dict().items()}
+    save_file(state, str(tmp_path / "model.safetensors"))
+    config = {"architectures": ["Eagle3Speculator"], "speculators_model_type": "eagle3", "draft_vocab_size": 40,
+              "norm_before_residual": True, "norm_before_fc": False, "fc_norm": True, "norm_output": True,
+              "target_hidden_size": 24, "eagle_aux_hidden_state_layer_ids": [1, 2, 3],
+              "transformer_layer_config": {"model_type": "llama", "hidden_size": 32, "intermediate_size": 48,
+                                           "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 8,
+                                           "num_hidden_layers": 1, "vocab_size": 100, "rms_norm_eps": 1e-6,
+                                           "rope_theta": 500.0}}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    loaded = Eagle3Draft.from_checkpoint(Checkpoint.open(tmp_path))
+    assert loaded.cfg == cfg
+    ids, aux = inputs(T=6, width=72, vocab=100)
+    with torch.no_grad():
+        out = loaded(ids, aux)
+    logits, state_out = plain_draft(state, ids, aux, heads=4, kv_heads=1, theta=500.0, norm_before_residual=True,
+                                    fc_norm=3, norm_output=True)
+    torch.testing.assert_close(out.logits, logits, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(out.hidden_out, state_out, rtol=1e-4, atol=1e-5)
+
+    norm_cfg = DraftConfig(**{**cfg.__dict__, "fc_norm": False, "norm_before_fc": True})
+    normed = Eagle3Draft(norm_cfg)
+    with torch.no_grad():
+        normed.input_norm.weight.uniform_(0.5, 1.5)
+        out = normed(ids, aux)
+    W = {k: v for k, v in normed.state_dict().items()}
+    logits, _ = plain_draft(W, ids, aux, heads=4, kv_heads=1, theta=500.0, norm_before_residual=True,
+                            norm_before_fc=True, norm_output=True)
+    torch.testing.assert_close(out.logits, logits, rtol=1e-4, atol=1e-5)
+
+
+def test_names_and_mapping() -> None:
+    assert canonical_key("midlayer.mlp.up_proj.weight") == "layers.0.mlp.up_proj.weight"
+    assert canonical_key("model.midlayer.hidden_norm.weight") == "layers.0.hidden_norm.weight"
+    assert canonical_key("model.layers.0.self_attn.q_proj.weight") == "layers.0.self_attn.q_proj.weight"
+    assert canonical_key("fc.weight") == "fc.weight"
+    d2t = torch.tensor([0, 0, 3, 5])
+    assert map_to_target(torch.tensor([[0, 1, 2, 3]]), d2t).tolist() == [[0, 1, 5, 8]]
+    cfg = DraftConfig(hidden=16, target_hidden=16, num_aux=3, intermediate=32, heads=2, kv_heads=2, head_dim=8,
+                      draft_vocab=10, vocab=20)
+    names = set(Eagle3Draft(cfg).state_dict())
+    assert {"fc.weight", "norm.weight", "lm_head.weight", "embed_tokens.weight", "d2t", "t2d",
+            "layers.0.self_attn.q_proj.weight", "layers.0.hidden_norm.weight"} <= names
+    assert not any(n.startswith(("input_norm", "fc_norm")) for n in names)
