@@ -10,6 +10,7 @@ overridden tensors), then renamed into place. ``in_place`` keeps the original as
 from __future__ import annotations
 
 import json
+import os
 import re
 import struct
 import sys
@@ -306,9 +307,31 @@ def _write_file(ckpt: Checkpoint, keys: list[str], names: dict[str, str], overri
                 fh.write(data)
                 bar.update(len(data))
                 continue
-            for chunk in ckpt.iter_chunks(key, CHUNK):
-                fh.write(chunk)
-                bar.update(len(chunk))
+            _copy_tensor(ckpt, key, fh)
+            bar.update(ckpt.tensors[key].nbytes)
+
+
+def _copy_tensor(ckpt: Checkpoint, key: str, fh: Any) -> None:
+    """Copy one tensor's byte range: in-kernel (copy_file_range) when possible, else in 16 MiB chunks."""
+    info = ckpt.tensors[key]
+    fh.flush()
+    start = fh.tell()
+    if info.begin is not None and hasattr(os, "copy_file_range"):
+        try:
+            with open(info.file, "rb", buffering=0) as src:
+                done = 0
+                while done < info.nbytes:
+                    n = os.copy_file_range(src.fileno(), fh.fileno(), min(info.nbytes - done, 1 << 30), info.begin + done)
+                    if n <= 0:
+                        raise OSError("copy_file_range made no progress")
+                    done += n
+            fh.seek(start + info.nbytes)
+            return
+        except OSError:  # another filesystem or an old kernel: fall back to plain reads
+            fh.seek(start)
+            fh.truncate()
+    for chunk in ckpt.iter_chunks(key, CHUNK):
+        fh.write(chunk)
 
 
 def _tensor_bytes(tensor: Any) -> memoryview:

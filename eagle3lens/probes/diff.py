@@ -71,13 +71,15 @@ def diff(a: Checkpoint, b: Checkpoint, values: bool = True, names_only: bool = F
     pairs = dict(pairs) if pairs is not None else {n: n for n in a.tensors if n in b.tensors}
     pairs = {x: y for x, y in pairs.items() if x in a.tensors and y in b.tensors}
     layout, changed, identical, renamed, unchecked = [], [], [], [], []
+    largest = max((a.tensors[x].nbytes for x in pairs), default=0)
+    buffers = (bytearray(min(CHUNK, largest)), bytearray(min(CHUNK, largest))) if not names_only else (bytearray(), bytearray())
     for x, y in pairs.items():
         ta, tb = a.tensors[x], b.tensors[y]
         if (ta.dtype, ta.shape) != (tb.dtype, tb.shape):
             layout.append(LayoutChange(x, f"{ta.dtype}{list(ta.shape)}", f"{tb.dtype}{list(tb.shape)}"))
         elif names_only:
             (unchecked if x == y else renamed).append(x if x == y else (x, y))
-        elif _same_bytes(a, x, b, y):
+        elif _same_bytes(a, x, b, y, buffers):
             (identical if x == y else renamed).append(x if x == y else (x, y))
         else:
             changed.append(_value_change(a, x, b, y) if values else ValueChange(x, y, float("nan"), float("nan"), -1))
@@ -114,17 +116,17 @@ def _key(ckpt: Checkpoint, name: str) -> tuple:
     return info.dtype, info.shape, digest(ckpt, name)
 
 
-def _same_bytes(a: Checkpoint, x: str, b: Checkpoint, y: str) -> bool:
-    ia, ib = a.tensors[x], b.tensors[y]
-    if ia.nbytes != ib.nbytes:
+def _same_bytes(a: Checkpoint, x: str, b: Checkpoint, y: str, buffers: tuple[bytearray, bytearray]) -> bool:
+    """Byte-for-byte comparison in chunks (bytearray == is a memcmp; memoryview == is element-wise and slow)."""
+    size = a.tensors[x].nbytes
+    if size != b.tensors[y].nbytes:
         return False
-    buf_b = bytearray(min(CHUNK, ib.nbytes))
-    start = 0
-    for chunk in a.iter_chunks(x, CHUNK):
-        other = b.read_bytes(y, start, start + len(chunk), out=buf_b)
-        if chunk != other:
+    buf_a, buf_b = buffers
+    for start in range(0, size, CHUNK):
+        n = len(a.read_bytes(x, start, start + CHUNK, out=buf_a))
+        b.read_bytes(y, start, start + CHUNK, out=buf_b)
+        if (buf_a if n == CHUNK else buf_a[:n]) != (buf_b if n == CHUNK else buf_b[:n]):
             return False
-        start += len(chunk)
     return True
 
 

@@ -1,0 +1,80 @@
+"""Full-size EAGLE-3 drafts for benchmarks, written as sparse files (headers real, bytes holes or filler).
+
+Kimi-K2.5 numbers from FACTS.md: hidden 7168, V 163840, N 32000, fc 21504 -> 7168, bf16. Head counts and
+intermediate size are not in the notes: 56 heads x 128, 8 KV heads, intermediate 18432 are assumed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from pathlib import Path
+
+KIMI = dict(hidden=7168, vocab=163840, draft_vocab=32000, n_aux=3, heads=56, kv_heads=8, head_dim=128, intermediate=18432)
+
+
+def draft_shapes(hidden: int, vocab: int, draft_vocab: int, n_aux: int, heads: int, kv_heads: int, head_dim: int,
+                 intermediate: int, with_embed: bool = True) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """Speculators-layout tensor table: name -> (dtype, shape)."""
+    H, P = hidden, "layers.0."
+    t = {
+        P + "self_attn.q_proj.weight": ("BF16", (heads * head_dim, 2 * H)),
+        P + "self_attn.k_proj.weight": ("BF16", (kv_heads * head_dim, 2 * H)),
+        P + "self_attn.v_proj.weight": ("BF16", (kv_heads * head_dim, 2 * H)),
+        P + "self_attn.o_proj.weight": ("BF16", (H, heads * head_dim)),
+        P + "mlp.gate_proj.weight": ("BF16", (intermediate, H)),
+        P + "mlp.up_proj.weight": ("BF16", (intermediate, H)),
+        P + "mlp.down_proj.weight": ("BF16", (H, intermediate)),
+        P + "input_layernorm.weight": ("BF16", (H,)), P + "hidden_norm.weight": ("BF16", (H,)),
+        P + "post_attention_layernorm.weight": ("BF16", (H,)),
+        "fc.weight": ("BF16", (H, n_aux * H)), "norm.weight": ("BF16", (H,)),
+        "lm_head.weight": ("BF16", (draft_vocab, H)), "d2t": ("I64", (draft_vocab,)), "t2d": ("BOOL", (vocab,)),
+    }
+    if with_embed:
+        t["embed_tokens.weight"] = ("BF16", (vocab, H))
+    return t
+
+
+BYTES = {"BF16": 2, "I64": 8, "BOOL": 1}
+
+
+def make_sparse_draft(dir: str | Path, hidden: int = 7168, vocab: int = 163840, draft_vocab: int = 32000, n_aux: int = 3,
+                      heads: int = 56, kv_heads: int = 8, head_dim: int = 128, intermediate: int = 18432,
+                      with_embed: bool = True, fill: bool = False, ids: tuple[int, ...] = (2, 30, 58)) -> Path:
+    """Write ``dir/model.safetensors`` + a speculators ``config.json``; ``fill`` writes real (pseudo-random) bytes."""
+    dir = Path(dir)
+    dir.mkdir(parents=True, exist_ok=True)
+    shapes = draft_shapes(hidden, vocab, draft_vocab, n_aux, heads, kv_heads, head_dim, intermediate, with_embed)
+    header, offset = {"__metadata__": {"format": "pt"}}, 0
+    for name, (dtype, shape) in shapes.items():
+        size = BYTES[dtype]
+        for d in shape:
+            size *= d
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + size]}
+        offset += size
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)
+    path = dir / "model.safetensors"
+    with open(path, "wb") as fh:
+        fh.write(struct.pack("<Q", len(raw)) + raw)
+        if fill:
+            block = os.urandom(16 << 20)
+            left = offset
+            while left:
+                n = min(left, len(block))
+                fh.write(block[:n])
+                left -= n
+        else:
+            fh.truncate(8 + len(raw) + offset)
+    layer = {"model_type": "llama", "hidden_size": hidden, "intermediate_size": intermediate, "num_attention_heads": heads,
+             "num_key_value_heads": kv_heads, "head_dim": head_dim, "num_hidden_layers": 1, "vocab_size": vocab,
+             "rms_norm_eps": 1e-5, "hidden_act": "silu", "tie_word_embeddings": False}
+    config = {"architectures": ["Eagle3DraftModel"], "speculators_model_type": "eagle3", "draft_vocab_size": draft_vocab,
+              "eagle_aux_hidden_state_layer_ids": list(ids), "norm_before_residual": False, "target_hidden_size": None,
+              "speculators_config": {"algorithm": "eagle3", "default_proposal_method": "greedy",
+                                     "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 3}],
+                                     "verifier": {"name_or_path": None, "architectures": ["DeepseekV3ForCausalLM"]}},
+              "transformer_layer_config": layer}
+    (dir / "config.json").write_text(json.dumps(config, indent=2))
+    return dir

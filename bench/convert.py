@@ -1,0 +1,60 @@
+"""Benchmark: ``convert`` of a ~2 GB draft vs a plain copy of the same bytes; peak RSS of convert.
+
+    .venv/bin/python bench/convert.py            # ~1.9 GB Kimi-K2.5 draft without embeddings
+    .venv/bin/python bench/convert.py --small    # quick check (~0.2 GB)
+
+Baseline (named "copy"): ``shutil.copytree`` of the checkpoint directory. convert streams tensor bytes
+into the new file, then verifies (simulated load + byte-for-byte comparison of every tensor with its
+source). Each runs in a subprocess under ``/usr/bin/time -v``; its "Maximum resident set size" is the
+peak RSS. Targets: convert / copy <= 2.0x wall time, convert peak RSS <= 300 MB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _fullsize import make_sparse_draft  # noqa: E402
+
+COPY = "import shutil, sys, time; t=time.perf_counter(); shutil.copytree(sys.argv[1], sys.argv[2]); print('WALL', time.perf_counter()-t)"
+CONVERT = ("import sys, time; from eagle3lens.convert import convert; t=time.perf_counter(); "
+           "convert(sys.argv[1], 'sglang==0.5.11', sys.argv[2], progress=False); print('WALL', time.perf_counter()-t)")
+
+
+def run(code: str, src: Path, dst: Path) -> tuple[float, float]:
+    proc = subprocess.run(["/usr/bin/time", "-v", sys.executable, "-c", code, str(src), str(dst)],
+                          capture_output=True, text=True, check=True)
+    wall = float(re.search(r"WALL ([0-9.]+)", proc.stdout).group(1))
+    rss_kb = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", proc.stderr).group(1))
+    return wall, rss_kb / 1024
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--small", action="store_true")
+    args = ap.parse_args()
+    dims = dict(hidden=2048, vocab=32000, draft_vocab=8000, heads=16, kv_heads=4, head_dim=128, intermediate=5632) if args.small else {}
+    with tempfile.TemporaryDirectory(dir="/tmp") as tmp:
+        src = make_sparse_draft(Path(tmp) / "src", with_embed=False, fill=True, **dims)
+        size = (src / "model.safetensors").stat().st_size / 1e9
+        run(COPY, src, Path(tmp) / "warm")  # page cache warm for both contenders
+        shutil.rmtree(Path(tmp) / "warm")
+        copy_wall, copy_rss = run(COPY, src, Path(tmp) / "copy")
+        shutil.rmtree(Path(tmp) / "copy")
+        conv_wall, conv_rss = run(CONVERT, src, Path(tmp) / "conv")
+    print(f"draft: {size:.2f} GB")
+    print(f"copy (baseline): {copy_wall:.2f} s, peak RSS {copy_rss:.0f} MB")
+    print(f"convert (write + verify): {conv_wall:.2f} s, peak RSS {conv_rss:.0f} MB")
+    ratio = conv_wall / copy_wall
+    print(f"time ratio convert/copy = {ratio:.2f} (target <= 2.0) -> {'PASS' if ratio <= 2.0 else 'FAIL'}")
+    print(f"peak RSS {conv_rss:.0f} MB (target <= 300) -> {'PASS' if conv_rss <= 300 else 'FAIL'}")
+
+
+if __name__ == "__main__":
+    main()
