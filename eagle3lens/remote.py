@@ -1,0 +1,644 @@
+"""Run a walkthrough notebook on GPU hosts over SSH and bring the results home.
+
+For each host (in parallel): connect (``remote_ssh``), pre-flight the remote interpreter
+(Python, eagle3lens, papermill, GPU, free disk) while creating a private run directory there,
+upload the notebook, a parameters JSON file and the supervisor script by SFTP, then run
+``PY remote_supervisor.py RUN_DIR TIMEOUT -- PY -m eagle3lens notebook NB --params-file P --out RUN_DIR/out``.
+Every word of that line is ``shlex.quote``d and parameters only travel in the file. Progress lines
+stream to the caller; the executed notebook is fetched as it grows, and everything in the remote
+``out`` directory is fetched at the end into ``OUT/<host>/``. On timeout, interrupt or a dropped
+connection the remote process group is killed and the last cell that ran is named. The run
+directory is removed afterwards. Nothing about keys, agents or local config paths is written out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import select
+import shlex
+import stat
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from . import __version__
+from .errors import UsageError
+from .findings import Finding, Severity, to_jsonable
+from .remote_ssh import RemoteError, SshConnection, SshTarget, connect, load_ssh_config, resolve_host
+
+Progress = Callable[[str, str], None]
+
+MIN_FREE_BYTES = 200 * 1024 * 1024
+REFRESH_S = 2.0  # how often a growing executed notebook is fetched during the run
+LOCAL_GRACE_S = 15.0  # the remote supervisor enforces --timeout; the local side steps in after this grace
+SUPERVISOR = Path(__file__).with_name("remote_supervisor.py")
+EXIT_TIMEOUT, EXIT_KILLED, EXIT_DISCONNECTED = 124, 143, 129
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_TQDM = re.compile(r"Executing:.*?\|\s*(\d+)/(\d+)\s*\[")
+
+# Runs on the remote host as ``PY -c PREFLIGHT WORKDIR``: versions, GPU, free disk, then a private run dir.
+PREFLIGHT = r"""
+import json, os, platform, shutil, subprocess, sys, tempfile
+from importlib import metadata
+def version(name):
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+workdir = sys.argv[1] or tempfile.gettempdir()
+out = {"python": platform.python_version(), "executable": sys.executable, "workdir": workdir,
+       "eagle3lens": version("eagle3lens"), "papermill": version("papermill"), "gpu": None, "gpu_source": None}
+try:
+    out["free_bytes"] = shutil.disk_usage(workdir).free
+except OSError as exc:
+    out["free_bytes"] = None
+    out["workdir_error"] = exc.strerror or str(exc)
+smi = shutil.which("nvidia-smi")
+if smi:
+    try:
+        lines = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30).stdout.splitlines()
+        out["gpu"], out["gpu_source"] = [l.strip() for l in lines if l.startswith("GPU ")], "nvidia-smi"
+    except (OSError, subprocess.SubprocessError):
+        pass
+elif version("torch") and any(os.path.exists(p) for p in ("/dev/nvidia0", "/dev/kfd")):
+    import torch
+    out["gpu"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    out["gpu_source"] = "torch.cuda"
+if out["eagle3lens"] and out["papermill"] and (out["free_bytes"] or 0) >= int(sys.argv[2]):
+    out["run_dir"] = tempfile.mkdtemp(prefix="eagle3lens-run-", dir=workdir)
+print(json.dumps(out))
+"""
+_RMTREE = "import shutil, sys; shutil.rmtree(sys.argv[1], ignore_errors=True)"
+
+
+@dataclass(frozen=True)
+class Preflight:
+    """What the remote interpreter offers; ``problems`` stop the run, ``notes`` do not."""
+
+    python: str = ""
+    executable: str = ""
+    eagle3lens: str | None = None
+    papermill: str | None = None
+    gpus: tuple[str, ...] = ()
+    gpu_source: str | None = None
+    workdir: str = ""
+    free_bytes: int | None = None
+    problems: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_jsonable(self.__dict__)
+
+
+@dataclass(frozen=True)
+class HostRun:
+    """The outcome on one host. ``status``: ok, failed, timeout, interrupted, disconnected or refused."""
+
+    host: str
+    status: str
+    out_dir: Path | None = None
+    exit_code: int | None = None
+    error: str | None = None
+    last_cell: str | None = None
+    files: tuple[str, ...] = ()
+    findings: tuple[Finding, ...] = ()
+    preflight: Preflight | None = None
+    remote_dir: str | None = None
+    remote_dir_removed: bool = False
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "host": self.host, "status": self.status, "exit_code": self.exit_code, "error": self.error,
+            "last_cell": self.last_cell, "out_dir": str(self.out_dir) if self.out_dir else None,
+            "files": list(self.files), "findings": [f.to_dict() for f in self.findings],
+            "preflight": self.preflight.to_dict() if self.preflight else None,
+            "remote_dir": self.remote_dir, "remote_dir_removed": self.remote_dir_removed,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+@dataclass(frozen=True)
+class RemoteRun:
+    """One notebook run on several hosts, side by side."""
+
+    notebook: str
+    hosts: tuple[HostRun, ...]
+    findings: tuple[Finding, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "findings", tuple(f for h in self.hosts for f in h.findings))
+
+    @property
+    def ok(self) -> bool:
+        return all(h.ok for h in self.hosts)
+
+    def exit_code(self, fail_on: Severity | str = Severity.CRITICAL) -> int:
+        """2 when a host did not run to the end, 1 when a fetched finding is at/above ``fail_on``, else 0."""
+        if not self.ok:
+            return 130 if any(h.status == "interrupted" for h in self.hosts) else 2
+        bar = Severity.parse(fail_on).rank
+        return 1 if any(f.severity.rank >= bar for f in self.findings) else 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tool": "eagle3lens", "version": __version__, "notebook": self.notebook,
+                "hosts": [h.to_dict() for h in self.hosts]}
+
+    def __rich__(self) -> Any:
+        from rich.table import Table
+
+        table = Table(title=f"{self.notebook} on {len(self.hosts)} host(s)")
+        for col in ("host", "status", "last cell", "findings", "GPU", "results"):
+            table.add_column(col, overflow="fold")
+        for h in self.hosts:
+            counts = {s: sum(f.severity is s for f in h.findings) for s in Severity}
+            found = " ".join(f"{n} {s.value}" for s, n in counts.items() if n) or "-"
+            gpu = ", ".join(h.preflight.gpus) if h.preflight and h.preflight.gpus else "-"
+            table.add_row(h.host, h.status if h.ok else f"[red]{h.status}[/]", h.last_cell or "-", found, gpu,
+                          str(h.out_dir) if h.files else "-")
+        return table
+
+
+def _q(word: str) -> str:
+    """Quote one word for the remote shell; a leading ``~/`` still means the remote home."""
+    if word.startswith("~/"):
+        return '"$HOME"/' + shlex.quote(word[2:])
+    return shlex.quote(word)
+
+
+def _safe_name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._@+-]", "_", text).strip(".") or "host"
+
+
+class _HostWorker:
+    """Everything that happens for one host, in one thread."""
+
+    def __init__(self, host: str, *, notebook: Path, params_json: str, out_dir: Path, timeout: float | None,
+                 remote_python: str, remote_workdir: str | None, known_hosts: str | Path | None,
+                 ssh_config: str | Path | None, accept_new_host_key: bool, progress: Progress | None,
+                 cancel: threading.Event) -> None:
+        self.host = host
+        self.notebook = notebook
+        self.params_json = params_json
+        self.out = out_dir
+        self.timeout = timeout
+        self.python = remote_python
+        self.workdir = remote_workdir or ""
+        self.known_hosts = known_hosts
+        self.ssh_config = ssh_config
+        self.accept_new = accept_new_host_key
+        self.progress = progress
+        self.cancel = cancel
+        self.conn: SshConnection | None = None
+        self.target: SshTarget | None = None
+        self.run_dir: str | None = None  # the private directory on the host, once created
+        self.cleaned = False
+        self.fetched: dict[str, tuple[int, int]] = {}
+        self.cell: tuple[int, int] | None = None
+
+    # -- plumbing ------------------------------------------------------------------------------
+    def say(self, line: str) -> None:
+        if self.progress is not None:
+            self.progress(self.host, line)
+
+    def remote(self, *words: str) -> str:
+        return " ".join(_q(w) for w in words)
+
+    # -- steps ---------------------------------------------------------------------------------
+    def run(self) -> HostRun:
+        started = time.monotonic()
+        preflight = None
+        try:
+            self.target = resolve_host(self.host, load_ssh_config(self.ssh_config), self.known_hosts)
+            self.conn = connect(self.target, accept_new_host_key=self.accept_new)
+            preflight = self.preflight()
+            if preflight.problems:
+                return self.result("refused", started, preflight=preflight, error="; ".join(preflight.problems))
+            for note in preflight.notes:
+                self.say(f"note: {note}")
+            self.upload()
+            status, code, error = self.execute()
+        except RemoteError as exc:
+            self.cleanup()
+            return self.result("refused" if self.run_dir is None else "disconnected", started,
+                               preflight=preflight, error=str(exc))
+        self.fetch_all()
+        cell_text, cell_error = self.read_back()
+        if status == "ok" and cell_error:
+            status, error = "failed", cell_error
+        elif status != "ok" and error and cell_text and status != "failed":
+            error = f"{error}; last cell that ran: {cell_text}"
+        elif status == "failed" and cell_error:
+            error = cell_error
+        self.cleanup()
+        return self.result(status, started, preflight=preflight, error=error, exit_code=code, last_cell=cell_text)
+
+    def preflight(self) -> Preflight:
+        code, output = self.conn.run(
+            [self.remote(self.python, "-c", PREFLIGHT, self.workdir, str(MIN_FREE_BYTES))], timeout=120)
+        where = f"{self.host}: remote python {self.python!r}"
+        if code == 127:
+            return Preflight(problems=(f"{where} not found: pass --remote-python PATH (a python or venv/bin/python)",))
+        try:
+            info = json.loads(output.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            first = output.strip().splitlines()[-1:] or ["no output"]
+            return Preflight(problems=(f"{where} failed the pre-flight check (exit {code}): {first[0][:200]}",))
+        problems, notes = [], []
+        pip = f"{info['executable']} -m pip install 'eagle3lens[notebook,remote]=={__version__}'"
+        if not info["eagle3lens"]:
+            problems.append(f"{self.host}: eagle3lens is not installed for {info['executable']}: {pip}")
+        elif info["eagle3lens"] != __version__:
+            notes.append(f"remote eagle3lens {info['eagle3lens']} differs from local {__version__}; "
+                         f"results may differ ({pip})")
+        if not info["papermill"]:
+            problems.append(f"{self.host}: papermill is not installed for {info['executable']}: {pip}")
+        free = info.get("free_bytes")
+        if free is None:
+            problems.append(f"{self.host}: work dir {info['workdir']} is not usable: {info.get('workdir_error')}")
+        elif free < MIN_FREE_BYTES:
+            problems.append(f"{self.host}: only {free / 2**20:.0f} MiB free in {info['workdir']} "
+                            f"(need {MIN_FREE_BYTES / 2**20:.0f} MiB): pass --remote-workdir DIR")
+        if not info["gpu"]:
+            notes.append(f"no GPU found on {self.host} (nvidia-smi / torch.cuda); the notebook runs on CPU")
+        self.run_dir = info.get("run_dir")
+        return Preflight(python=info["python"], executable=info["executable"], eagle3lens=info["eagle3lens"],
+                         papermill=info["papermill"], gpus=tuple(info["gpu"] or ()), gpu_source=info["gpu_source"],
+                         workdir=info["workdir"], free_bytes=free, problems=tuple(problems), notes=tuple(notes))
+
+    def upload(self) -> None:
+        sftp = self.conn.sftp()
+        for name, data in ((self.notebook_name, self.notebook.read_bytes()),
+                           ("params.json", self.params_json.encode()),
+                           (SUPERVISOR.name, SUPERVISOR.read_bytes())):
+            with sftp.open(f"{self.run_dir}/{name}", "wb") as fh:
+                fh.chmod(0o600)
+                fh.write(data)
+        sftp.mkdir(f"{self.run_dir}/out", 0o700)
+
+    @property
+    def notebook_name(self) -> str:
+        return _safe_name(self.notebook.name) if self.notebook.suffix == ".ipynb" else "notebook.ipynb"
+
+    def execute(self) -> tuple[str, int | None, str | None]:
+        """Run the notebook; return (status, exit code, error)."""
+        rd = self.run_dir
+        command = self.remote(
+            self.python, "-u", f"{rd}/{SUPERVISOR.name}", rd, f"{self.timeout or 0:g}", "--",
+            self.python, "-m", "eagle3lens", "notebook", f"{rd}/{self.notebook_name}",
+            "--params-file", f"{rd}/params.json", "--out", f"{rd}/out", "--json")
+        channel = self.conn.transport.open_session()
+        channel.exec_command(command)
+        self.say(f"running {self.notebook.name} on {self.target.hostname} in {rd}")
+        deadline = time.monotonic() + self.timeout + LOCAL_GRACE_S if self.timeout else None
+        next_refresh = time.monotonic() + REFRESH_S
+        pending = ""
+        while True:
+            # stdout carries the remote JSON report (the results are fetched as files instead);
+            # stderr carries progress and errors. Both are drained, or the remote side blocks (paramiko #109).
+            readable, _, _ = select.select([channel], [], [], 0.2)
+            if readable:
+                while channel.recv_ready():
+                    channel.recv(65536)
+                while channel.recv_stderr_ready():
+                    pending = self.lines(pending + channel.recv_stderr(65536).decode("utf-8", "replace"))
+            if channel.eof_received and not channel.recv_ready() and not channel.recv_stderr_ready():
+                break  # the command ended or the connection went away
+            if channel.exit_status_ready() or channel.closed:
+                break
+            if not self.conn.alive:
+                break
+            if self.cancel.is_set():
+                self.kill(channel)
+                return "interrupted", None, "interrupted"
+            if deadline is not None and time.monotonic() > deadline:
+                self.kill(channel)
+                return "timeout", EXIT_TIMEOUT, f"timed out after {self.timeout:g} s"
+            if time.monotonic() >= next_refresh:
+                self.fetch_partial()
+                next_refresh = time.monotonic() + REFRESH_S
+        self.lines(pending + "\n")
+        if not channel.exit_status_ready() and not self.conn.alive:
+            return self.after_drop()
+        code = channel.recv_exit_status()
+        channel.close()
+        if code == EXIT_TIMEOUT:
+            return "timeout", code, f"timed out after {self.timeout:g} s; remote process group killed"
+        if code == EXIT_KILLED:
+            return "interrupted", code, "stopped on the remote host"
+        if code == -1 or not self.conn.alive:
+            return self.after_drop()
+        if code in (0, 1):
+            return "ok", code, None
+        return "failed", code, f"remote eagle3lens notebook exited with status {code}"
+
+    def lines(self, text: str) -> str:
+        """Pass complete lines (``\\r`` or ``\\n`` ended) to the progress callback; return the unfinished tail."""
+        *complete, tail = re.split(r"[\r\n]", text)
+        for raw in complete:
+            line = _ANSI.sub("", raw).strip()
+            if not line:
+                continue
+            match = _TQDM.search(line)
+            if match:
+                cell = (int(match.group(1)), int(match.group(2)))
+                if cell != self.cell and cell[0]:
+                    self.cell = cell
+                    self.say(f"cell {cell[0]} of {cell[1]}")
+            else:
+                self.say(line)
+        return tail
+
+    def kill(self, channel: Any) -> None:
+        """Stop the remote run from a second session, then drop our end (the supervisor also sees EOF)."""
+        try:
+            self.conn.run([self.remote(self.python, f"{self.run_dir}/{SUPERVISOR.name}", "kill", self.run_dir)],
+                          timeout=30)
+        except (RemoteError, OSError):
+            pass
+        channel.close()
+
+    def after_drop(self) -> tuple[str, int | None, str | None]:
+        """The connection went away mid-run: try once to reconnect, stop the run and fetch; else keep what we have."""
+        where = f" during cell {self.cell[0]} of {self.cell[1]}" if self.cell else ""
+        message = f"connection to {self.target.hostname}:{self.target.port} lost{where}"
+        self.conn.close()
+        try:
+            self.conn = connect(self.target, accept_new_host_key=False, timeout=5)
+        except RemoteError:
+            self.conn = None
+            kept = f"kept {len(self.fetched)} file(s) fetched before the drop" if self.fetched else "nothing fetched"
+            return "disconnected", None, (f"{message}; {kept}; the remote supervisor stops the run when the "
+                                          f"connection closes; {self.run_dir} may remain on the host")
+        self.kill(_NullChannel())
+        return "disconnected", None, f"{message}; reconnected, stopped the run and fetched its results"
+
+    # -- results -------------------------------------------------------------------------------
+    def _remote_files(self, top: str) -> list[tuple[str, Any]]:
+        found, stack = [], [(top, "")]
+        sftp = self.conn.sftp()
+        while stack:
+            path, rel = stack.pop()
+            for entry in sftp.listdir_attr(path):
+                child_rel = f"{rel}{entry.filename}"
+                if stat.S_ISDIR(entry.st_mode or 0) and rel.count("/") < 4:
+                    stack.append((f"{path}/{entry.filename}", child_rel + "/"))
+                elif stat.S_ISREG(entry.st_mode or 0):
+                    found.append((child_rel, entry))
+        return found
+
+    def _fetch(self, rel: str, entry: Any) -> None:
+        signature = (entry.st_size or 0, entry.st_mtime or 0)
+        if self.fetched.get(rel) == signature:
+            return
+        local = self.out / rel
+        local.parent.mkdir(parents=True, exist_ok=True)
+        part = local.with_name(f".{local.name}.part")
+        self.conn.sftp().get(f"{self.run_dir}/out/{rel}", str(part))
+        os.replace(part, local)
+        self.fetched[rel] = signature
+
+    def fetch_partial(self) -> None:
+        """Fetch executed notebooks that grew since the last look, so a dropped connection keeps them."""
+        try:
+            for rel, entry in self._remote_files(f"{self.run_dir}/out"):
+                if rel.endswith(".ipynb"):
+                    self._fetch(rel, entry)
+        except (OSError, EOFError):
+            pass  # the connection is going away; the main loop notices
+
+    def fetch_all(self) -> None:
+        if self.conn is None or not self.conn.alive or self.run_dir is None:
+            return
+        try:
+            for rel, entry in self._remote_files(f"{self.run_dir}/out"):
+                self._fetch(rel, entry)
+        except (OSError, EOFError) as exc:
+            self.say(f"fetch stopped: {exc}")
+
+    def read_back(self) -> tuple[str | None, str | None]:
+        """(last cell that ran, error of a failed cell) from the fetched executed notebook."""
+        for rel in sorted(self.fetched):
+            if rel.endswith(".ipynb"):
+                described = describe_progress(self.out / rel)
+                if described is not None:
+                    return described
+        return None, None
+
+    def cleanup(self) -> None:
+        if self.conn is not None and self.conn.alive and self.run_dir is not None and not self.cleaned:
+            try:
+                self.conn.run([self.remote(self.python, "-c", _RMTREE, self.run_dir)], timeout=60)
+                self.cleaned = True
+            except (RemoteError, OSError):
+                pass
+        if self.conn is not None:
+            self.conn.close()
+
+    def result(self, status: str, started: float, **kw: Any) -> HostRun:
+        files = tuple(sorted(self.fetched))
+        findings = _read_findings(self.out, files)
+        return HostRun(host=self.host, status=status, out_dir=self.out, files=files, findings=findings,
+                       remote_dir=self.run_dir, remote_dir_removed=self.cleaned,
+                       seconds=time.monotonic() - started, **kw)
+
+
+class _NullChannel:
+    def close(self) -> None:
+        pass
+
+
+def describe_progress(notebook: Path) -> tuple[str, str | None] | None:
+    """Name the last cell papermill ran in an executed notebook and the error of a failed cell, if any."""
+    try:
+        nb = json.loads(notebook.read_text())
+        cells = nb["cells"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    code_cells = [c for c in cells if c.get("cell_type") == "code"]
+    ran = [(i, c) for i, c in enumerate(code_cells, 1)
+           if c.get("metadata", {}).get("papermill", {}).get("status") in ("completed", "failed", "running")]
+    if not ran:
+        return f"no cell ran (0 of {len(code_cells)} code cells)", None
+    index, cell = ran[-1]
+    source = "".join(cell.get("source", "")) if isinstance(cell.get("source"), list) else cell.get("source", "")
+    first = next((line.strip() for line in source.splitlines() if line.strip()), "")
+    state = cell["metadata"]["papermill"]["status"]
+    label = f"code cell {index} of {len(code_cells)}" + (" (running)" if state == "running" else "")
+    if first:
+        label += f": {first[:60]}"
+    error = None
+    for c_index, c in enumerate(code_cells, 1):
+        if c.get("metadata", {}).get("papermill", {}).get("status") == "failed" or \
+                c.get("metadata", {}).get("papermill", {}).get("exception"):
+            errs = [o for o in c.get("outputs", []) if o.get("output_type") == "error"]
+            what = f"{errs[0].get('ename')}: {errs[0].get('evalue')}" if errs else "an exception"
+            error = f"code cell {c_index} of {len(code_cells)} failed with {what}"
+            break
+    return label, error
+
+
+def _read_findings(out: Path, files: Sequence[str]) -> tuple[Finding, ...]:
+    for rel in sorted(files, key=lambda r: ("findings" not in r, r)):
+        if not rel.endswith(".json") or rel == "remote.json":
+            continue
+        try:
+            data = json.loads((out / rel).read_text())
+            return tuple(Finding.from_dict(f) for f in data["findings"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return ()
+
+
+def _redact(text: str, secrets: Sequence[str]) -> str:
+    for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
+        text = text.replace(secret, "<redacted>")
+    return text
+
+
+def run_remote(notebook: str | Path, parameters: Mapping[str, Any] | None, hosts: str | Sequence[str],
+               out_dir: str | Path, *, timeout: float | None = None, remote_python: str = "python3",
+               remote_workdir: str | None = None, known_hosts: str | Path | None = None,
+               ssh_config: str | Path | None = None, accept_new_host_key: bool = False,
+               progress: Progress | None = None, cancel: threading.Event | None = None) -> RemoteRun:
+    """Run ``notebook`` with ``parameters`` on every host in parallel; results go to ``out_dir/<host>/``.
+
+    Never raises for a host that cannot be reached or fails: each outcome is a :class:`HostRun`.
+    ``progress(host, line)`` receives progress lines. Ctrl-C (or setting ``cancel``) stops every
+    remote run, fetches what exists and returns with status ``interrupted``.
+    """
+    from .notebook import resolve
+
+    path = resolve(notebook)
+    host_list = [hosts] if isinstance(hosts, str) else list(hosts)
+    if not host_list:
+        raise UsageError("no --host given")
+    if timeout is not None and timeout <= 0:
+        raise UsageError(f"--timeout must be positive, got {timeout}")
+    try:
+        params_json = json.dumps(dict(parameters or {}), default=str)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"parameters are not JSON-able: {exc}") from None
+    out = Path(out_dir)
+    names = [_safe_name(h) for h in host_list]
+    if len(set(names)) != len(names):
+        raise UsageError(f"--host given twice: {', '.join(host_list)}")
+    cancel = cancel or threading.Event()
+    workers = [_HostWorker(h, notebook=path, params_json=params_json, out_dir=out / n, timeout=timeout,
+                           remote_python=remote_python, remote_workdir=remote_workdir, known_hosts=known_hosts,
+                           ssh_config=ssh_config, accept_new_host_key=accept_new_host_key, progress=progress,
+                           cancel=cancel) for h, n in zip(host_list, names)]
+    with ThreadPoolExecutor(max_workers=len(workers), thread_name_prefix="eagle3lens-remote") as pool:
+        futures = [pool.submit(_guarded, w) for w in workers]
+        while True:
+            try:
+                done, pending = wait(futures, timeout=0.2)
+                if not pending:
+                    break
+            except KeyboardInterrupt:
+                cancel.set()
+    results = tuple(f.result() for f in futures)
+    secrets = [str(Path(p).expanduser()) for p in (known_hosts, ssh_config) if p]
+    secrets += [f for w in workers if w.target for t in _chain(w.target) for f in t.identity_files]
+    for run in results:
+        _write_manifest(run, path.name, secrets)
+    return RemoteRun(notebook=path.name, hosts=results)
+
+
+def _guarded(worker: _HostWorker) -> HostRun:
+    started = time.monotonic()
+    try:
+        return worker.run()
+    except Exception as exc:  # noqa: BLE001 - one host's surprise must not lose the other hosts' results
+        worker.cleanup()
+        return worker.result("failed", started, error=f"{worker.host}: {type(exc).__name__}: {exc}")
+
+
+def _chain(target: SshTarget) -> list[SshTarget]:
+    chain = []
+    while target is not None:
+        chain.append(target)
+        target = target.via
+    return chain
+
+
+def _write_manifest(run: HostRun, notebook: str, secrets: Sequence[str]) -> None:
+    """``OUT/<host>/remote.json``: how the run went, with local paths to keys and configs redacted."""
+    if run.out_dir is None:
+        return
+    run.out_dir.mkdir(parents=True, exist_ok=True)
+    data = {"tool": "eagle3lens", "version": __version__, "notebook": notebook, **run.to_dict()}
+    data.pop("findings")
+    text = _redact(json.dumps(data, indent=2), secrets)
+    part = run.out_dir / ".remote.json.part"
+    part.write_text(text + "\n")
+    os.replace(part, run.out_dir / "remote.json")
+
+
+# -- CLI glue for ``eagle3lens notebook NAME --host HOST`` (commands/notebook.py calls these) --------
+
+def add_remote_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``--host`` and the remote-run options to the notebook parser (options it already has are kept)."""
+    group = parser.add_argument_group("remote run (over SSH, honouring ~/.ssh/config)")
+    options: list[tuple[tuple[str, ...], dict[str, Any]]] = [
+        (("--host",), dict(action="append", dest="host", metavar="HOST",
+                           help="run on this SSH host ([user@]host[:port] or a ~/.ssh/config alias); "
+                                "repeat to run on several hosts in parallel")),
+        (("--remote-python",), dict(default="python3", metavar="PATH",
+                                    help="interpreter on the host (a venv's bin/python; default: python3)")),
+        (("--remote-workdir",), dict(default=None, metavar="DIR",
+                                     help="directory on the host for the private run dir (default: its temp dir)")),
+        (("--timeout",), dict(type=float, default=None, metavar="SECONDS",
+                              help="wall-clock limit for the run; the remote process group is killed after it")),
+        (("--ssh-config",), dict(default=None, metavar="FILE", help="ssh config file (default: ~/.ssh/config)")),
+        (("--known-hosts",), dict(default=None, metavar="FILE",
+                                  help="known_hosts file (default: UserKnownHostsFile or ~/.ssh/known_hosts)")),
+        (("--accept-new-host-key",), dict(action="store_true",
+                                          help="trust and record a host key seen for the first time "
+                                               "(a changed key is always refused)")),
+    ]
+    existing = set(parser._option_string_actions)  # noqa: SLF001 - lets commands/notebook.py own shared flags
+    for flags, kwargs in options:
+        if not existing.intersection(flags):
+            group.add_argument(*flags, **kwargs)
+
+
+def run_from_args(args: argparse.Namespace, notebook_name: str | Path, parameters: Mapping[str, Any]) -> int:
+    """Run ``notebook_name`` (a path) on every ``--host`` with the options from ``add_remote_arguments``."""
+    lock = threading.Lock()
+
+    def show(host: str, line: str) -> None:
+        with lock:
+            print(f"[{host}] {line}", file=sys.stderr, flush=True)
+
+    out = Path(getattr(args, "out", None) or f"{Path(notebook_name).stem}-remote")
+    result = run_remote(
+        notebook_name, parameters, args.host, out, timeout=getattr(args, "timeout", None),
+        remote_python=args.remote_python, remote_workdir=args.remote_workdir, known_hosts=args.known_hosts,
+        ssh_config=args.ssh_config, accept_new_host_key=args.accept_new_host_key, progress=show)
+    for run in result.hosts:
+        if run.error:
+            print(f"eagle3lens: error: {run.host}: {run.error}" if not run.error.startswith(run.host)
+                  else f"eagle3lens: error: {run.error}", file=sys.stderr)
+    if getattr(args, "json", False):
+        sys.stdout.write(json.dumps(result.to_dict(), indent=2) + "\n")
+    else:
+        from rich.console import Console
+
+        Console().print(result)
+    return result.exit_code(getattr(args, "fail_on", Severity.CRITICAL))
+
+
+__all__ = ["HostRun", "Preflight", "RemoteRun", "RemoteError", "add_remote_arguments", "describe_progress",
+           "run_from_args", "run_remote"]

@@ -1,0 +1,346 @@
+"""Remote notebook runs over SSH against a real OpenSSH server on 127.0.0.1 (the "remote host" is this machine).
+
+One session-scoped sshd (plus a second one as the ProxyJump bastion) serves every test that does not
+break its server; the notebooks are tiny and run through the real ``python -m eagle3lens notebook`` path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import threading
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from _sshd import Sshd, make_sshd, sshd_missing_reason, write_ed25519_key
+from eagle3lens.remote import (RemoteRun, add_remote_arguments, describe_progress, run_from_args, run_remote)
+from eagle3lens.remote_ssh import HostKeyError, RemoteError, connect, load_ssh_config, resolve_host
+from eagle3lens.remote_supervisor import MARKER
+
+pytestmark = [pytest.mark.ssh,
+              pytest.mark.skipif(sshd_missing_reason() is not None, reason=str(sshd_missing_reason()))]
+
+PY = sys.executable  # the "remote" interpreter: this venv, reached over ssh
+EVIL_TEMPLATE = ("it's \"quoted\"; echo ; rm -rf nothing $(touch {mark}/dollar) `touch {mark}/tick` "
+                 "\n second line\t$HOME ${{PATH}} \\ %s {{}} | & > {mark}/redirect <")
+
+
+# ------------------------------------------------------------------ the lab: keys, servers, config
+
+class Lab:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.client_key = root / "keys" / "id_client"
+        self.wrong_key = root / "keys" / "id_wrong"
+        (root / "keys").mkdir(parents=True)
+        self.client_pub = write_ed25519_key(self.client_key)
+        write_ed25519_key(self.wrong_key)
+        self.target = make_sshd(root / "target", [self.client_pub]).start()
+        self.bastion = make_sshd(root / "bastion", [self.client_pub], ["LogLevel VERBOSE"]).start()
+        self.known_hosts = root / "known_hosts"
+        self.known_hosts.write_text(self.target.host_key_line() + self.bastion.host_key_line())
+        self.ssh_config = root / "ssh_config"
+        ident = f"    User root\n    IdentityFile {self.client_key}\n    IdentitiesOnly yes\n"
+        self.ssh_config.write_text(
+            f"Host e3l-target\n    HostName 127.0.0.1\n    Port {self.target.port}\n{ident}"
+            f"Host e3l-bastion\n    HostName 127.0.0.1\n    Port {self.bastion.port}\n{ident}"
+            f"Host e3l-behind\n    HostName 127.0.0.1\n    Port {self.target.port}\n{ident}    ProxyJump e3l-bastion\n"
+            f"Host e3l-wrongkey\n    HostName 127.0.0.1\n    Port {self.target.port}\n    User root\n"
+            f"    IdentityFile {self.wrong_key}\n    IdentitiesOnly yes\n")
+
+    def secrets(self) -> list[str]:
+        """Strings that must never appear in fetched files: key paths and material, local config paths."""
+        private_body = [line for line in self.client_key.read_text().splitlines() if "PRIVATE KEY" not in line]
+        return [str(self.client_key), str(self.wrong_key), str(self.known_hosts), str(self.ssh_config),
+                self.client_pub.split()[1], *private_body]
+
+    def stop(self) -> None:
+        self.target.stop()
+        self.bastion.stop()
+
+
+@pytest.fixture(scope="session")
+def lab(tmp_path_factory: pytest.TempPathFactory):
+    lab = Lab(tmp_path_factory.mktemp("sshlab"))
+    yield lab
+    lab.stop()
+
+
+def code(source: str, **metadata) -> nbformat.NotebookNode:
+    return nbformat.v4.new_code_cell(source, metadata=metadata)
+
+
+def write_notebook(path: Path, cells: list) -> Path:
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.metadata["language_info"] = {"name": "python"}
+    nb.cells = cells
+    nbformat.write(nb, path)
+    return path
+
+
+def marked_processes(run_dir: str) -> list[str]:
+    """Command lines of live processes that belong to a remote run (its marker is in their environment)."""
+    needle = f"\0{MARKER}={run_dir}\0".encode()
+    alive = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            env = b"\0" + Path(f"/proc/{pid}/environ").read_bytes()
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if needle in env and state != "Z":
+            alive.append(f"{pid}: {cmd}")
+    return alive
+
+
+def wait_gone(run_dir: str, seconds: float = 10.0) -> list[str]:
+    deadline = time.monotonic() + seconds
+    while (alive := marked_processes(run_dir)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return alive
+
+
+def all_text(directory: Path) -> str:
+    return "\n".join(p.read_text(errors="replace") for p in directory.rglob("*") if p.is_file())
+
+
+# ------------------------------------------------------------------ pure parts (no server needed)
+
+def test_ssh_config_alias_and_proxyjump_resolve(lab: Lab) -> None:
+    config = load_ssh_config(lab.ssh_config)
+    behind = resolve_host("e3l-behind", config, lab.known_hosts)
+    assert (behind.hostname, behind.port, behind.user) == ("127.0.0.1", lab.target.port, "root")
+    assert behind.identity_files == (str(lab.client_key),) and behind.identities_only
+    assert behind.via is not None and behind.via.port == lab.bastion.port and behind.via.via is None
+    explicit = resolve_host("alice@127.0.0.1:2200", config, lab.known_hosts)
+    assert (explicit.user, explicit.hostname, explicit.port, explicit.via) == ("alice", "127.0.0.1", 2200, None)
+    assert explicit.host_key_name == "[127.0.0.1]:2200"
+    with pytest.raises(RemoteError, match="bad port"):
+        resolve_host("gpu:notaport", config)
+    with pytest.raises(RemoteError, match="ssh config file not found"):
+        load_ssh_config(lab.root / "missing_config")
+
+
+def test_describe_progress_names_last_and_failed_cell(tmp_path: Path) -> None:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [code("a = 1", papermill={"status": "completed"}), code("\nb = a / 0", papermill={"status": "failed"}),
+                code("c = 3", papermill={"status": "pending"})]
+    nb.cells[1].outputs = [nbformat.v4.new_output("error", ename="ZeroDivisionError", evalue="division by zero")]
+    nbformat.write(nb, tmp_path / "x.ipynb")
+    last, error = describe_progress(tmp_path / "x.ipynb")
+    assert last == "code cell 2 of 3: b = a / 0"
+    assert error == "code cell 2 of 3 failed with ZeroDivisionError: division by zero"
+
+
+# ------------------------------------------------------------------ host keys and authentication
+
+def test_unknown_host_key_refused_without_opt_in_and_recorded_with_it(lab: Lab, tmp_path: Path) -> None:
+    known = tmp_path / "known_hosts"
+    config = load_ssh_config(lab.ssh_config)
+    target = resolve_host("e3l-target", config, known)
+    with pytest.raises(HostKeyError, match=r"not in known_hosts .*--accept-new-host-key") as refused:
+        connect(target)
+    assert "\n" not in str(refused.value) and not known.exists()
+
+    with connect(target, accept_new_host_key=True) as conn:
+        assert conn.run(["echo", "hello"]) == (0, "hello\n")
+    assert known.read_text() == lab.target.host_key_line()  # recorded as OpenSSH writes it: [127.0.0.1]:PORT
+    with connect(target) as conn:  # now known: no opt-in needed
+        assert conn.alive
+
+
+def test_unknown_host_key_refused_by_run_remote_cli(lab: Lab, tmp_path: Path, capsys) -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out")
+    parser.add_argument("--json", action="store_true")
+    add_remote_arguments(parser)
+    notebook = write_notebook(tmp_path / "nb.ipynb", [code("x = 1")])
+    args = parser.parse_args(["--host", "e3l-target", "--ssh-config", str(lab.ssh_config), "--known-hosts",
+                              str(tmp_path / "empty_known_hosts"), "--out", str(tmp_path / "out"), "--json"])
+    assert run_from_args(args, notebook, {}) == 2
+    captured = capsys.readouterr()
+    errors = [line for line in captured.err.splitlines() if line.startswith("eagle3lens: error:")]
+    assert len(errors) == 1 and "not in known_hosts" in errors[0]
+    assert json.loads(captured.out)["hosts"][0]["status"] == "refused"
+    manifest = (tmp_path / "out" / "e3l-target" / "remote.json").read_text()
+    assert json.loads(manifest)["status"] == "refused"
+    assert not any(secret in manifest for secret in lab.secrets())
+
+
+def test_changed_host_key_refused_even_with_opt_in(lab: Lab, tmp_path: Path) -> None:
+    impostor = tmp_path / "impostor"
+    write_ed25519_key(impostor)
+    algo, b64 = Path(f"{impostor}.pub").read_text().split()[:2]
+    known = tmp_path / "known_hosts"
+    known.write_text(f"{lab.target.host_pattern} {algo} {b64}\n")
+    target = resolve_host("e3l-target", load_ssh_config(lab.ssh_config), known)
+    for opt_in in (False, True):
+        with pytest.raises(HostKeyError, match=r"has CHANGED .*refusing to connect") as changed:
+            connect(target, accept_new_host_key=opt_in)
+        assert "\n" not in str(changed.value)
+    assert known.read_text() == f"{lab.target.host_pattern} {algo} {b64}\n"  # untouched
+
+
+def test_wrong_client_key_refused(lab: Lab) -> None:
+    target = resolve_host("e3l-wrongkey", load_ssh_config(lab.ssh_config), lab.known_hosts)
+    with pytest.raises(RemoteError, match=r"authentication as root on 127.0.0.1:\d+ was refused") as refused:
+        connect(target)
+    assert str(lab.wrong_key) not in str(refused.value)
+
+
+def test_preflight_problems_are_one_line_each(lab: Lab, tmp_path: Path) -> None:
+    notebook = write_notebook(tmp_path / "nb.ipynb", [code("x = 1")])
+    result = run_remote(notebook, {}, "e3l-target", tmp_path / "out", remote_python=str(tmp_path / "no-python"),
+                        known_hosts=lab.known_hosts, ssh_config=lab.ssh_config)
+    (host,) = result.hosts
+    assert host.status == "refused" and "not found: pass --remote-python" in host.error and "\n" not in host.error
+
+    bare = Path("/usr/bin/python3")  # the system python: no eagle3lens there
+    if bare.exists() and bare.resolve() != Path(PY).resolve():
+        result = run_remote(notebook, {}, "e3l-target", tmp_path / "out2", remote_python=str(bare),
+                            known_hosts=lab.known_hosts, ssh_config=lab.ssh_config)
+        assert result.hosts[0].status == "refused"
+        assert "eagle3lens is not installed for" in result.hosts[0].error
+        assert result.hosts[0].preflight.problems and all("\n" not in p for p in result.hosts[0].preflight.problems)
+
+
+# ------------------------------------------------------------------ real notebook runs
+
+def test_two_hosts_alias_and_proxyjump_run_with_verbatim_parameters(lab: Lab, tmp_path: Path) -> None:
+    mark = tmp_path / "marks"
+    mark.mkdir()
+    evil = EVIL_TEMPLATE.format(mark=mark)
+    notebook = write_notebook(tmp_path / "probe.ipynb", [
+        code("evil = 'default'\nseverity = 'warning'", tags=["parameters"]),
+        code("import json\nprint('EVIL=' + json.dumps(evil))"),
+        code("from eagle3lens import notebook as nb\nfrom eagle3lens.findings import Finding\n"
+             "nb.record_findings([Finding('weights/init-like', severity, 'fc looks untrained')])"),
+    ])
+    lines: list[tuple[str, str]] = []
+    result = run_remote(notebook, {"evil": evil, "severity": "critical"}, ["e3l-target", "e3l-behind"],
+                        tmp_path / "out", timeout=120, remote_python=PY, known_hosts=lab.known_hosts,
+                        ssh_config=lab.ssh_config, progress=lambda host, line: lines.append((host, line)))
+    assert isinstance(result, RemoteRun)
+    assert [h.status for h in result.hosts] == ["ok", "ok"], [h.error for h in result.hosts]
+    assert result.exit_code("critical") == 1 and result.exit_code("critical") == result.exit_code()
+    for host in result.hosts:
+        out = tmp_path / "out" / host.host
+        assert host.out_dir == out
+        assert set(host.files) == {"probe.ipynb", "probe.html", "probe.findings.json"}
+        executed = nbformat.read(out / "probe.ipynb", as_version=4)
+        assert executed.metadata.papermill.parameters["evil"] == evil
+        printed = "".join(o.get("text", "") for o in executed.cells[2].outputs)
+        assert json.loads(printed.split("EVIL=", 1)[1]) == evil  # arrived verbatim in the kernel
+        assert [f.code for f in host.findings] == ["weights/init-like"]
+        assert host.findings[0].severity.value == "critical"
+        assert host.preflight.eagle3lens and host.preflight.papermill and host.preflight.free_bytes > 0
+        assert host.remote_dir_removed and not Path(host.remote_dir).exists()
+        manifest = json.loads((out / "remote.json").read_text())
+        assert manifest["status"] == "ok" and manifest["last_cell"].startswith("code cell 4 of 4")
+        fetched = all_text(out)
+        assert not [s for s in lab.secrets() if s in fetched], "secret material in fetched files"
+        assert any(h == host.host and line.startswith("cell ") for h, line in lines)
+    assert list(mark.iterdir()) == []  # no substitution, backtick or redirect ran anywhere
+    assert "Accepted publickey for root" in lab.bastion.log.read_text()  # e3l-behind went through the bastion
+
+
+def test_failing_cell_reported_with_partial_notebook(lab: Lab, tmp_path: Path) -> None:
+    notebook = write_notebook(tmp_path / "fails.ipynb", [
+        code("x = 41\nprint('first cell ran')"),
+        code("raise ValueError('boom from the remote cell')"),
+        code("print('never')"),
+    ])
+    result = run_remote(notebook, None, "e3l-target", tmp_path / "out", timeout=120, remote_python=PY,
+                        known_hosts=lab.known_hosts, ssh_config=lab.ssh_config)
+    (host,) = result.hosts
+    assert host.status == "failed"
+    assert "code cell 2 of 3 failed with ValueError: boom from the remote cell" in host.error
+    assert host.last_cell == "code cell 2 of 3: raise ValueError('boom from the remote cell')"
+    executed = nbformat.read(tmp_path / "out" / "e3l-target" / "fails.ipynb", as_version=4)
+    by_source = {c.source: c for c in executed.cells if c.cell_type == "code"}
+    assert "first cell ran" in by_source["x = 41\nprint('first cell ran')"].outputs[0]["text"]
+    assert by_source["print('never')"].metadata.papermill.status == "pending"
+    assert result.exit_code() == 2 and not Path(host.remote_dir).exists()
+
+
+def test_timeout_kills_remote_process_group(lab: Lab, tmp_path: Path) -> None:
+    flag = tmp_path / "sleeping"
+    notebook = write_notebook(tmp_path / "slow.ipynb", [
+        code("flag = ''", tags=["parameters"]),
+        code("import pathlib, time\npathlib.Path(flag).write_text('x')\ntime.sleep(300)"),
+    ])
+    started = time.monotonic()
+    result = run_remote(notebook, {"flag": str(flag)}, "e3l-target", tmp_path / "out", timeout=15,
+                        remote_python=PY, known_hosts=lab.known_hosts, ssh_config=lab.ssh_config)
+    elapsed = time.monotonic() - started
+    (host,) = result.hosts
+    assert host.status == "timeout" and "timed out after 15 s" in host.error, host.error
+    assert elapsed < 15 + 30
+    assert wait_gone(host.remote_dir, 5) == []  # papermill, the eagle3lens command and the kernel are gone
+    if flag.exists():  # the kernel started (a loaded machine may take longer): the sleeping cell is named
+        assert host.last_cell.startswith("code cell 3 of 3 (running): import pathlib, time"), host.last_cell
+        assert "last cell that ran: code cell 3 of 3" in host.error
+    assert not Path(host.remote_dir).exists() and result.exit_code() == 2
+
+
+def test_sshd_killed_mid_run_keeps_what_was_fetched(lab: Lab, tmp_path: Path) -> None:
+    doomed = make_sshd(tmp_path / "doomed", [lab.client_pub]).start()
+    try:
+        known = tmp_path / "known_hosts"
+        known.write_text(doomed.host_key_line())
+        config = tmp_path / "ssh_config"
+        config.write_text(f"Host doomed\n    HostName 127.0.0.1\n    Port {doomed.port}\n    User root\n"
+                          f"    IdentityFile {lab.client_key}\n    IdentitiesOnly yes\n")
+        notebook = write_notebook(tmp_path / "long.ipynb", [
+            code("print('cell one done')"),
+            code("import time\ntime.sleep(300)"),
+        ])
+        box: dict[str, RemoteRun] = {}
+        worker = threading.Thread(target=lambda: box.setdefault("run", run_remote(
+            notebook, None, "doomed", tmp_path / "out", timeout=200, remote_python=PY,
+            known_hosts=known, ssh_config=config)))
+        worker.start()
+        partial = tmp_path / "out" / "doomed" / "long.ipynb"
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and worker.is_alive():  # until the sleeping cell runs and was fetched
+            status = (describe_progress(partial) or ("", None))[0] if partial.exists() else ""
+            if "code cell 2 of 2 (running)" in status:
+                break
+            time.sleep(0.2)
+        else:
+            worker.join(30)
+            pytest.fail(f"the partial notebook was never fetched: {box.get('run')}")
+        doomed.kill_everything()
+        worker.join(60)
+        assert not worker.is_alive()
+        (host,) = box["run"].hosts
+        assert host.status == "disconnected"
+        assert f"connection to 127.0.0.1:{doomed.port} lost" in host.error and "kept 1 file(s)" in host.error
+        assert "last cell that ran: code cell 2 of 2 (running)" in host.error
+        assert describe_progress(partial)[0].startswith("code cell 2 of 2 (running)")
+        assert wait_gone(host.remote_dir, 10) == []  # the supervisor saw its stdin close and killed the group
+        assert Path(host.remote_dir).is_dir() and not host.remote_dir_removed  # unreachable: left in place, said so
+        shutil.rmtree(host.remote_dir)
+    finally:
+        doomed.stop()
+
+
+def test_triage_walkthrough_on_demo(lab: Lab, tmp_path: Path, demo_dir: Path) -> None:
+    from eagle3lens.notebook import walkthroughs
+
+    if "00_triage" not in walkthroughs():
+        pytest.fail("notebooks/00_triage.ipynb is missing")
+    result = run_remote("00_triage", {"demo_dir": str(demo_dir)}, "e3l-target", tmp_path / "out", timeout=300,
+                        remote_python=PY, known_hosts=lab.known_hosts, ssh_config=lab.ssh_config)
+    (host,) = result.hosts
+    assert host.status == "ok", host.error
+    assert {"00_triage.ipynb", "00_triage.html", "00_triage.findings.json"} <= set(host.files)
+    assert host.findings  # the demo incident is broken: triage finds it
