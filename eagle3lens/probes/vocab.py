@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+import numpy as np
 import torch
 
 from ..checkpoint import Checkpoint
@@ -48,15 +50,28 @@ CODE_OF = {"double-subtracted": "vocab/d2t-double-subtracted", "absolute": "voca
 # -- invariants ---------------------------------------------------------------------------------
 def target_ids(d2t: torch.Tensor) -> torch.Tensor:
     """The target id each draft id maps to: ``arange(N) + d2t``."""
-    return torch.arange(d2t.numel(), dtype=torch.int64) + d2t.to(torch.int64)
+    return torch.from_numpy(np.arange(d2t.numel(), dtype=np.int64) + d2t.to(torch.int64).numpy())
+
+
+def ids_valid(ids: torch.Tensor, vocab_size: int | None) -> bool:
+    """True when target ids are strictly increasing, >= 0 and < V."""
+    a = ids.numpy()
+    return a.size > 0 and a[0] >= 0 and (vocab_size is None or a[-1] < vocab_size) and bool((a[1:] > a[:-1]).all())
+
+
+def is_valid(d2t: torch.Tensor, vocab_size: int | None) -> bool:
+    """True when ``i -> i + d2t[i]`` is strictly increasing, >= 0 and < V (d2t >= 0, non-decreasing, <= V - N)."""
+    return ids_valid(target_ids(d2t), vocab_size)
 
 
 def invariant_breaks(d2t: torch.Tensor, vocab_size: int | None) -> dict[str, Any]:
     """Which invariants ``i -> i + d2t[i]`` breaks: ids must be >= 0, strictly increasing and < V.
 
-    (Equivalent to d2t >= 0, non-decreasing, <= V - N.) Returns counts, the first offending
-    indices and a boolean mask ``bad`` over draft ids (for figures).
+    Returns counts, the first offending indices and a boolean mask ``bad`` over draft ids (for
+    figures; None when the table is valid).
     """
+    if is_valid(d2t, vocab_size):
+        return _no_breaks()
     ids = target_ids(d2t)
     negative = ids < 0
     not_increasing = torch.zeros_like(negative)
@@ -72,10 +87,17 @@ def invariant_breaks(d2t: torch.Tensor, vocab_size: int | None) -> dict[str, Any
     return out
 
 
+def _no_breaks() -> dict[str, Any]:
+    return {"valid": True, "bad": None, "negative_ids": 0, "not_increasing": 0, "ids_out_of_range": 0}
+
+
 def leading_zeros(d2t: torch.Tensor) -> int:
     """Length of the run of zeros at the head of d2t (target ids 0..k-1 kept)."""
-    nonzero = (d2t != 0).nonzero()
-    return int(nonzero[0, 0]) if nonzero.numel() else int(d2t.numel())
+    nonzero = np.flatnonzero(d2t.numpy()[:4096])  # the head is short; look further only when it is all zeros
+    if nonzero.size:
+        return int(nonzero[0])
+    nonzero = np.flatnonzero(d2t.numpy())
+    return int(nonzero[0]) if nonzero.size else int(d2t.numel())
 
 
 # -- results ------------------------------------------------------------------------------------
@@ -267,6 +289,7 @@ class _Analysis:
         self.notes: list[str] = []
         self.d2t = self._read_d2t()
         self.t2d = self._read_t2d()
+        self.t2d_sum = int(np.count_nonzero(self.t2d.numpy())) if self.t2d is not None else None
 
     # reading with shape / dtype checks -------------------------------------------------------
     def _bad_shape(self, title: str, severity: Severity = Severity.CRITICAL, **evidence: Any) -> None:
@@ -312,27 +335,37 @@ class _Analysis:
         return t2d
 
     # candidates ------------------------------------------------------------------------------
-    def _t2d_ids(self) -> torch.Tensor | None:
+    @cached_property
+    def t2d_ids(self) -> torch.Tensor | None:
         """Kept target ids per t2d, when t2d is filled (sum = N)."""
-        if self.t2d is None or self.n is None or int(self.t2d.sum()) != self.n:
+        if self.t2d is None or self.n is None or self.t2d_sum != self.n:
             return None
-        return self.t2d.nonzero().flatten()
+        return torch.from_numpy(np.flatnonzero(self.t2d.numpy()))
+
+    def _check(self, name: str, table: torch.Tensor) -> CandidateCheck:
+        """Validity and t2d agreement of one reading; nonzero(t2d) == arange(N) + table is checked as
+        N distinct in-range ids (valid), all marked in t2d, and N marked in all."""
+        ids = target_ids(table)
+        valid = ids_valid(ids, self.v)
+        matches = None
+        if self.t2d is not None and self.n is not None and self.t2d_sum == self.n:
+            matches = valid and table.numel() == self.n and bool(self.t2d.numpy()[ids.numpy()].all())
+        return CandidateCheck(name, table, valid, matches)
 
     def _candidates(self) -> list[CandidateCheck]:
-        t2d_ids = self._t2d_ids()
-        tables: dict[str, torch.Tensor] = {}
+        checks = []
+        if self.d2t is not None:
+            stored = self._check("stored", self.d2t)
+            if (stored.valid and stored.matches_t2d is not False and self._default_kind(self.d2t) is None
+                    and self.target is None):
+                return [stored]  # confirmed as far as this checkpoint can tell: no other reading needed
+            checks.append(stored)
         arange = torch.arange(self.n or 0, dtype=torch.int64)
         if self.d2t is not None:
-            tables["stored"] = self.d2t
-            tables["double-subtracted"] = self.d2t + arange
-            tables["absolute"] = self.d2t - arange
-        if t2d_ids is not None:
-            tables["from-t2d"] = t2d_ids - arange
-        checks = []
-        for name, table in tables.items():
-            valid = invariant_breaks(table, self.v)["valid"]
-            matches = None if t2d_ids is None else bool(torch.equal(target_ids(table), t2d_ids))
-            checks.append(CandidateCheck(name, table, valid, matches))
+            checks.append(self._check("double-subtracted", self.d2t + arange))
+            checks.append(self._check("absolute", self.d2t - arange))
+        if self.t2d_ids is not None and self.t2d_ids.numel() == arange.numel():
+            checks.append(self._check("from-t2d", self.t2d_ids - arange))
         return self._with_head(checks)
 
     def _with_head(self, checks: list[CandidateCheck]) -> list[CandidateCheck]:
@@ -360,10 +393,8 @@ class _Analysis:
         if hopeless and not any(c.matches_head for c in checks) and rows == self.n:
             ids = recover_ids_from_head(self.ckpt, draft_head, self.target, target_head)
             if ids is not None:
-                t2d_ids = self._t2d_ids()
-                d2t = ids - torch.arange(rows, dtype=torch.int64)
-                checks.append(CandidateCheck("from-head", d2t, invariant_breaks(d2t, self.v)["valid"],
-                                             None if t2d_ids is None else bool(torch.equal(ids, t2d_ids)), 1.0, 1.0))
+                check = self._check("from-head", ids - torch.arange(rows, dtype=torch.int64))
+                checks.append(CandidateCheck(check.name, check.d2t, check.valid, check.matches_t2d, 1.0, 1.0))
         return checks
 
     # diagnosis -------------------------------------------------------------------------------
@@ -382,7 +413,8 @@ class _Analysis:
             candidates = self._candidates()
             status, diagnosis, repair = self._diagnose(candidates)
             if self.d2t is not None:
-                inv = invariant_breaks(self.d2t, v)
+                stored = candidates[0] if candidates and candidates[0].name == "stored" else None
+                inv = invariant_breaks(self.d2t, v) if stored is None or not stored.valid else _no_breaks()
                 zeros = leading_zeros(self.d2t)
                 if status == "valid" and zeros:
                     self.notes.append(f"d2t[0:{zeros}] = 0 is expected here because target ids 0..{zeros - 1} "
@@ -400,7 +432,7 @@ class _Analysis:
         return VocabResult(
             path=str(self.ckpt.path), d2t_key=self.d2t_key, t2d_key=self.t2d_key, draft_vocab_size=n, vocab_size=v,
             status=status, diagnosis=diagnosis, repair=repair, invariants=inv, candidates=tuple(candidates),
-            t2d_count=int(self.t2d.sum()) if self.t2d is not None else None, leading_zeros=zeros, head=head,
+            t2d_count=self.t2d_sum, leading_zeros=zeros, head=head,
             coverage=coverage, notes=tuple(self.notes), findings=tuple(self.findings), d2t=self.d2t)
 
     def _kept_ids(self, candidates: list[CandidateCheck], repair: str | None) -> torch.Tensor | None:
@@ -427,8 +459,8 @@ class _Analysis:
         n, v = self.n, self.v
         by = {c.name: c for c in candidates}
         stored, from_t2d = by.get("stored"), by.get("from-t2d")
-        t2d_ids = self._t2d_ids()
-        t2d_sum = int(self.t2d.sum()) if self.t2d is not None else None
+        t2d_sum = self.t2d_sum
+        t2d_filled = self.t2d is not None and t2d_sum == n
         t2d_default = self.t2d is not None and n is not None and v is not None and n < v and t2d_sum in (0, v)
         if stored is None:
             if n == v:
@@ -447,7 +479,7 @@ class _Analysis:
                 evidence={"tensor": self.d2t_key, "t2d": self.t2d_key, "draft_vocab_size": n, "vocab_size": v},
                 fix=f"eagle3lens convert {self.ckpt.path} --to vllm==0.33.0 OUT"))
             return "full-vocab", None, None
-        if self.t2d is not None and t2d_ids is None and not t2d_default:
+        if self.t2d is not None and not t2d_filled and not t2d_default:
             self._finding_t2d_count(t2d_sum)
         default = self._default_kind(stored.d2t)
         readings = [c for c in candidates if c.name != "from-t2d"]
@@ -455,14 +487,14 @@ class _Analysis:
         t2d_match = [c for c in readings if c.matches_t2d and c.valid]
         if head_match:  # the draft head is a copy of target rows: the strongest proof
             truth = head_match[0]
-            if t2d_ids is not None and not truth.matches_t2d:
+            if t2d_filled and not truth.matches_t2d:
                 self._finding_t2d_inconsistent(stored, truth, truth)
                 if truth.name == "stored" or (truth.name == "from-t2d" and default is None):
                     return "broken", "vocab/t2d-inconsistent", truth.name
         elif t2d_match:
             truth = t2d_match[0]
         elif stored.valid and default is None:
-            if t2d_ids is not None:
+            if t2d_filled:
                 self._finding_t2d_inconsistent(stored, from_t2d, None)
                 return "broken", "vocab/t2d-inconsistent", None
             if t2d_default:
@@ -487,9 +519,10 @@ class _Analysis:
 
     def _default_kind(self, d2t: torch.Tensor) -> str | None:
         """"all-zero" (init, N < V), "arange" (a default, verl-SpeCo PR #67) or None."""
-        if not bool(d2t.any()) and self.n != self.v:
+        a = d2t.numpy()
+        if a.size and a[0] == 0 and a[-1] == 0 and not a.any() and self.n != self.v:
             return "all-zero"
-        if d2t.numel() > 1 and torch.equal(d2t, torch.arange(d2t.numel())):
+        if a.size > 1 and a[1] == 1 and a[-1] == a.size - 1 and bool((a == np.arange(a.size)).all()):
             return "arange"
         return None
 
@@ -523,7 +556,7 @@ class _Analysis:
 
     def _fix(self, proof: CandidateCheck | None = None) -> str:
         """The repair command; names the target when only its lm_head proves the repair."""
-        stored_valid = self.d2t is not None and invariant_breaks(self.d2t, self.v)["valid"]
+        stored_valid = self.d2t is not None and is_valid(self.d2t, self.v)
         needs_target = (proof is not None and proof.matches_head and not proof.matches_t2d
                         and (proof.name == "from-head" or stored_valid))
         if needs_target and self.target is not None:  # only the target's lm_head proves it: use the API
@@ -565,7 +598,7 @@ class _Analysis:
                       "Engines add arange again, so draft id i is proposed as target id ids[i] + i.")
         self.findings.append(Finding(code, Severity.CRITICAL, title, detail=detail, evidence=evidence, fix=self._fix(right)))
         if t2d_default:
-            self._finding_t2d_default(int(self.t2d.sum()))
+            self._finding_t2d_default(self.t2d_sum)
         return code
 
     def _finding_missing(self, repair: str | None, candidates: list[CandidateCheck]) -> None:
@@ -805,5 +838,5 @@ def measure_coverage(kept_ids: torch.Tensor, vocab_size: int | None, tokenizer: 
 
 
 __all__ = ["inspect_vocab", "plan_d2t_repair", "VocabResult", "D2tRepair", "CandidateCheck", "Coverage",
-           "invariant_breaks", "target_ids", "leading_zeros", "compare_head_rows", "load_token_counts",
+           "invariant_breaks", "is_valid", "target_ids", "leading_zeros", "compare_head_rows", "load_token_counts",
            "measure_coverage"]
