@@ -29,11 +29,12 @@ def verdict(report: Report) -> str:
 
 def render_report_terminal(report: Report, console: Any = None) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     console = console or Console()
     style = SEVERITY_STYLE.get(report.worst, "bold green") if report.worst else "bold green"
-    console.print(f"[{style}]{verdict(report)}[/]")
+    console.print(f"[{style}]{escape(verdict(report))}[/]")
     ck = report.checkpoint
     if ck:
         console.print(f"checkpoint: {ck.get('path')}  layout: {ck.get('layout')}" + (f"  engine: {report.engine}" if report.engine else ""))
@@ -46,7 +47,7 @@ def render_report_terminal(report: Report, console: Any = None) -> None:
         table.add_column("fix")
         for i, f in enumerate(report.findings, 1):
             table.add_row(str(i), f"[{SEVERITY_STYLE[f.severity]}]{f.severity.value}[/]", f.code,
-                          f.title + (f"\n[dim]{f.detail}[/]" if f.detail else ""), f.fix or "")
+                          escape(f.title) + (f"\n[dim]{escape(f.detail)}[/]" if f.detail else ""), escape(f.fix or ""))
         console.print(table)
     for name, result in report.results.items():
         if hasattr(result, "__rich__"):
