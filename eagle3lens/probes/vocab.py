@@ -255,7 +255,8 @@ def plan_d2t_repair(ckpt: Checkpoint, target: Checkpoint | None = None) -> D2tRe
         raise ConversionRefused(f"{ckpt.path}: no repair is proven ({why}); "
                                 f"rebuild the mapping from the training data's token counts{hint}")
     chosen = result.candidate(result.repair)
-    assert chosen is not None
+    if chosen is None or not chosen.valid:
+        raise ConversionRefused(f"{ckpt.path}: the proposed d2t repair is not a valid mapping; refusing to write it")
     n, v = result.draft_vocab_size, result.vocab_size
     tensors = {analysis.d2t_key or _sibling(analysis.t2d_key, "d2t"): chosen.d2t.to(torch.int64).contiguous()}
     if analysis.t2d_key is None and analysis.d2t_key is None:  # restore both tensors training writes
