@@ -405,7 +405,7 @@ def _sglang_log() -> str:
         "[2026-05-04 09:12:05] Load weight end. type=LlamaForCausalLMEagle3, dtype=torch.float32, avail mem=139.20 GB",
         "[2026-05-04 09:12:09] The server is fired up and ready to roll!",
         "[2026-05-04 09:12:12] Prefill batch, #new-seq: 8, #new-token: 512, #cached-token: 0, token usage: 0.01, "
-        "#running-req: 0, #queue-req: 0",
+        "#running-req: 0, #queue-req: 0, #pending-token: 0, cuda graph: False, input throughput (token/s): 1843.20",
     ]
     tokens, throughputs = 5120, (24.81, 24.79, 24.84, 24.77, 24.82, 24.80)
     for i, tput in enumerate(throughputs):
