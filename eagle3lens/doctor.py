@@ -16,12 +16,14 @@ from .checkpoint import Checkpoint
 from .findings import Finding, Report, Severity, sort_findings
 
 # code prefixes in causal order; the first matching entry gives a finding's place
+# Silent causes lead: a server that logs accept len 1.00 did load the draft, so loud failures
+# (an unrecognised config, a load that raises) come after the silent ones they would have hidden.
 CAUSAL_ORDER: tuple[tuple[str, str], ...] = (
-    ("keys/raises", "the engine refuses to load the checkpoint"),
-    ("config/unrecognized", "the engine does not recognise the draft's config"),
     ("keys/dropped", "weights the engine never loads"),
-    ("keys/shape-mismatch", "weights whose shape the engine rejects"),
     ("trace/fc-bypassed", "the target's aux states never reach fc"),
+    ("keys/shape-mismatch", "weights whose shape the engine rejects"),
+    ("config/unrecognized", "the engine does not recognise the draft's config"),
+    ("keys/raises", "the engine refuses to load the checkpoint"),
     ("trace/aux-width-mismatch", "the aux feature has the wrong width"),
     ("weights/nan", "non-finite weights"),
     ("weights/inf", "non-finite weights"),

@@ -28,33 +28,32 @@ def verdict(report: Report) -> str:
 
 
 def render_report_terminal(report: Report, console: Any = None) -> None:
+    """Verdict line first, then each probe's section (the doctor's ranked causes lead), then the findings in detail."""
     from rich.console import Console
     from rich.markup import escape
-    from rich.table import Table
 
     console = console or Console()
     style = SEVERITY_STYLE.get(report.worst, "bold green") if report.worst else "bold green"
     console.print(f"[{style}]{escape(verdict(report))}[/]")
     ck = report.checkpoint
     if ck:
-        console.print(f"checkpoint: {ck.get('path')}  layout: {ck.get('layout')}" + (f"  engine: {report.engine}" if report.engine else ""))
-    if report.findings:
-        table = Table(title="findings", show_lines=False, expand=False)
-        table.add_column("#", justify="right")
-        table.add_column("severity")
-        table.add_column("code")
-        table.add_column("what")
-        table.add_column("fix")
-        for i, f in enumerate(report.findings, 1):
-            table.add_row(str(i), f"[{SEVERITY_STYLE[f.severity]}]{f.severity.value}[/]", f.code,
-                          escape(f.title) + (f"\n[dim]{escape(f.detail)}[/]" if f.detail else ""), escape(f.fix or ""))
-        console.print(table)
+        console.print(f"checkpoint: {escape(str(ck.get('path')))}  layout: {ck.get('layout')}"
+                      + (f"  engine: {report.engine}" if report.engine else ""), highlight=False)
     for name, result in report.results.items():
         if hasattr(result, "__rich__"):
             console.rule(name)
             console.print(result)
+    if report.findings:
+        console.rule("findings")
+        for i, f in enumerate(report.findings, 1):
+            console.print(f"[{SEVERITY_STYLE[f.severity]}]{i}. {f.severity.value}[/] [bold]{f.code}[/]  {escape(f.title)}",
+                          highlight=False)
+            if f.detail:
+                console.print(f"   {escape(f.detail)}", style="dim", highlight=False)
+            if f.fix:
+                console.print(f"   fix: [green]{escape(f.fix)}[/]", highlight=False)
     for note in report.notes:
-        console.print(f"[dim]note: {note}[/]")
+        console.print(f"[dim]note: {escape(note)}[/]")
 
 
 def findings_html(report: Report) -> str:
