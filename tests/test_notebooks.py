@@ -1,0 +1,303 @@
+"""Notebook runner, findings read-back, offline HTML export, widgets and the walkthroughs (papermill, real kernel)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from eagle3lens import cli
+from eagle3lens.commands.notebook import parse_value, read_params_file
+from eagle3lens.errors import Eagle3LensError, UsageError
+from eagle3lens.findings import Finding
+from eagle3lens.notebook import (FINDINGS_MIME, NotebookCellError, collect_findings, export_html, findings_of,
+                                 resolve, run_notebook, walkthroughs)
+
+SCRIPT_SRC = re.compile(r"<script[^>]*\bsrc\s*=", re.I)
+
+
+def code(source: str, **metadata) -> nbformat.NotebookNode:
+    return nbformat.v4.new_code_cell(source, metadata=metadata)
+
+
+def new_notebook(cells: list) -> nbformat.NotebookNode:
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.metadata["language_info"] = {"name": "python"}
+    nb.cells = cells
+    return nb
+
+
+@pytest.fixture(scope="module")
+def probe_notebook(tmp_path_factory) -> Path:
+    """A small notebook in walkthrough style: opens a checkpoint given as a parameter, plots, records findings."""
+    root = tmp_path_factory.mktemp("nb")
+    torch.manual_seed(0)
+    save_file({"fc.weight": torch.randn(4, 12)}, str(root / "model.safetensors"))
+    nb = new_notebook([
+        code("from eagle3lens import notebook as nb\nnb.init()"),
+        code(f"checkpoint = {str(root / 'model.safetensors')!r}\nseverity = 'warning'", tags=["parameters"]),
+        code("from eagle3lens.checkpoint import Checkpoint\nckpt = Checkpoint.open(checkpoint)\nckpt.summary()"),
+        code("import plotly.graph_objects as go\n"
+             "nb.show_figure(go.Figure(go.Bar(y=[t.numel for t in ckpt.tensors.values()]), layout_title_text='sizes'))\n"
+             "nb.show_figure(go.Figure(go.Scatter(y=[1, 2, 3])))"),
+        code("import ipywidgets as w\nw.IntSlider(3)"),
+        code("from eagle3lens.findings import Finding\n"
+             "found = Finding('weights/init-like', severity, 'fc looks untrained', evidence={'tensors': list(ckpt.tensors)})\n"
+             "nb.record_findings([found])"),
+    ])
+    path = root / "probe.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+# ------------------------------------------------------------ pure functions
+
+
+def test_parse_value_types_like_papermill():
+    assert [parse_value(v) for v in ("True", "False", "None", "3", "-2", "0.5", "sglang==0.5.11", "demo/x")] == \
+        [True, False, None, 3, -2, 0.5, "sglang==0.5.11", "demo/x"]
+
+
+def test_params_file_errors_are_one_line(tmp_path):
+    good = tmp_path / "p.json"
+    good.write_text('{"checkpoint": "x", "k": 5}')
+    assert read_params_file(str(good)) == {"checkpoint": "x", "k": 5}
+    for text, problem in (("[1, 2]", "JSON object"), ("{nope", "not valid JSON")):
+        bad = tmp_path / "bad.json"
+        bad.write_text(text)
+        with pytest.raises(UsageError, match=problem) as info:
+            read_params_file(str(bad))
+        assert "\n" not in str(info.value) and str(bad) in str(info.value)
+    with pytest.raises(UsageError, match="cannot read"):
+        read_params_file(str(tmp_path / "missing.json"))
+
+
+def test_resolve_short_names_and_paths(probe_notebook):
+    known = walkthroughs()
+    assert "00_triage" in known and all(p.suffix == ".ipynb" for p in known.values())
+    assert resolve("00_triage") == known["00_triage"] == resolve("triage")
+    assert resolve("serving_logs") == known["05_serving_logs"]
+    assert resolve(probe_notebook) == probe_notebook
+    with pytest.raises(UsageError, match="unknown walkthrough 'nope'"):
+        resolve("nope")
+    with pytest.raises(UsageError, match="not found"):
+        resolve(probe_notebook.parent / "absent.ipynb")
+
+
+def test_walkthroughs_are_papermill_ready():
+    for name, path in walkthroughs().items():
+        nb = nbformat.read(path, as_version=4)
+        nbformat.validate(nb)
+        assert nb.metadata.kernelspec.name == "python3" and nb.metadata.language_info.name == "python", name
+        tagged = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+        assert len(tagged) == 1, f"{name}: needs exactly one cell tagged 'parameters'"
+        assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), f"{name}: commit without outputs"
+        assert any("record_findings" in c.source for c in nb.cells), name
+
+
+def test_findings_of_deduplicates_and_refuses_unknown_things():
+    a = Finding("vocab/d2t-missing", "critical", "no d2t")
+    b = Finding("weights/nan", "critical", "nan")
+
+    class Result:
+        findings = (a, b)
+
+    assert findings_of(Result(), [a], {"x": [b]}) == [a, b]
+    with pytest.raises(TypeError):
+        findings_of(3)
+
+
+def test_collect_findings_reads_every_recorded_output(tmp_path):
+    a = Finding("keys/dropped", "critical", "decoder skipped", evidence={"tensors": ["layers.0.mlp.up_proj.weight"]},
+                fix="eagle3lens convert x --to sglang==0.5.11 y")
+    b = Finding("logs/zero-acceptance", "warning", "accept len 1.00")
+    cell1 = code("")
+    cell1.outputs = [nbformat.v4.new_output("display_data", data={FINDINGS_MIME: {"findings": [a.to_dict()]},
+                                                                  "text/plain": "x"})]
+    cell2 = code("")
+    cell2.outputs = [nbformat.v4.new_output("stream", text="hello\n"),
+                     nbformat.v4.new_output("display_data", data={FINDINGS_MIME: {"findings": [a.to_dict(), b.to_dict()]}})]
+    path = tmp_path / "x.ipynb"
+    nbformat.write(new_notebook([cell1, cell2]), path)
+    assert collect_findings(path) == [a, b]
+
+
+def test_export_html_is_offline_and_drops_widget_views(tmp_path):
+    import plotly.graph_objects as go
+
+    fig = go.Figure(go.Bar(y=[1, 2]))
+    cell = code("")
+    cell.outputs = [
+        nbformat.v4.new_output("display_data", data={"text/html": fig.to_html(full_html=False, include_plotlyjs=True)}),
+        nbformat.v4.new_output("display_data", data={"application/vnd.jupyter.widget-view+json": {
+            "model_id": "abc", "version_major": 2, "version_minor": 0}, "text/plain": "IntSlider(value=3)"}),
+    ]
+    nb = new_notebook([cell])
+    nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": {}, "version_major": 2,
+                                                                            "version_minor": 0}}
+    path = tmp_path / "x.ipynb"
+    nbformat.write(nb, path)
+    html = export_html(path, tmp_path / "x.html").read_text()
+    assert "Plotly.newPlot" in html and "IntSlider" not in html
+    assert not SCRIPT_SRC.search(html), "no script may load from a URL (require.js, MathJax, widget manager, CDN)"
+
+
+# ------------------------------------------------------------ real kernel
+
+
+def test_run_notebook_writes_outputs_and_reads_findings_back(probe_notebook, tmp_path):
+    run = run_notebook(probe_notebook, {"severity": "critical"}, tmp_path / "out", progress=False)
+    assert run.executed.is_file() and run.html.is_file() and run.findings_json.is_file()
+    assert [(f.code, f.severity.value) for f in run.findings] == [("weights/init-like", "critical")]
+    assert run.findings[0].evidence == {"tensors": ["fc.weight"]}
+    assert json.loads(run.findings_json.read_text())["findings"] == [f.to_dict() for f in run.findings]
+    executed = nbformat.read(run.executed, as_version=4)
+    assert executed.metadata.papermill.parameters == {"severity": "critical"}
+    html = run.html.read_text()
+    assert html.count("/** plotly.js") <= 1 and html.count("Plotly.newPlot") == 2, "plotly.js inlined once, two figures"
+    assert not SCRIPT_SRC.search(html)
+    assert "jp-RenderedText" in html and 'data-mime-type="application/vnd.jupyter.stderr"' not in html
+
+
+def test_failing_cell_is_named_with_the_one_line_error(probe_notebook, tmp_path):
+    missing = tmp_path / "no-such-draft"
+    with pytest.raises(NotebookCellError) as info:
+        run_notebook(probe_notebook, {"checkpoint": str(missing)}, tmp_path / "out", progress=False)
+    err = info.value
+    assert err.first_line == "from eagle3lens.checkpoint import Checkpoint"
+    assert str(missing) in err.error and "\n" not in str(err)
+    executed = nbformat.read(err.executed, as_version=4)  # the partial notebook is kept
+    errors = [o for c in executed.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+    assert len(errors) == 1 and errors[0].traceback == [f"eagle3lens: error: {errors[0].evalue}"]
+    assert str(missing) in errors[0].evalue
+    assert (tmp_path / "out" / "probe.html").is_file()
+
+
+def test_cli_exit_codes_and_params_file(probe_notebook, tmp_path, capsys):
+    params = tmp_path / "params.json"
+    params.write_text(json.dumps({"severity": "critical"}))
+    out = tmp_path / "cli"
+    assert cli.main(["notebook", str(probe_notebook), "--params-file", str(params), "--out", str(out),
+                     "--no-progress", "--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert [f["code"] for f in data["findings"]] == ["weights/init-like"]
+    assert data["results"]["notebook"]["executed"] == str(out / "probe.ipynb")
+    # -p wins over the file; a warning is below the default --fail-on
+    assert cli.main(["notebook", str(probe_notebook), "--params-file", str(params), "-p", "severity", "warning",
+                     "--out", str(out), "--no-progress"]) == 0
+    assert "fc looks untrained" in capsys.readouterr().out
+    missing = tmp_path / "gone"
+    assert cli.main(["notebook", str(probe_notebook), "-p", "checkpoint", str(missing), "--out", str(out),
+                     "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cell 3 `from eagle3lens.checkpoint import Checkpoint`" in err
+    assert str(missing) in err
+
+
+def test_cli_list(capsys):
+    assert cli.main(["notebook", "--list"]) == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in walkthroughs())
+
+
+# ------------------------------------------------------------ widgets (no front end: callbacks driven directly)
+
+
+def test_probe_panel_reruns_the_probe_with_control_values(tmp_path, capsys):
+    from eagle3lens import widgets
+
+    torch.manual_seed(0)
+    save_file({"a": torch.zeros(2), "b": torch.ones(3)}, str(tmp_path / "m.safetensors"))
+    calls = []
+
+    def probe(checkpoint: str, engine: str):
+        calls.append((checkpoint, engine))
+        if not Path(checkpoint).exists():
+            raise Eagle3LensError(f"{checkpoint}: no such file or directory")
+        return Finding("keys/dropped", "critical", f"probe ran on {engine}")
+
+    path = widgets.checkpoint_path(tmp_path / "m.safetensors")
+    engine = widgets.engine_dropdown("vllm==0.33.0", ["sglang==0.5.11", "vllm==0.33.0"])
+    picker = widgets.tensor_picker(path.value, follow=path)
+    assert list(picker.options) == ["a", "b"] and engine.value == "vllm==0.33.0"
+    panel = widgets.probe_panel(probe, {"checkpoint": path, "engine": engine}, title="keys")
+    assert path in panel.children and engine in panel.children
+    assert "sglang==0.5.11" in widgets.engine_dropdown().options  # default: every known engine profile
+    engine.value = "sglang==0.5.11"
+    path.value = str(tmp_path / "missing")
+    assert calls == [(str(tmp_path / "m.safetensors"), "sglang==0.5.11"), (str(tmp_path / "missing"), "sglang==0.5.11")]
+    out = capsys.readouterr().out  # without a front end the Output area passes its content to stdout
+    assert "probe ran on sglang==0.5.11" in out
+    assert f"eagle3lens: error: {tmp_path / 'missing'}: no such file or directory" in out
+    assert list(picker.options) == []  # the picker followed the path box
+
+
+# ------------------------------------------------------------ the walkthroughs on the demo
+
+# walkthrough -> (parameters beyond demo_dir, the CLI probe that must report the same findings)
+WALKTHROUGHS = {
+    "00_triage": ({}, lambda d: ["doctor", f"{d}/speculators", "--engine", "sglang==0.5.11", "--target", f"{d}/target",
+                                 "--log", f"{d}/sglang.log"]),
+    "01_keys": ({}, lambda d: ["keys", f"{d}/speculators", "--engine", "sglang==0.5.11"]),
+    "02_weights": ({"checkpoint": "{d}/broken-untrained"},
+                   lambda d: ["weights", f"{d}/broken-untrained", "--target", f"{d}/target"]),
+    "03_vocab": ({"checkpoint": "{d}/broken-d2t-double-subtracted"},
+                 lambda d: ["vocab", f"{d}/broken-d2t-double-subtracted", "--target", f"{d}/target",
+                            "--counts", f"{d}/token_counts.json"]),
+    "04_hidden_states": ({"scenario": "aux-off"},
+                         lambda d: ["trace", "--target", f"{d}/target", "--draft", f"{d}/eagle", "--engine",
+                                    "sglang==0.5.11", "--scenario", "aux-off"]),
+    "05_serving_logs": ({}, lambda d: ["logs", f"{d}/sglang.log"]),
+}
+
+
+def test_every_walkthrough_is_covered():
+    assert set(walkthroughs()) == set(WALKTHROUGHS)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(WALKTHROUGHS))
+def test_walkthrough_runs_headless_and_matches_its_cli_probe(name, demo_dir, tmp_path, capsys):
+    extra, cli_args = WALKTHROUGHS[name]
+    params = {"demo_dir": str(demo_dir), **{k: v.format(d=demo_dir) for k, v in extra.items()}}
+    run = run_notebook(name, params, tmp_path, progress=False)
+
+    executed = nbformat.read(run.executed, as_version=4)
+    outputs = [o for c in executed.cells if c.cell_type == "code" for o in c.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    assert not [o.text for o in outputs if o.output_type == "stream" and o.name == "stderr"]
+    figures = sum("application/vnd.plotly.v1+json" in o.get("data", {}) for o in outputs)
+    assert figures >= 1, "every walkthrough draws at least one figure"
+    assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in outputs), "a widget panel"
+
+    html = run.html.read_text()
+    assert html.count("/** plotly.js") <= 1 and "Plotly.newPlot" in html
+    assert html.count("Plotly.newPlot") == figures, "every figure is drawn in the exported HTML"
+    assert not SCRIPT_SRC.search(html)
+    assert "jp-OutputArea-output jp-RenderedText\" data-mime-type=\"application/vnd.jupyter.stderr" not in html
+
+    assert cli.main([*cli_args(demo_dir), "--json"]) in (0, 1)
+    expected = json.loads(capsys.readouterr().out)["findings"]
+    assert [f.to_dict() for f in run.findings] == json.loads(json.dumps(expected))
+    assert json.loads(run.findings_json.read_text())["findings"] == expected
+
+
+def test_missing_checkpoint_fails_with_the_one_line_message(demo_dir, tmp_path, capsys):
+    missing = tmp_path / "no-such-draft"
+    code_ = cli.main(["notebook", "03_vocab", "-p", "demo_dir", str(demo_dir), "-p", "checkpoint", str(missing),
+                      "--out", str(tmp_path / "out"), "--no-progress"])
+    err = capsys.readouterr().err
+    assert code_ == 2 and err.count("\n") == 1
+    assert "03_vocab.ipynb: cell " in err and f"CheckpointError: {missing}: " in err
+    executed = nbformat.read(tmp_path / "out" / "03_vocab.ipynb", as_version=4)
+    failing = [c for c in executed.cells if c.cell_type == "code" and any(o.output_type == "error" for o in c.outputs)]
+    assert len(failing) == 1 and "Checkpoint.open(checkpoint)" in failing[0].source
+    (error,) = [o for o in failing[0].outputs if o.output_type == "error"]
+    assert error.traceback == [f"eagle3lens: error: {error.evalue}"] and str(missing) in error.evalue
+    assert error.evalue in err  # the CLI shows the very message the cell shows
