@@ -44,8 +44,7 @@ def flow_stages(result: "WiringResult") -> list[tuple[str, str, bool]]:
         ("decoder layer", f"in {r.decoder_input.shape[-1] if r.decoder_input else '-'} (2H = {2 * r.hidden_size})",
          fed_ok),
         ("lm_head", f"{r.hidden_size} -> N = {n}", r.logits is not None),
-        ("d2t", f"N -> V ids" + (f"<br>agreement {r.agreement:.2f}" if r.agreement is not None else ""),
-         r.logits is not None),
+        ("d2t", "N -> V ids", r.logits is not None),
     ]
 
 

@@ -46,7 +46,9 @@ class WiringResult:
     decoder_input: TensorMeta | None  # what the decoder's attention reads: [embedding ; feature], 2H wide
     logits: TensorMeta | None
     engine_error: str | None
-    agreement: float | None  # draft top-1 (mapped to target ids) == target's next-token argmax
+    # draft top-1 (mapped to target ids) == target's next-token argmax on ``inputs``; with the default random
+    # ids this is a sanity number for comparing wirings on the same inputs, not an acceptance estimate
+    agreement: float | None
     draft_table: tuple[dict[str, Any], ...] = ()
     findings: tuple[Finding, ...] = field(default=())
 
