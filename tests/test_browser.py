@@ -1,0 +1,130 @@
+"""A real browser: JupyterLab on loopback runs 00_triage (widgets + plotly render); exported HTML draws offline."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from eagle3lens.notebook import run_notebook, walkthroughs
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run"]
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian chromium not installed at /usr/bin/chromium "
+                                                     "(apt-get install chromium)"),
+]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def browser():
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright (Python package) not installed")
+    with sync_api.sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@pytest.fixture
+def jupyterlab(tmp_path, demo_dir):
+    """JupyterLab on 127.0.0.1 with a token, serving a copy of the walkthroughs; the demo pre-built for its kernels."""
+    root = tmp_path / "root"
+    root.mkdir()
+    shutil.copy(walkthroughs()["00_triage"], root)
+    settings = tmp_path / "settings" / "@jupyterlab" / "notebook-extension"
+    settings.mkdir(parents=True)
+    # render every cell, not only those scrolled into view, so the page holds every output
+    (settings / "tracker.jupyterlab-settings").write_text(json.dumps({"windowingMode": "none"}))
+    port, token = free_port(), secrets.token_hex(16)
+    env = {**os.environ, "EAGLE3LENS_DEMO_DIR": str(demo_dir), "JUPYTER_CONFIG_DIR": str(tmp_path / "config"),
+           "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"), "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "settings"),
+           "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "workspaces"), "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+    log = open(tmp_path / "lab.log", "wb")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
+         "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
+         "--LabApp.expose_app_in_browser=True", *(["--allow-root"] if os.geteuid() == 0 else [])],
+        env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status?token={token}", timeout=2)
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail("JupyterLab did not start:\n" + (tmp_path / "lab.log").read_text()[-3000:])
+                time.sleep(0.5)
+        yield f"http://127.0.0.1:{port}", token
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        log.close()
+
+
+def test_triage_renders_widgets_and_plotly_in_jupyterlab(jupyterlab, browser):
+    url, token = jupyterlab
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(f"{url}/lab/tree/00_triage.ipynb?token={token}")
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
+    page.wait_for_function("() => window.jupyterapp && window.jupyterapp.commands.hasCommand('notebook:run-all-cells')",
+                           timeout=60_000)
+    # wait for the kernel to be ready, then Run All
+    page.wait_for_function("() => { const w = window.jupyterapp.shell.currentWidget;"
+                           " const k = w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel;"
+                           " return k && k.status === 'idle'; }", timeout=90_000)
+    page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+    page.wait_for_selector(".jp-Notebook .js-plotly-plot .main-svg", timeout=180_000)
+    page.wait_for_selector(".jp-Notebook .widget-text input", timeout=180_000)  # the checkpoint path box
+    page.wait_for_function("() => [...document.querySelectorAll('.jp-Cell')].some("
+                           "c => c.textContent.includes('eagle3lens findings:'))", timeout=180_000)
+    assert page.locator(".jp-Notebook .widget-dropdown select").count() >= 1  # the engine dropdown
+    assert page.locator(".jp-Notebook .jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']").count() == 0
+    errors = page.locator(".jp-Notebook .jp-RenderedText[data-mime-type='application/vnd.jupyter.error']")
+    assert errors.count() == 0, errors.first.inner_text()
+    page.close()
+
+
+def test_exported_html_draws_its_figures_offline(demo_dir, tmp_path, browser):
+    run = run_notebook("05_serving_logs", {"demo_dir": str(demo_dir)}, tmp_path, progress=False)
+    figures = run.html.read_text().count("Plotly.newPlot")
+    context = browser.new_context()
+    requested: list[str] = []
+
+    def offline(route):
+        requested.append(route.request.url)
+        route.abort()
+
+    context.route("http*://**", offline)  # no network: anything fetched from a URL fails
+    page = context.new_page()
+    page.goto(run.html.as_uri())
+    page.wait_for_function(f"() => {{ const plots = [...document.querySelectorAll('.js-plotly-plot')];"
+                           f" return plots.length === {figures} && plots.every(p => p.querySelector('.main-svg')); }}",
+                           timeout=60_000)
+    assert page.evaluate("() => typeof window.Plotly") == "object"
+    assert requested == []
+    context.close()
