@@ -1,0 +1,176 @@
+"""Doctor on the demo incident: each cause ranked first where it belongs, the fix command works, reports validate."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from eagle3lens.cli import main
+from eagle3lens.doctor import diagnose
+
+REPORT_SCHEMA = {
+    "type": "object",
+    "required": ["tool", "version", "checkpoint", "engine", "findings", "results"],
+    "properties": {
+        "tool": {"const": "eagle3lens"},
+        "version": {"type": "string", "pattern": r"^\d+\.\d+\.\d+"},
+        "checkpoint": {
+            "type": "object",
+            "required": ["path", "layout"],
+            "properties": {"path": {"type": "string"}, "layout": {"enum": ["speculators", "eagle", "hf", "unknown"]}},
+        },
+        "engine": {"type": ["string", "null"]},
+        "findings": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["code", "severity", "title", "detail", "evidence", "fix"],
+                "properties": {
+                    "code": {"type": "string", "pattern": r"^[a-z]+/[a-z0-9-]+$"},
+                    "severity": {"enum": ["critical", "warning", "info"]},
+                    "title": {"type": "string"},
+                    "detail": {"type": "string"},
+                    "evidence": {"type": "object"},
+                    "fix": {"type": ["string", "null"]},
+                },
+            },
+        },
+        "results": {"type": "object"},
+    },
+}
+
+DRAFTS = ["speculators", "eagle", "broken-d2t-double-subtracted", "broken-d2t-absolute", "broken-d2t-missing",
+          "broken-untrained", "broken-lm-head-nan"]
+
+
+def _doctor_json(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict]:
+    code = main(["doctor", *args, "--json"])
+    data = json.loads(capsys.readouterr().out)
+    jsonschema.validate(data, REPORT_SCHEMA)
+    return code, data
+
+
+def _first_cause(data: dict) -> dict:
+    causes = data["results"]["doctor"]["causes"]
+    assert causes, "no cause ranked"
+    return causes[0]
+
+
+def test_incident_step_1_dropped_decoder_first_and_fix_works(demo_dir: Path, tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    code, data = _doctor_json(capsys, str(demo_dir / "speculators"), "--engine", "sglang==0.5.11",
+                              "--log", str(demo_dir / "sglang.log"))
+    assert code == 1
+    first = _first_cause(data)
+    assert first["code"] == "keys/dropped"
+    dropped = next(f for f in data["findings"] if f["code"] == "keys/dropped")
+    assert dropped["severity"] == "critical"
+    assert any(f["code"] == "logs/zero-acceptance" for f in data["findings"])
+    # run the printed fix with OUT filled in, then doctor the result
+    fix = shlex.split(first["fix"])
+    assert fix[:2] == ["eagle3lens", "convert"] and fix[-1] == "OUT"
+    out = tmp_path / "fixed"
+    assert main(fix[1:-1] + [str(out)]) == 0
+    capsys.readouterr()
+    code, after = _doctor_json(capsys, str(out), "--engine", "sglang==0.5.11")
+    assert code == 0, [f["code"] for f in after["findings"] if f["severity"] == "critical"]
+    assert not [f for f in after["findings"] if f["severity"] == "critical"]
+
+
+@pytest.mark.parametrize("variant, expected", [
+    ("broken-d2t-double-subtracted", "vocab/d2t-double-subtracted"),
+    ("broken-d2t-absolute", "vocab/d2t-absolute-ids"),
+    ("broken-d2t-missing", "vocab/d2t-missing"),
+    ("broken-untrained", "weights/init-like"),
+    ("broken-lm-head-nan", "weights/nan"),
+])
+@pytest.mark.parametrize("engine", [None, "vllm==0.33.0"])
+def test_each_broken_variant_names_its_own_cause_first(demo_dir: Path, variant: str, expected: str, engine: str | None) -> None:
+    report = diagnose(demo_dir / variant, engine=engine)
+    causes = report.results["doctor"].causes
+    assert causes and causes[0].finding.code == expected, [c.finding.code for c in causes]
+
+
+def test_good_drafts_have_no_critical_finding(demo_dir: Path) -> None:
+    # (speculators configs are recognised by no SGLang version: that pair is config/unrecognized by design)
+    for draft, engine in (("speculators", "vllm==0.33.0"), ("eagle", "sglang==0.5.11"), ("eagle", "sglang==0.5.23")):
+        report = diagnose(demo_dir / draft, engine=engine, target=demo_dir / "target")
+        assert not report.fails("critical"), (draft, engine, [f.code for f in report.findings])
+
+
+def test_aux_off_wiring_fc_bypass_is_first_cause(demo_dir: Path) -> None:
+    report = diagnose(demo_dir / "eagle", engine="sglang==0.5.11", target=demo_dir / "target", scenario="aux-off")
+    causes = report.results["doctor"].causes
+    assert causes[0].finding.code == "trace/fc-bypassed"
+    assert "wiring" in report.results["doctor"].ran
+
+
+def test_skipped_probes_say_why(demo_dir: Path) -> None:
+    report = diagnose(demo_dir / "eagle")
+    skipped = report.results["doctor"].skipped
+    assert "wiring" in skipped and "target" in skipped["wiring"]
+    assert "logs" in skipped and "keys" in skipped
+
+
+@pytest.mark.parametrize("name", DRAFTS + ["target"])
+def test_info_and_doctor_json_on_every_demo_checkpoint(demo_dir: Path, name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["info", str(demo_dir / name), "--json"]) == 0
+    jsonschema.validate(json.loads(capsys.readouterr().out), REPORT_SCHEMA)
+    code, data = _doctor_json(capsys, str(demo_dir / name), "--engine", "vllm==0.33.0", "--no-weights")
+    assert code in (0, 1)
+    assert data["engine"] == "vllm==0.33.0"
+
+
+def test_fail_on_gates(demo_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = [str(demo_dir / "speculators"), "--engine", "sglang==0.5.11", "--no-weights"]
+    code, data = _doctor_json(capsys, *args)
+    assert code == 1
+    # the same checkpoint under an engine that loads it: only lower-severity findings, so a warning gate decides
+    code, data = _doctor_json(capsys, str(demo_dir / "speculators"), "--engine", "vllm==0.33.0", "--no-weights",
+                              "--fail-on", "info")
+    assert code == (1 if data["findings"] else 0)
+
+
+def test_bad_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["doctor", str(tmp_path / "missing")]) == 2
+    assert "no such file" in capsys.readouterr().err
+    (tmp_path / "x").mkdir()
+    assert main(["doctor", str(tmp_path / "x"), "--engine", "tensorrt==1"]) == 2
+
+
+def test_html_report_is_offline_and_has_figures(demo_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "report.html"
+    code = main(["doctor", str(demo_dir / "speculators"), "--engine", "sglang==0.5.11", "--target", str(demo_dir / "target"),
+                 "--log", str(demo_dir / "sglang.log"), "--html", str(out)])
+    assert code == 1
+    page = out.read_text()
+    assert "Plotly.newPlot" in page and page.count("plotly.js v") >= 1
+    # plotly.js is inlined (its bundle only mentions a CDN as the default for geo topojson, unused here)
+    assert "src=\"http" not in page and "src='http" not in page
+    embedded = page.split('id="eagle3lens-report">', 1)[1].split("</script>", 1)[0]
+    import html as _html
+
+    assert json.loads(_html.unescape(embedded))["findings"][0]["code"] == "keys/dropped"
+    chromium = shutil.which("chromium") or "/usr/bin/chromium"
+    if not Path(chromium).exists():
+        pytest.skip("Debian chromium not installed: figure drawing not checked in a browser")
+    from playwright.sync_api import sync_playwright
+
+    requests: list[str] = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+            "--disable-sync", "--no-first-run"])
+        page_ = browser.new_page()
+        page_.on("request", lambda r: requests.append(r.url))
+        page_.goto(out.as_uri())
+        page_.wait_for_selector(".main-svg", timeout=30_000)
+        drawn = page_.locator(".js-plotly-plot").count()
+        browser.close()
+    assert drawn >= 3
+    assert all(u.startswith(("file:", "data:", "about:")) for u in requests), requests
