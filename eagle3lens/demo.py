@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import shutil
 from contextlib import contextmanager
@@ -409,7 +410,8 @@ def _sglang_log() -> str:
     ]
     tokens, throughputs = 5120, (24.81, 24.79, 24.84, 24.77, 24.82, 24.80)
     for i, tput in enumerate(throughputs):
-        lines.append(f"[2026-05-04 09:12:{25 + 13 * i:02d}] Decode batch, #running-req: 8, #token: {tokens + 320 * i}, "
+        stamp = datetime.datetime(2026, 5, 4, 9, 12, 25) + datetime.timedelta(seconds=13 * i)
+        lines.append(f"[{stamp:%Y-%m-%d %H:%M:%S}] Decode batch, #running-req: 8, #token: {tokens + 320 * i}, "
                      f"token usage: 0.02, accept len: 1.00, accept rate: 0.00, cuda graph: True, "
                      f"gen throughput (token/s): {tput:.2f}, #queue-req: 0")
         if i == 2:

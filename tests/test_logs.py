@@ -324,3 +324,5 @@ def test_demo_logs_give_zero_acceptance(demo_dir):
         r = parse_log(demo_dir / name)
         assert r.engine == engine and r.unparsed_lines == 0
         assert codes(r) == ["logs/zero-acceptance"]
+        timed = [s.seconds for s in r.samples if s.accept_len is not None]
+        assert None not in timed and timed == sorted(timed)  # every decode line carries a valid, increasing time
