@@ -110,7 +110,7 @@ def diagnose(
     num_draft_tokens: int | None = None,
     scenario: str | None = None,
     weights: bool = True,
-    progress: bool = False,
+    progress: bool | None = None,
 ) -> Report:
     """Run the applicable probes on a draft and return a Report whose findings are ranked causes first."""
     from .engines import resolve

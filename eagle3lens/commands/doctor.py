@@ -15,7 +15,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--baseline-tps must be positive, got {args.baseline_tps}")
     report = diagnose(args.checkpoint, engine=args.engine, target=args.target, log=args.log,
                       baseline_tps=args.baseline_tps, num_draft_tokens=args.num_draft_tokens,
-                      scenario=args.scenario, weights=not args.no_weights, progress=not args.json)
+                      scenario=args.scenario, weights=not args.no_weights, progress=False if args.json else None)
     if args.html:
         out = Path(args.html)
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -110,7 +110,15 @@ def load_target(target: Any, device: str = "cpu") -> nn.Module:
         config = AutoConfig.from_pretrained(path)
         with torch.device("meta"):
             return AutoModelForCausalLM.from_config(config).eval()
-    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device).eval()
+    from transformers.utils import logging as hf_logging
+
+    bar_was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # a tiny target's "Loading weights" bar is noise in a report
+    try:
+        return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device).eval()
+    finally:
+        if bar_was_on:
+            hf_logging.enable_progress_bar()
 
 
 # -- the draft as an engine loads it ------------------------------------------------------------
