@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -75,7 +75,6 @@ if out["eagle3lens"] and out["papermill"] and (out["free_bytes"] or 0) >= int(sy
     out["run_dir"] = tempfile.mkdtemp(prefix="eagle3lens-run-", dir=workdir)
 print(json.dumps(out))
 """
-_RMTREE = "import shutil, sys; shutil.rmtree(sys.argv[1], ignore_errors=True)"
 
 
 @dataclass(frozen=True)
@@ -205,7 +204,8 @@ class _HostWorker:
         self.run_dir: str | None = None  # the private directory on the host, once created
         self.cleaned = False
         self.fetched: dict[str, tuple[int, int]] = {}
-        self.cell: tuple[int, int] | None = None
+        self.cell: tuple[int, int] | None = None  # (n, N) from the remote progress bar
+        self.remote_error: str | None = None  # the remote command's own one-line error, if it printed one
 
     # -- plumbing ------------------------------------------------------------------------------
     def say(self, line: str) -> None:
@@ -224,6 +224,7 @@ class _HostWorker:
             self.conn = connect(self.target, accept_new_host_key=self.accept_new)
             preflight = self.preflight()
             if preflight.problems:
+                self.cleanup()
                 return self.result("refused", started, preflight=preflight, error="; ".join(preflight.problems))
             for note in preflight.notes:
                 self.say(f"note: {note}")
@@ -235,12 +236,10 @@ class _HostWorker:
                                preflight=preflight, error=str(exc))
         self.fetch_all()
         cell_text, cell_error = self.read_back()
-        if status == "ok" and cell_error:
+        if cell_error and status in ("ok", "failed"):
             status, error = "failed", cell_error
-        elif status != "ok" and error and cell_text and status != "failed":
+        elif status != "ok" and cell_text:
             error = f"{error}; last cell that ran: {cell_text}"
-        elif status == "failed" and cell_error:
-            error = cell_error
         self.cleanup()
         return self.result(status, started, preflight=preflight, error=error, exit_code=code, last_cell=cell_text)
 
@@ -293,6 +292,8 @@ class _HostWorker:
 
     def execute(self) -> tuple[str, int | None, str | None]:
         """Run the notebook; return (status, exit code, error)."""
+        if self.cancel.is_set():
+            return "interrupted", None, "interrupted before the notebook started"
         rd = self.run_dir
         command = self.remote(
             self.python, "-u", f"{rd}/{SUPERVISOR.name}", rd, f"{self.timeout or 0:g}", "--",
@@ -341,7 +342,7 @@ class _HostWorker:
             return self.after_drop()
         if code in (0, 1):
             return "ok", code, None
-        return "failed", code, f"remote eagle3lens notebook exited with status {code}"
+        return "failed", code, self.remote_error or f"remote eagle3lens notebook exited with status {code}"
 
     def lines(self, text: str) -> str:
         """Pass complete lines (``\\r`` or ``\\n`` ended) to the progress callback; return the unfinished tail."""
@@ -357,17 +358,20 @@ class _HostWorker:
                     self.cell = cell
                     self.say(f"cell {cell[0]} of {cell[1]}")
             else:
+                if line.startswith("eagle3lens: error: "):
+                    self.remote_error = line.removeprefix("eagle3lens: error: ")
                 self.say(line)
         return tail
 
-    def kill(self, channel: Any) -> None:
+    def kill(self, channel: Any = None) -> None:
         """Stop the remote run from a second session, then drop our end (the supervisor also sees EOF)."""
         try:
             self.conn.run([self.remote(self.python, f"{self.run_dir}/{SUPERVISOR.name}", "kill", self.run_dir)],
                           timeout=30)
         except (RemoteError, OSError):
             pass
-        channel.close()
+        if channel is not None:
+            channel.close()
 
     def after_drop(self) -> tuple[str, int | None, str | None]:
         """The connection went away mid-run: try once to reconnect, stop the run and fetch; else keep what we have."""
@@ -381,7 +385,7 @@ class _HostWorker:
             kept = f"kept {len(self.fetched)} file(s) fetched before the drop" if self.fetched else "nothing fetched"
             return "disconnected", None, (f"{message}; {kept}; the remote supervisor stops the run when the "
                                           f"connection closes; {self.run_dir} may remain on the host")
-        self.kill(_NullChannel())
+        self.kill()
         return "disconnected", None, f"{message}; reconnected, stopped the run and fetched its results"
 
     # -- results -------------------------------------------------------------------------------
@@ -398,9 +402,9 @@ class _HostWorker:
                     found.append((child_rel, entry))
         return found
 
-    def _fetch(self, rel: str, entry: Any) -> None:
-        signature = (entry.st_size or 0, entry.st_mtime or 0)
-        if self.fetched.get(rel) == signature:
+    def _fetch(self, rel: str, entry: Any, force: bool = False) -> None:
+        signature = (entry.st_size or 0, entry.st_mtime or 0)  # SFTP mtimes are whole seconds: a hint only
+        if self.fetched.get(rel) == signature and not force:
             return
         local = self.out / rel
         local.parent.mkdir(parents=True, exist_ok=True)
@@ -423,7 +427,7 @@ class _HostWorker:
             return
         try:
             for rel, entry in self._remote_files(f"{self.run_dir}/out"):
-                self._fetch(rel, entry)
+                self._fetch(rel, entry, force=True)
         except (OSError, EOFError) as exc:
             self.say(f"fetch stopped: {exc}")
 
@@ -439,7 +443,7 @@ class _HostWorker:
     def cleanup(self) -> None:
         if self.conn is not None and self.conn.alive and self.run_dir is not None and not self.cleaned:
             try:
-                self.conn.run([self.remote(self.python, "-c", _RMTREE, self.run_dir)], timeout=60)
+                self.conn.run([self.remote("rm", "-rf", "--", self.run_dir)], timeout=60)
                 self.cleaned = True
             except (RemoteError, OSError):
                 pass
@@ -452,11 +456,6 @@ class _HostWorker:
         return HostRun(host=self.host, status=status, out_dir=self.out, files=files, findings=findings,
                        remote_dir=self.run_dir, remote_dir_removed=self.cleaned,
                        seconds=time.monotonic() - started, **kw)
-
-
-class _NullChannel:
-    def close(self) -> None:
-        pass
 
 
 def describe_progress(notebook: Path) -> tuple[str, str | None] | None:

@@ -278,17 +278,42 @@ def test_timeout_kills_remote_process_group(lab: Lab, tmp_path: Path) -> None:
         code("import pathlib, time\npathlib.Path(flag).write_text('x')\ntime.sleep(300)"),
     ])
     started = time.monotonic()
-    result = run_remote(notebook, {"flag": str(flag)}, "e3l-target", tmp_path / "out", timeout=15,
+    result = run_remote(notebook, {"flag": str(flag)}, "e3l-target", tmp_path / "out", timeout=8,
                         remote_python=PY, known_hosts=lab.known_hosts, ssh_config=lab.ssh_config)
     elapsed = time.monotonic() - started
     (host,) = result.hosts
-    assert host.status == "timeout" and "timed out after 15 s" in host.error, host.error
-    assert elapsed < 15 + 30
+    assert host.status == "timeout" and "timed out after 8 s" in host.error, host.error
+    assert elapsed < 8 + 30
     assert wait_gone(host.remote_dir, 5) == []  # papermill, the eagle3lens command and the kernel are gone
     if flag.exists():  # the kernel started (a loaded machine may take longer): the sleeping cell is named
         assert host.last_cell.startswith("code cell 3 of 3 (running): import pathlib, time"), host.last_cell
         assert "last cell that ran: code cell 3 of 3" in host.error
     assert not Path(host.remote_dir).exists() and result.exit_code() == 2
+
+
+def test_cancel_stops_the_run_and_fetches_the_partial_notebook(lab: Lab, tmp_path: Path) -> None:
+    """What Ctrl-C does: ``run_remote`` sets ``cancel`` on KeyboardInterrupt; here the test sets it."""
+    flag = tmp_path / "sleeping"
+    notebook = write_notebook(tmp_path / "slow.ipynb", [
+        code("flag = ''", tags=["parameters"]),
+        code("import pathlib, time\npathlib.Path(flag).write_text('x')\ntime.sleep(300)"),
+    ])
+    cancel = threading.Event()
+    waiter = threading.Thread(target=lambda: (wait_for(flag.exists, 90), cancel.set()), daemon=True)
+    waiter.start()
+    result = run_remote(notebook, {"flag": str(flag)}, "e3l-target", tmp_path / "out", remote_python=PY,
+                        known_hosts=lab.known_hosts, ssh_config=lab.ssh_config, cancel=cancel)
+    (host,) = result.hosts
+    assert flag.exists() and host.status == "interrupted" and result.exit_code() == 130
+    assert host.last_cell.startswith("code cell 3 of 3 (running)") and "slow.ipynb" in host.files
+    assert wait_gone(host.remote_dir, 5) == [] and not Path(host.remote_dir).exists()
+
+
+def wait_for(condition, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return condition()
 
 
 def test_sshd_killed_mid_run_keeps_what_was_fetched(lab: Lab, tmp_path: Path) -> None:
@@ -333,6 +358,7 @@ def test_sshd_killed_mid_run_keeps_what_was_fetched(lab: Lab, tmp_path: Path) ->
         doomed.stop()
 
 
+@pytest.mark.slow
 def test_triage_walkthrough_on_demo(lab: Lab, tmp_path: Path, demo_dir: Path) -> None:
     from eagle3lens.notebook import walkthroughs
 
@@ -343,4 +369,9 @@ def test_triage_walkthrough_on_demo(lab: Lab, tmp_path: Path, demo_dir: Path) ->
     (host,) = result.hosts
     assert host.status == "ok", host.error
     assert {"00_triage.ipynb", "00_triage.html", "00_triage.findings.json"} <= set(host.files)
-    assert host.findings  # the demo incident is broken: triage finds it
+    from eagle3lens.notebook import collect_findings
+
+    out = tmp_path / "out" / "e3l-target"
+    assert list(host.findings) == collect_findings(out / "00_triage.ipynb")  # what the notebook recorded
+    assert "keys/dropped" in {f.code for f in host.findings}  # the demo incident: SGLang drops layers.0.*
+    assert result.exit_code("critical") == 1
