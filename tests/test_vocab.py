@@ -361,3 +361,18 @@ def test_cli_repair_of_demo_variants(demo_dir, tmp_path, capsys, variant):
     assert _files(tmp_path / f"{variant}.orig") == _files(demo_dir / variant)
     assert inspect_vocab(Checkpoint.open(src), target=Checkpoint.open(demo_dir / "target")).findings == ()
     capsys.readouterr()
+
+
+def test_cli_repair_with_target_head_restores_missing_mapping(demo_dir, tmp_path, capsys):
+    """broken-d2t-missing: only the target's lm_head rows prove the ids; the finding's fix command does it."""
+    variant = demo_dir / "broken-d2t-missing"
+    result = inspect_vocab(Checkpoint.open(variant), target=Checkpoint.open(demo_dir / "target"))
+    fix = next(f.fix for f in result.findings if f.code == "vocab/d2t-missing")
+    assert "--target" in fix and fix.endswith("OUT")
+    # without the target there is no proof: refused with exit 2
+    assert main(["convert", str(variant), "--repair-d2t", str(tmp_path / "nope")]) == 2
+    assert "no repair is proven" in capsys.readouterr().err
+    args = fix.split()[1:-1] + [str(tmp_path / "fixed"), "--json"]
+    assert main(args) == 0
+    fixed, good = Checkpoint.open(tmp_path / "fixed"), Checkpoint.open(demo_dir / "speculators")
+    assert torch.equal(fixed.read("d2t"), good.read("d2t")) and torch.equal(fixed.read("t2d"), good.read("t2d"))

@@ -10,12 +10,10 @@ from ..findings import Report
 from . import add_output_options, example_epilog, finish
 
 
-def _repair_tensors(path: str) -> dict:
-    try:
-        from ..probes.vocab import plan_d2t_repair
-    except ImportError as exc:  # the vocab probe is a separate module
-        raise UsageError(f"--repair-d2t needs eagle3lens.probes.vocab.plan_d2t_repair ({exc})") from None
-    return dict(plan_d2t_repair(Checkpoint.open(path)).tensors)
+def _repair_tensors(path: str, target: str | None) -> dict:
+    from ..probes.vocab import plan_d2t_repair
+
+    return dict(plan_d2t_repair(Checkpoint.open(path), Checkpoint.open(target) if target else None).tensors)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -26,7 +24,9 @@ def run(args: argparse.Namespace) -> int:
     args.checkpoint, args.out = args.paths[0], (args.paths[1] if len(args.paths) == 2 else None)
     if args.in_place == (args.out is not None):
         raise UsageError("give either OUT or --in-place (exactly one)")
-    overrides = _repair_tensors(args.checkpoint) if args.repair_d2t else None
+    if args.target and not args.repair_d2t:
+        raise UsageError("--target only serves --repair-d2t (its lm_head rows can prove the repair)")
+    overrides = _repair_tensors(args.checkpoint, args.target) if args.repair_d2t else None
     result = convert(args.checkpoint, args.to, None if args.in_place else args.out, in_place=args.in_place,
                      force=args.force, tensor_overrides=overrides, progress=not args.json)
     report = Report(checkpoint=Checkpoint.open(result.out).summary(), engine=result.engine)
@@ -55,12 +55,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        epilog=example_epilog("eagle3lens convert demo/speculators --to sglang==0.5.11 fixed/",
                                              "eagle3lens convert demo/speculators --to sglang==0.5.11 --in-place   # keeps .orig",
-                                             "eagle3lens convert demo/broken-d2t-double-subtracted --repair-d2t fixed/"))
+                                             "eagle3lens convert demo/broken-d2t-double-subtracted --repair-d2t fixed/",
+                                             "eagle3lens convert demo/broken-d2t-missing --repair-d2t --target demo/target fixed/"))
     p.add_argument("paths", metavar="CKPT [OUT]", nargs="+", help="source checkpoint, then the new directory (must not exist)")
     p.add_argument("--to", metavar="E", help="target engine NAME[==VERSION]; omit with --repair-d2t to keep the layout")
     p.add_argument("--in-place", action="store_true", help="replace CKPT, keeping the original as CKPT.orig")
     p.add_argument("--force", action="store_true", help="write even what the engine will not use faithfully")
     p.add_argument("--repair-d2t", action="store_true", help="also write the d2t repair the vocab probe proves")
+    p.add_argument("--target", metavar="T", help="with --repair-d2t: target model whose lm_head rows the draft copies "
+                                                 "(proves repairs that t2d alone cannot)")
     add_output_options(p)
     p.set_defaults(func=run)
     _intermixed(p)

@@ -560,10 +560,8 @@ class _Analysis:
         stored_valid = self.d2t is not None and is_valid(self.d2t, self.v)
         needs_target = (proof is not None and proof.matches_head and not proof.matches_t2d
                         and (proof.name == "from-head" or stored_valid))
-        if needs_target and self.target is not None:  # only the target's lm_head proves it: use the API
-            return (f"repair = plan_d2t_repair(Checkpoint.open({str(self.ckpt.path)!r}), "
-                    f"Checkpoint.open({str(self.target.path)!r})); "
-                    f"eagle3lens.convert.convert({str(self.ckpt.path)!r}, None, OUT, tensor_overrides=repair.tensors)")
+        if needs_target and self.target is not None:  # only the target's lm_head proves it
+            return f"eagle3lens convert {self.ckpt.path} --repair-d2t --target {self.target.path} OUT"
         return f"eagle3lens convert {self.ckpt.path} --repair-d2t OUT"
 
     def _finding_for(self, right: CandidateCheck, stored: CandidateCheck, t2d_default: bool, default: str | None) -> str:
