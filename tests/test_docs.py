@@ -1,0 +1,30 @@
+"""The README documents every finding code the probes can emit (codes are a stable contract)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CODE = re.compile(r'"((?:keys|config|vocab|weights|trace|logs)/[a-z0-9-]+)"')
+
+
+def test_every_emitted_finding_code_is_in_the_readme() -> None:
+    emitted = {m for path in (ROOT / "eagle3lens").rglob("*.py") for m in CODE.findall(path.read_text())}
+    readme = (ROOT / "README.md").read_text()
+    documented = set(re.findall(r"`((?:keys|config|vocab|weights|trace|logs)/[a-z0-9-]+)`", readme))
+    assert len(emitted) >= 24
+    assert emitted <= documented, sorted(emitted - documented)
+
+
+def test_design_core_codes_are_all_emitted() -> None:
+    design_core = {
+        "keys/dropped", "keys/left-at-init", "keys/raises", "keys/shape-mismatch", "config/unrecognized",
+        "config/aux-ids-ignored", "config/aux-ids-shifted", "config/flag-ignored", "vocab/d2t-missing",
+        "vocab/d2t-double-subtracted", "vocab/d2t-absolute-ids", "vocab/t2d-inconsistent", "vocab/identity-default",
+        "weights/nan", "weights/inf", "weights/all-zero", "weights/norm-at-init", "weights/init-like",
+        "weights/target-copy-mismatch", "trace/fc-bypassed", "trace/aux-width-mismatch", "trace/aux-layers-mismatch",
+        "logs/zero-acceptance", "logs/low-acceptance",
+    }
+    emitted = {m for path in (ROOT / "eagle3lens").rglob("*.py") for m in CODE.findall(path.read_text())}
+    assert design_core <= emitted, sorted(design_core - emitted)
