@@ -234,6 +234,37 @@ class NotebookRun:
                 f"findings JSON:     {self.findings_json}\n({self.seconds:.1f} s)")
 
 
+def notebook_parameters(path: str | Path) -> tuple[str, ...] | None:
+    """Names assigned in a notebook's ``parameters`` cell (None when it has no such cell)."""
+    import ast
+
+    import nbformat
+
+    nb = nbformat.read(str(path), as_version=4)
+    cell = next((c for c in nb.cells if "parameters" in c.metadata.get("tags", [])), None)
+    if cell is None:
+        return None
+    return tuple(t.id for node in ast.parse(cell.source).body if isinstance(node, (ast.Assign, ast.AnnAssign))
+                 for t in (node.targets if isinstance(node, ast.Assign) else [node.target]) if isinstance(t, ast.Name))
+
+
+@contextmanager
+def _quiet_papermill() -> Iterator[None]:
+    """papermill's own parameter inference cannot parse values holding '=' (``"sglang==0.5.11"``) and then
+    warns that such parameters are unknown; :func:`run_notebook` checks parameter names itself."""
+    import logging
+
+    loggers = [logging.getLogger("papermill"), logging.getLogger("papermill.translators")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+
+
 @contextmanager
 def _environ(**values: str) -> Iterator[None]:
     old = {k: os.environ.get(k) for k in values}
@@ -260,6 +291,11 @@ def run_notebook(name_or_path: str | Path, parameters: Mapping[str, Any] | None,
 
     source = resolve(name_or_path)
     parameters = dict(parameters or {})
+    known = notebook_parameters(source)
+    unknown = sorted(set(parameters) - set(known)) if known is not None else []
+    if unknown:
+        raise UsageError(f"{source}: unknown parameter{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} "
+                         f"(this notebook takes: {', '.join(known)})")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     executed = out / f"{source.stem}.ipynb"
@@ -269,51 +305,61 @@ def run_notebook(name_or_path: str | Path, parameters: Mapping[str, Any] | None,
     try:
         # The kernel inherits this environment: plotly emits text/html with plotly.js inlined, and
         # no progress-bar widgets (transformers' weight loading) clutter the report.
-        with _environ(PLOTLY_RENDERER="notebook", HF_HUB_DISABLE_PROGRESS_BARS="1"):
+        with _environ(PLOTLY_RENDERER="notebook", HF_HUB_DISABLE_PROGRESS_BARS="1"), _quiet_papermill():
             papermill.execute_notebook(str(source), str(executed), parameters=parameters,
                                        kernel_name=kernel_name, progress_bar=progress,
+                                       request_save_on_cell_execute=False,
                                        cwd=str(source.parent), execution_timeout=timeout)
     except PapermillExecutionError as exc:
         export_html(executed, html)
         first = next((line for line in exc.source.splitlines() if line.strip()), "")
         raise NotebookCellError(source, exc.cell_index, first.strip(), f"{exc.ename}: {exc.evalue}",
                                 executed) from None
-    export_html(executed, html)
-    findings = tuple(collect_findings(executed))
+    executed_nb = _read(executed)
+    export_html(executed_nb, html)
+    findings = tuple(collect_findings(executed_nb))
     findings_json.write_text(json.dumps({"notebook": str(source), "parameters": to_jsonable(parameters),
                                          "findings": [f.to_dict() for f in findings]}, indent=2) + "\n")
     return NotebookRun(source, executed, html, findings_json, parameters, findings,
                        time.perf_counter() - start)
 
 
-def export_html(executed: str | Path, html_path: str | Path) -> Path:
+def _read(notebook: Any) -> Any:
+    import nbformat
+
+    return notebook if isinstance(notebook, nbformat.NotebookNode) else nbformat.read(str(notebook), as_version=4)
+
+
+def export_html(executed: Any, html_path: str | Path) -> Path:
     """A self-contained offline HTML page of an executed notebook (no CDN scripts).
 
     Widget views and widget state are left out: they need the widget manager from a CDN, and every
     widget cell also renders its output statically.
     """
+    import copy
+
     import jinja2
-    import nbformat
     from nbconvert import HTMLExporter
 
-    nb = nbformat.read(str(executed), as_version=4)
+    nb = copy.deepcopy(_read(executed))
     nb.metadata.pop("widgets", None)
     for cell in nb.cells:
         if cell.cell_type == "code":
             cell.outputs = [o for o in cell.outputs if WIDGET_VIEW_MIME not in o.get("data", {})]
     exporter = HTMLExporter(extra_loaders=[jinja2.DictLoader({"eagle3lens_offline.html.j2": _OFFLINE_TEMPLATE})],
                             template_file="eagle3lens_offline.html.j2")
-    body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": Path(executed).stem}})
+    body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": Path(html_path).stem}})
     path = Path(html_path)
     path.write_text(body, encoding="utf-8")
     return path
 
 
-def collect_findings(executed_ipynb: str | Path) -> list[Finding]:
-    """The findings a walkthrough recorded (every :data:`FINDINGS_MIME` output), in recorded order."""
-    import nbformat
+def collect_findings(executed_ipynb: Any) -> list[Finding]:
+    """The findings a walkthrough recorded (every :data:`FINDINGS_MIME` output), in recorded order.
 
-    nb = nbformat.read(str(executed_ipynb), as_version=4)
+    ``executed_ipynb``: a path or a ``NotebookNode``.
+    """
+    nb = _read(executed_ipynb)
     recorded = []
     for cell in nb.cells:
         for output in cell.get("outputs", []):

@@ -301,3 +301,9 @@ def test_missing_checkpoint_fails_with_the_one_line_message(demo_dir, tmp_path, 
     (error,) = [o for o in failing[0].outputs if o.output_type == "error"]
     assert error.traceback == [f"eagle3lens: error: {error.evalue}"] and str(missing) in error.evalue
     assert error.evalue in err  # the CLI shows the very message the cell shows
+
+
+def test_unknown_parameter_is_refused_before_running(probe_notebook, tmp_path):
+    with pytest.raises(UsageError, match=r"unknown parameter chekpoint .*takes: checkpoint, severity"):
+        run_notebook(probe_notebook, {"chekpoint": "x"}, tmp_path, progress=False)
+    assert not (tmp_path / "probe.ipynb").exists()
