@@ -432,12 +432,14 @@ class _HostWorker:
             self.say(f"fetch stopped: {exc}")
 
     def read_back(self) -> tuple[str | None, str | None]:
-        """(last cell that ran, error of a failed cell) from the fetched executed notebook."""
+        """(last cell that ran, error of a failed cell) from the fetched executed notebook, else the progress bar."""
         for rel in sorted(self.fetched):
             if rel.endswith(".ipynb"):
                 described = describe_progress(self.out / rel)
                 if described is not None:
                     return described
+        if self.cell:
+            return f"cell {self.cell[0]} of {self.cell[1]} done (progress bar; no executed notebook was saved)", None
         return None, None
 
     def cleanup(self) -> None:
