@@ -283,6 +283,8 @@ def run_notebook(name_or_path: str | Path, parameters: Mapping[str, Any] | None,
                  progress: bool = True, kernel_name: str = "python3", timeout: float | None = None) -> NotebookRun:
     """Execute a walkthrough headless and write ``<name>.ipynb``, ``<name>.html``, ``<name>.findings.json``.
 
+    The executed notebook is saved after every cell, so a run that is killed still leaves what it did.
+
     Raises :class:`NotebookCellError` naming the failing cell (the partial notebook and its HTML
     are still written).
     """
@@ -308,7 +310,6 @@ def run_notebook(name_or_path: str | Path, parameters: Mapping[str, Any] | None,
         with _environ(PLOTLY_RENDERER="notebook", HF_HUB_DISABLE_PROGRESS_BARS="1"), _quiet_papermill():
             papermill.execute_notebook(str(source), str(executed), parameters=parameters,
                                        kernel_name=kernel_name, progress_bar=progress,
-                                       request_save_on_cell_execute=False,
                                        cwd=str(source.parent), execution_timeout=timeout)
     except PapermillExecutionError as exc:
         export_html(executed, html)
