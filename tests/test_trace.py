@@ -145,3 +145,18 @@ def test_meta_unknown_preset_is_a_usage_error():
 
     with pytest.raises(UsageError, match="unknown preset"):
         trace_full_size("gpt-9")
+
+
+def test_cli_choice_names_match_the_probes_and_cli_start_does_not_import_torch() -> None:
+    import subprocess
+    import sys
+
+    from eagle3lens.commands import trace as trace_command
+    from eagle3lens.probes.meta_trace import PRESETS
+    from eagle3lens.probes.wiring import SCENARIOS
+
+    assert set(trace_command.SCENARIO_NAMES) == set(SCENARIOS)
+    assert set(trace_command.PRESET_NAMES) == set(PRESETS)
+    code = "import sys; from eagle3lens.cli import build_parser; build_parser(); print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "False"

@@ -41,10 +41,12 @@ def run(args: argparse.Namespace) -> int:
     return finish(report, args)
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    from ..probes.meta_trace import PRESETS
-    from ..probes.wiring import SCENARIOS
+# Names only, so that building the CLI does not import torch (tests keep them equal to the probes' own).
+SCENARIO_NAMES = ("aux-off", "ids-shifted", "ids-ignored")
+PRESET_NAMES = ("kimi-k2.5", "llama-3.1-405b")
 
+
+def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "trace", help="trace the aux hidden states from target layers through fc into the draft",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -61,9 +63,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--engine", metavar="E", help="engine NAME[==VERSION] whose wiring to reproduce (default vllm==0.33.0)")
     p.add_argument("--device", choices=("cpu", "cuda", "meta"), default="cpu",
                    help="where to run the target (meta: shapes only, no weights read)")
-    p.add_argument("--scenario", choices=SCENARIOS,
+    p.add_argument("--scenario", choices=SCENARIO_NAMES,
                    help="reproduce an engine fault: aux capture off, ids shifted by one, ids ignored")
-    p.add_argument("--preset", choices=sorted(PRESETS), help="full-size shape-only trace of a known target")
+    p.add_argument("--preset", choices=PRESET_NAMES, help="full-size shape-only trace of a known target")
     p.add_argument("--arch", choices=("llama", "native"), default="llama",
                    help="with --preset: Llama-architecture stand-in (default) or the real architecture")
     add_output_options(p)
