@@ -13,7 +13,7 @@ import getpass
 import os
 import socket
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import paramiko
@@ -119,8 +119,6 @@ def resolve_host(host: str, config: paramiko.SSHConfig, known_hosts: str | Path 
 
 
 def _with_via(target: SshTarget, via: SshTarget | None) -> SshTarget:
-    from dataclasses import replace
-
     return replace(target, via=via)
 
 

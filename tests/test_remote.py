@@ -18,7 +18,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from _sshd import Sshd, make_sshd, sshd_missing_reason, write_ed25519_key
+from _sshd import make_sshd, sshd_missing_reason, write_ed25519_key
 from eagle3lens.remote import (REFRESH_S, RemoteRun, add_remote_arguments, describe_progress, run_from_args,
                                run_remote)
 from eagle3lens.remote_ssh import HostKeyError, RemoteError, connect, load_ssh_config, resolve_host
@@ -176,6 +176,43 @@ def test_unknown_host_key_refused_by_run_remote_cli(lab: Lab, tmp_path: Path, ca
     assert not any(secret in manifest for secret in lab.secrets())
 
 
+def notebook_parser() -> argparse.ArgumentParser:
+    """The ``eagle3lens notebook`` parser as the CLI builds it."""
+    from eagle3lens.commands import notebook as command
+
+    sub = argparse.ArgumentParser(prog="eagle3lens").add_subparsers()
+    command.register(sub)
+    return sub.choices["notebook"]
+
+
+def test_remote_arguments_fit_the_notebook_command() -> None:
+    parser = notebook_parser()
+    add_remote_arguments(parser)
+    add_remote_arguments(parser)  # idempotent: options the command already has are left to it
+    args = parser.parse_args(["00_triage", "--host", "gpu1", "--host", "me@gpu2:2222", "--timeout", "90",
+                              "--remote-python", "~/venv/bin/python", "--accept-new-host-key"])
+    assert args.host == ["gpu1", "me@gpu2:2222"] and args.timeout == 90.0 and args.accept_new_host_key
+    assert args.remote_python == "~/venv/bin/python" and args.known_hosts is None and args.ssh_config is None
+
+
+def test_cli_notebook_host_end_to_end(lab: Lab, tmp_path: Path, capsys) -> None:
+    from eagle3lens import cli
+
+    if not any("--host" in a.option_strings for a in notebook_parser()._actions):
+        pytest.skip("`eagle3lens notebook --host` is not wired in commands/notebook.py yet "
+                    "(add_remote_arguments + run_from_args)")
+    notebook = write_notebook(tmp_path / "tiny.ipynb", [code("x = 1", tags=["parameters"]), code("print(x * 2)")])
+    code_ = cli.main(["notebook", str(notebook), "-p", "x", "21", "--host", "e3l-target", "--remote-python", PY,
+                      "--ssh-config", str(lab.ssh_config), "--known-hosts", str(lab.known_hosts),
+                      "--out", str(tmp_path / "out"), "--json"])
+    captured = capsys.readouterr()
+    assert code_ == 0, captured.err
+    (host,) = json.loads(captured.out)["hosts"]
+    assert host["status"] == "ok" and "tiny.ipynb" in host["files"]
+    executed = nbformat.read(tmp_path / "out" / "e3l-target" / "tiny.ipynb", as_version=4)
+    assert "42" in executed.cells[-1].outputs[0]["text"]
+
+
 def test_changed_host_key_refused_even_with_opt_in(lab: Lab, tmp_path: Path) -> None:
     impostor = tmp_path / "impostor"
     write_ed25519_key(impostor)
@@ -313,10 +350,9 @@ def test_cancel_stops_the_run_and_fetches_the_partial_notebook(lab: Lab, tmp_pat
 
 
 def require_partial_notebook(host, name: str) -> None:
-    """Partial notebooks exist only if the remote ``eagle3lens notebook`` saves after every cell."""
-    if name not in host.files:
-        pytest.skip("the remote `eagle3lens notebook` saved no executed notebook before it was stopped "
-                    "(papermill request_save_on_cell_execute=False): partial-notebook checks not run")
+    """The remote ``eagle3lens notebook`` saves after every cell, so a stopped run leaves a partial notebook."""
+    assert name in host.files, ("no partial notebook fetched: does eagle3lens.notebook.run_notebook still save "
+                                f"after every cell (papermill request_save_on_cell_execute)? {host}")
 
 
 def wait_for(condition, seconds: float) -> bool:
