@@ -6,7 +6,8 @@
 Baseline (named "copy"): ``shutil.copytree`` of the checkpoint directory. convert streams tensor bytes
 into the new file, then verifies (simulated load + byte-for-byte comparison of every tensor with its
 source). Each runs in a subprocess under ``/usr/bin/time -v``; its "Maximum resident set size" is the
-peak RSS. Targets: convert / copy <= 2.0x wall time, convert peak RSS <= 300 MB.
+peak RSS. Each contender runs ``--repeat`` times, interleaved; median wall times and the largest peak
+RSS are reported. Targets: convert / copy <= 2.0x wall time, convert peak RSS <= 300 MB.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -38,6 +40,7 @@ def run(code: str, src: Path, dst: Path) -> tuple[float, float]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--small", action="store_true")
+    ap.add_argument("--repeat", type=int, default=3, help="runs of each contender; medians are reported")
     args = ap.parse_args()
     dims = dict(hidden=2048, vocab=32000, draft_vocab=8000, heads=16, kv_heads=4, head_dim=128, intermediate=5632) if args.small else {}
     with tempfile.TemporaryDirectory(dir="/tmp") as tmp:
@@ -45,12 +48,17 @@ def main() -> None:
         size = (src / "model.safetensors").stat().st_size / 1e9
         run(COPY, src, Path(tmp) / "warm")  # page cache warm for both contenders
         shutil.rmtree(Path(tmp) / "warm")
-        copy_wall, copy_rss = run(COPY, src, Path(tmp) / "copy")
-        shutil.rmtree(Path(tmp) / "copy")
-        conv_wall, conv_rss = run(CONVERT, src, Path(tmp) / "conv")
+        copies, convs = [], []
+        for _ in range(args.repeat):  # interleaved, so both see the same machine load
+            copies.append(run(COPY, src, Path(tmp) / "copy"))
+            shutil.rmtree(Path(tmp) / "copy")
+            convs.append(run(CONVERT, src, Path(tmp) / "conv"))
+            shutil.rmtree(Path(tmp) / "conv")
+    copy_wall, conv_wall = statistics.median(w for w, _ in copies), statistics.median(w for w, _ in convs)
+    copy_rss, conv_rss = max(r for _, r in copies), max(r for _, r in convs)
     print(f"draft: {size:.2f} GB")
-    print(f"copy (baseline): {copy_wall:.2f} s, peak RSS {copy_rss:.0f} MB")
-    print(f"convert (write + verify): {conv_wall:.2f} s, peak RSS {conv_rss:.0f} MB")
+    print(f"copy (baseline, median of {args.repeat}): {copy_wall:.2f} s, peak RSS {copy_rss:.0f} MB")
+    print(f"convert (write + verify, median of {args.repeat}): {conv_wall:.2f} s, peak RSS {conv_rss:.0f} MB")
     ratio = conv_wall / copy_wall
     print(f"time ratio convert/copy = {ratio:.2f} (target <= 2.0) -> {'PASS' if ratio <= 2.0 else 'FAIL'}")
     print(f"peak RSS {conv_rss:.0f} MB (target <= 300) -> {'PASS' if conv_rss <= 300 else 'FAIL'}")

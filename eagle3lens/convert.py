@@ -20,12 +20,13 @@ from typing import Any, Mapping
 
 from .checkpoint import INDEX_NAMES, Checkpoint, TensorInfo, build_spec
 from .engines import EngineProfile, resolve
-from .errors import ConversionRefused, Eagle3LensError, UsageError
+from .errors import CheckpointError, ConversionRefused, Eagle3LensError, UsageError
 from .findings import Finding, to_jsonable
 from .safetensors_header import read_header
 from .safewrite import copy_side_files, replace_dir
 
-CHUNK = 16 << 20
+CHUNK = 1 << 20  # userspace copies: a buffer that stays in L2
+PAGE = 4096
 DECODER = re.compile(r"^(?:model\.)?(?:midlayer|layers\.(?P<i>\d+))\.")
 FLAGS = ("norm_before_residual", "norm_before_fc", "fc_norm", "norm_output")
 NOT_LLAMA = {"architectures", "draft_vocab_size", "eagle_config", "target_hidden_size", "eagle_aux_hidden_state_layer_ids",
@@ -297,7 +298,7 @@ def _write_file(ckpt: Checkpoint, keys: list[str], names: dict[str, str], overri
         header[names[key]] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + size]}
         offset += size
     raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    raw += b" " * (-len(raw) % 8)
+    raw += b" " * _header_padding(len(raw), ckpt.tensors[keys[0]].begin if keys and keys[0] not in overrides else None)
     with open(path, "wb") as fh:
         fh.write(struct.pack("<Q", len(raw)))
         fh.write(raw)
@@ -311,27 +312,48 @@ def _write_file(ckpt: Checkpoint, keys: list[str], names: dict[str, str], overri
             bar.update(ckpt.tensors[key].nbytes)
 
 
+def _header_padding(json_len: int, first_begin: int | None) -> int:
+    """Spaces after the header JSON: 8-byte alignment, and the data placed at the same offset within a page as
+    in the source file, so that in-kernel copies of the tensors that follow run page-aligned (about twice as fast)."""
+    pad = -json_len % 8
+    if first_begin is not None and first_begin % 8 == 0:
+        pad += (first_begin - (8 + json_len + pad)) % PAGE
+    return pad
+
+
 def _copy_tensor(ckpt: Checkpoint, key: str, fh: Any) -> None:
-    """Copy one tensor's byte range: in-kernel (copy_file_range) when possible, else in 16 MiB chunks."""
+    """Copy one tensor's byte range: in-kernel (copy_file_range) when source and destination offsets sit alike
+    within a page, else (or on another filesystem or an old kernel) through a reused 1 MiB buffer."""
     info = ckpt.tensors[key]
+    if info.begin is None:  # a pickled tensor
+        for chunk in ckpt.iter_chunks(key, CHUNK):
+            fh.write(chunk)
+        return
     fh.flush()
     start = fh.tell()
-    if info.begin is not None and hasattr(os, "copy_file_range"):
-        try:
-            with open(info.file, "rb", buffering=0) as src:
+    with open(info.file, "rb", buffering=0) as src:
+        if hasattr(os, "copy_file_range") and (start - info.begin) % PAGE == 0:
+            try:
                 done = 0
                 while done < info.nbytes:
                     n = os.copy_file_range(src.fileno(), fh.fileno(), min(info.nbytes - done, 1 << 30), info.begin + done)
                     if n <= 0:
                         raise OSError("copy_file_range made no progress")
                     done += n
-            fh.seek(start + info.nbytes)
-            return
-        except OSError:  # another filesystem or an old kernel: fall back to plain reads
-            fh.seek(start)
-            fh.truncate()
-    for chunk in ckpt.iter_chunks(key, CHUNK):
-        fh.write(chunk)
+                fh.seek(start + info.nbytes)
+                return
+            except OSError:  # fall back to plain reads
+                fh.seek(start)
+                fh.truncate()
+        src.seek(info.begin)
+        view = memoryview(bytearray(min(CHUNK, info.nbytes)))
+        left = info.nbytes
+        while left:
+            n = src.readinto(view[:min(left, len(view))])
+            if not n:
+                raise CheckpointError(info.file, f"tensor {key!r}: file ended before its last byte")
+            fh.write(view[:n])
+            left -= n
 
 
 def _tensor_bytes(tensor: Any) -> memoryview:
