@@ -8,7 +8,7 @@ the rate, and the server log is the symptom, not a cause.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -127,13 +127,14 @@ def diagnose(
     report = Report(checkpoint=ckpt.summary(), engine=profile.spec if profile else None)
     ran: list[str] = []
     skipped: dict[str, str] = {}
+    num_target_layers = tgt.spec.num_hidden_layers if tgt is not None else None
 
     def run(name: str, fn, *args, **kwargs) -> None:
         report.add(name, fn(*args, **kwargs))
         ran.append(name)
 
     if profile is not None:
-        run("keys", simulate_load, ckpt, profile)
+        run("keys", simulate_load, ckpt, profile, num_target_layers=num_target_layers)
     else:
         skipped["keys"] = "no --engine given: load simulation not run"
     if ckpt.spec.is_draft:
@@ -144,9 +145,8 @@ def diagnose(
         run("weights", weight_stats, ckpt, target=tgt, progress=progress)
     else:
         skipped["weights"] = "weights statistics switched off"
-    num_target_layers = (tgt.spec.num_hidden_layers if tgt is not None else None)
     if profile is not None and ckpt.spec.is_draft:
-        run("aux_layers", resolve_aux_layers, ckpt.spec, num_target_layers, profile)
+        run("aux_layers", resolve_aux_layers, ckpt.spec, num_target_layers, profile, checkpoint=ckpt.path)
     else:
         skipped["aux_layers"] = "no --engine given: aux layer ids not resolved"
     if tgt is not None and profile is not None and ckpt.spec.is_draft:
@@ -159,7 +159,8 @@ def diagnose(
     else:
         skipped["logs"] = "no --log given: acceptance not read"
 
-    report.findings = rank_findings(report.findings)
+    # the log probe's own fix is "run the doctor": here the causes above are the fix
+    report.findings = rank_findings([replace(f, fix=None) if f.area == "logs" else f for f in report.findings])
     triage = Triage(rank_causes(report.findings), tuple(ran), skipped)
     report.results = {"doctor": triage, **report.results}
     report.notes.extend(skipped.values())

@@ -7,6 +7,8 @@ outside ``0 .. L-1`` captures nothing.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -113,8 +115,11 @@ def _trained_without_target(spec: DraftSpec) -> tuple[tuple[int, ...], str]:
     return trained_with(spec, 0)
 
 
-def resolve_aux_layers(spec: DraftSpec, num_target_layers: int | None, engine: Any) -> AuxResolution:
+def resolve_aux_layers(spec: DraftSpec, num_target_layers: int | None, engine: Any,
+                       checkpoint: str | Path = "CKPT") -> AuxResolution:
     """The target layers ``engine`` captures for a draft described by ``spec``, with findings.
+
+    ``checkpoint`` is the draft's path as the findings' fix commands should name it.
 
     ``num_target_layers`` None (no target at hand): defaults and range checks cannot be computed,
     only the ids the engine reads and the convention it reads them in.
@@ -154,7 +159,7 @@ def resolve_aux_layers(spec: DraftSpec, num_target_layers: int | None, engine: A
                else f" The draft was trained with {list(trained) or 'unknown layers'}."),
             evidence={"ids_by_source": written, "engine_reads": list(getattr(profile, "aux_ids_sources", ())),
                       "captured_hf": list(captured), "trained_with_hf": list(trained)},
-            fix=None if harmless else f"eagle3lens convert CKPT --to {label} OUT"))
+            fix=None if harmless else f"eagle3lens convert {checkpoint} --to {label} OUT"))
     if requested and requested != tuple(sorted(requested)):
         findings.append(Finding(
             "config/aux-ids-unsorted", Severity.INFO, "aux layer ids are not in layer order",
@@ -183,7 +188,7 @@ def resolve_aux_layers(spec: DraftSpec, num_target_layers: int | None, engine: A
                 f"trainer wrote them in the other convention ({trained_source}).",
                 evidence={"ids_read": list(ids_read), "source": source, "captured_hf": list(captured),
                           "trained_with_hf": list(trained)},
-                fix=f"eagle3lens convert CKPT --to {label} OUT"))
+                fix=f"eagle3lens convert {checkpoint} --to {label} OUT"))
     th, fc_in = spec.target_hidden_size, spec.fc_in_features
     known = source != "disabled" and (L is not None or source != "default")
     if th and fc_in and known and len(captured) * th != fc_in:

@@ -257,7 +257,7 @@ def _findings(ckpt: Checkpoint, profile: EngineProfile, spec: DraftSpec, fates: 
     out += _vocab_shape_findings(ckpt, spec, label)
     out += _flag_findings(ckpt, profile, spec, fates, fix)
     out += _d2t_findings(ckpt, profile, spec, fix)
-    out += _aux_findings(spec, profile, num_target_layers)
+    out += _aux_findings(ckpt, profile, num_target_layers)
     return out
 
 
@@ -321,11 +321,11 @@ def _d2t_findings(ckpt: Checkpoint, profile: EngineProfile, spec: DraftSpec, fix
         fix=(f"eagle3lens convert {ckpt.path} --repair-d2t OUT" if spec.has_t2d else None))]
 
 
-def _aux_findings(spec: DraftSpec, profile: EngineProfile, num_target_layers: int | None) -> list[Finding]:
+def _aux_findings(ckpt: Checkpoint, profile: EngineProfile, num_target_layers: int | None) -> list[Finding]:
     """config/aux-ids-ignored and config/aux-ids-shifted, from the aux-layer resolver (one source of truth)."""
     if not profile.aux_ids_sources and profile.kind == "training":
         return []
     from .aux_layers import resolve_aux_layers
 
-    resolution = resolve_aux_layers(spec, num_target_layers, profile)
+    resolution = resolve_aux_layers(ckpt.spec, num_target_layers, profile, checkpoint=ckpt.path)
     return [f for f in resolution.findings if f.code in ("config/aux-ids-ignored", "config/aux-ids-shifted")]

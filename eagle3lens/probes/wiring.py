@@ -172,7 +172,7 @@ def check_wiring(target: Any, draft: Checkpoint | str | Path, engine: Any, input
     profile = engine_profile(engine)
     model = load_target(target, device)
     _, layers = find_decoder_layers(model)
-    resolution = resolve_aux_layers(ckpt.spec, len(layers), profile)
+    resolution = resolve_aux_layers(ckpt.spec, len(layers), profile, checkpoint=ckpt.path)
     module = load_draft_as(ckpt, profile).to(_param_device(model))
     _share_embedding(module, model, ckpt, profile)
     return wire(model, module, resolution, profile, scenario=scenario, inputs=inputs, has_d2t=ckpt.spec.has_d2t,
