@@ -589,34 +589,8 @@ def _write_manifest(run: HostRun, notebook: str, secrets: Sequence[str]) -> None
 
 # -- CLI glue for ``eagle3lens notebook NAME --host HOST`` (commands/notebook.py calls these) --------
 
-def add_remote_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``--host`` and the remote-run options to the notebook parser (options it already has are kept)."""
-    group = parser.add_argument_group("remote run (over SSH, honouring ~/.ssh/config)")
-    options: list[tuple[tuple[str, ...], dict[str, Any]]] = [
-        (("--host",), dict(action="append", dest="host", metavar="HOST",
-                           help="run on this SSH host ([user@]host[:port] or a ~/.ssh/config alias); "
-                                "repeat to run on several hosts in parallel")),
-        (("--remote-python",), dict(default="python3", metavar="PATH",
-                                    help="interpreter on the host (a venv's bin/python; default: python3)")),
-        (("--remote-workdir",), dict(default=None, metavar="DIR",
-                                     help="directory on the host for the private run dir (default: its temp dir)")),
-        (("--timeout",), dict(type=float, default=None, metavar="SECONDS",
-                              help="wall-clock limit for the run; the remote process group is killed after it")),
-        (("--ssh-config",), dict(default=None, metavar="FILE", help="ssh config file (default: ~/.ssh/config)")),
-        (("--known-hosts",), dict(default=None, metavar="FILE",
-                                  help="known_hosts file (default: UserKnownHostsFile or ~/.ssh/known_hosts)")),
-        (("--accept-new-host-key",), dict(action="store_true",
-                                          help="trust and record a host key seen for the first time "
-                                               "(a changed key is always refused)")),
-    ]
-    existing = set(parser._option_string_actions)  # noqa: SLF001 - lets commands/notebook.py own shared flags
-    for flags, kwargs in options:
-        if not existing.intersection(flags):
-            group.add_argument(*flags, **kwargs)
-
-
 def run_from_args(args: argparse.Namespace, notebook_name: str | Path, parameters: Mapping[str, Any]) -> int:
-    """Run ``notebook_name`` (a path) on every ``--host`` with the options from ``add_remote_arguments``."""
+    """Run ``notebook_name`` on every ``--host`` with the notebook command's remote options."""
     lock = threading.Lock()
 
     def show(host: str, line: str) -> None:
@@ -641,5 +615,5 @@ def run_from_args(args: argparse.Namespace, notebook_name: str | Path, parameter
     return result.exit_code(getattr(args, "fail_on", Severity.CRITICAL))
 
 
-__all__ = ["HostRun", "Preflight", "RemoteRun", "RemoteError", "add_remote_arguments", "describe_progress",
+__all__ = ["HostRun", "Preflight", "RemoteRun", "RemoteError", "describe_progress",
            "run_from_args", "run_remote"]

@@ -19,8 +19,7 @@ import nbformat
 import pytest
 
 from _sshd import make_sshd, sshd_missing_reason, write_ed25519_key
-from eagle3lens.remote import (REFRESH_S, RemoteRun, add_remote_arguments, describe_progress, run_from_args,
-                               run_remote)
+from eagle3lens.remote import REFRESH_S, RemoteRun, describe_progress, run_from_args, run_remote
 from eagle3lens.remote_ssh import HostKeyError, RemoteError, connect, load_ssh_config, resolve_host
 from eagle3lens.remote_supervisor import MARKER
 
@@ -159,12 +158,8 @@ def test_unknown_host_key_refused_without_opt_in_and_recorded_with_it(lab: Lab, 
 
 
 def test_unknown_host_key_refused_by_run_remote_cli(lab: Lab, tmp_path: Path, capsys) -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--out")
-    parser.add_argument("--json", action="store_true")
-    add_remote_arguments(parser)
     notebook = write_notebook(tmp_path / "nb.ipynb", [code("x = 1")])
-    args = parser.parse_args(["--host", "e3l-target", "--ssh-config", str(lab.ssh_config), "--known-hosts",
+    args = notebook_parser().parse_args([str(notebook), "--host", "e3l-target", "--ssh-config", str(lab.ssh_config), "--known-hosts",
                               str(tmp_path / "empty_known_hosts"), "--out", str(tmp_path / "out"), "--json"])
     assert run_from_args(args, notebook, {}) == 2
     captured = capsys.readouterr()
@@ -187,8 +182,6 @@ def notebook_parser() -> argparse.ArgumentParser:
 
 def test_remote_arguments_fit_the_notebook_command() -> None:
     parser = notebook_parser()
-    add_remote_arguments(parser)
-    add_remote_arguments(parser)  # idempotent: options the command already has are left to it
     args = parser.parse_args(["00_triage", "--host", "gpu1", "--host", "me@gpu2:2222", "--timeout", "90",
                               "--remote-python", "~/venv/bin/python", "--accept-new-host-key"])
     assert args.host == ["gpu1", "me@gpu2:2222"] and args.timeout == 90.0 and args.accept_new_host_key
@@ -198,9 +191,6 @@ def test_remote_arguments_fit_the_notebook_command() -> None:
 def test_cli_notebook_host_end_to_end(lab: Lab, tmp_path: Path, capsys) -> None:
     from eagle3lens import cli
 
-    if not any("--host" in a.option_strings for a in notebook_parser()._actions):
-        pytest.skip("`eagle3lens notebook --host` is not wired in commands/notebook.py yet "
-                    "(add_remote_arguments + run_from_args)")
     notebook = write_notebook(tmp_path / "tiny.ipynb", [code("x = 1", tags=["parameters"]), code("print(x * 2)")])
     code_ = cli.main(["notebook", str(notebook), "-p", "x", "21", "--host", "e3l-target", "--remote-python", PY,
                       "--ssh-config", str(lab.ssh_config), "--known-hosts", str(lab.known_hosts),

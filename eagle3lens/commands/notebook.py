@@ -45,6 +45,30 @@ def list_walkthroughs() -> int:
     return 0
 
 
+def add_remote_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--host`` and the remote-run options (``eagle3lens.remote.run_from_args`` reads them; paramiko loads only then)."""
+    group = parser.add_argument_group("remote run (over SSH, honouring ~/.ssh/config)")
+    options: list[tuple[tuple[str, ...], dict[str, Any]]] = [
+        (("--host",), dict(action="append", dest="host", metavar="HOST",
+                           help="run on this SSH host ([user@]host[:port] or a ~/.ssh/config alias); "
+                                "repeat to run on several hosts in parallel")),
+        (("--remote-python",), dict(default="python3", metavar="PATH",
+                                    help="interpreter on the host (a venv's bin/python; default: python3)")),
+        (("--remote-workdir",), dict(default=None, metavar="DIR",
+                                     help="directory on the host for the private run dir (default: its temp dir)")),
+        (("--timeout",), dict(type=float, default=None, metavar="SECONDS",
+                              help="wall-clock limit for the run; the remote process group is killed after it")),
+        (("--ssh-config",), dict(default=None, metavar="FILE", help="ssh config file (default: ~/.ssh/config)")),
+        (("--known-hosts",), dict(default=None, metavar="FILE",
+                                  help="known_hosts file (default: UserKnownHostsFile or ~/.ssh/known_hosts)")),
+        (("--accept-new-host-key",), dict(action="store_true",
+                                          help="trust and record a host key seen for the first time "
+                                               "(a changed key is always refused)")),
+    ]
+    for flags, kwargs in options:
+        group.add_argument(*flags, **kwargs)
+
+
 def run(args: argparse.Namespace) -> int:
     from ..notebook import run_notebook
 
@@ -54,8 +78,14 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("give a walkthrough NAME or path (see `eagle3lens notebook --list`)")
     parameters = read_params_file(args.params_file) if args.params_file else {}
     parameters.update({key: parse_value(value) for key, value in args.parameter})
+    if args.host:
+        from ..remote import run_from_args
+
+        return run_from_args(args, args.name, parameters)
+    if args.timeout is not None:
+        raise UsageError("--timeout is the wall-clock limit of a --host run; use --cell-timeout for a local run")
     result = run_notebook(args.name, parameters, args.out, progress=not args.no_progress,
-                          kernel_name=args.kernel, timeout=args.timeout)
+                          kernel_name=args.kernel, timeout=args.cell_timeout)
     report = Report(checkpoint={}, findings=list(result.findings))
     report.results["notebook"] = result
     return finish(report, args)
@@ -70,7 +100,9 @@ def register(sub: argparse._SubParsersAction) -> None:
             "eagle3lens notebook 00_triage --out reports/                  # the demo incident",
             "eagle3lens notebook triage -p checkpoint my-draft/ -p engine sglang==0.5.11",
             "eagle3lens notebook 03_vocab --params-file params.json --out reports/",
-            "eagle3lens notebook my_copy.ipynb -p log server.log"))
+            "eagle3lens notebook my_copy.ipynb -p log server.log",
+            "eagle3lens notebook 00_triage --host gpu-node --remote-python ~/venv/bin/python --out reports/",
+            "eagle3lens notebook 00_triage --host node-a --host node-b --timeout 1800   # side by side per host"))
     p.add_argument("name", metavar="NAME", nargs="?",
                    help="walkthrough short name (00_triage or triage) or a .ipynb path")
     p.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("KEY", "VALUE"),
@@ -80,7 +112,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="output directory (default: ./eagle3lens-notebooks)")
     p.add_argument("--list", action="store_true", help="list the walkthroughs and exit")
     p.add_argument("--kernel", default="python3", help="Jupyter kernel name (default: python3)")
-    p.add_argument("--timeout", type=float, default=None, metavar="S", help="per-cell timeout in seconds")
+    p.add_argument("--cell-timeout", type=float, default=None, metavar="S", help="per-cell timeout in seconds (local runs)")
     p.add_argument("--no-progress", action="store_true", help="no per-cell progress bar")
+    add_remote_arguments(p)
     add_output_options(p)
     p.set_defaults(func=run)
