@@ -223,7 +223,7 @@ def test_head_copy_recovers_a_missing_mapping(target):
     result, repair = probe(300, 60, None, None, lm_head=head[ids], target=tgt)
     assert result.diagnosis == "vocab/d2t-missing" and result.repair == "from-head"
     assert torch.equal(repair.tensors["d2t"], d2t) and torch.equal(repair.tensors["t2d"], t2d)
-    assert "plan_d2t_repair" in result.findings[0].fix and str(tgt.path) in result.findings[0].fix
+    assert "--repair-d2t --target" in result.findings[0].fix and str(tgt.path) in result.findings[0].fix
     _, refused = probe(300, 60, None, None, lm_head=head[ids])  # no t2d, no target: nothing proves a mapping
     assert isinstance(refused, ConversionRefused)
 
