@@ -43,6 +43,10 @@ CAUSAL_ORDER: tuple[tuple[str, str], ...] = (
 )
 
 
+# the engine each config flavour is written for (used when no --engine is given)
+OWN_LOADER = {"speculators": "speculators", "sglang": "sglang", "eagle": "eagle"}
+
+
 def causal_rank(code: str) -> int:
     for rank, (prefix, _) in enumerate(CAUSAL_ORDER):
         if code == prefix or (prefix.endswith("/") and code.startswith(prefix)):
@@ -145,14 +149,18 @@ def diagnose(
         run("weights", weight_stats, ckpt, target=tgt, progress=progress)
     else:
         skipped["weights"] = "weights statistics switched off"
-    if profile is not None and ckpt.spec.is_draft:
-        run("aux_layers", resolve_aux_layers, ckpt.spec, num_target_layers, profile, checkpoint=ckpt.path)
+    if ckpt.spec.is_draft:
+        # without --engine, aux layers and wiring are judged as the loader the layout is written for
+        wiring_profile = profile or resolve(OWN_LOADER.get(ckpt.spec.flavour, "vllm"))
+        if profile is None:
+            report.notes.append(f"no --engine given: aux layers and wiring judged as {wiring_profile.spec} loads the draft")
+        if tgt is not None:  # the wiring check resolves the aux layers itself and reports them
+            run("wiring", check_wiring, tgt, ckpt, wiring_profile, scenario=scenario)
+        else:
+            run("aux_layers", resolve_aux_layers, ckpt.spec, None, wiring_profile, checkpoint=ckpt.path)
+            skipped["wiring"] = "no --target given: wiring not checked"
     else:
-        skipped["aux_layers"] = "no --engine given: aux layer ids not resolved"
-    if tgt is not None and profile is not None and ckpt.spec.is_draft:
-        run("wiring", check_wiring, tgt, ckpt, profile, scenario=scenario)
-    else:
-        skipped["wiring"] = "no --target given: wiring not checked" if tgt is None else "no --engine given: wiring not checked"
+        skipped["aux_layers"] = skipped["wiring"] = "not a draft checkpoint"
     if log is not None:
         run("logs", parse_log, log, engine=profile.name if profile else None,
             num_draft_tokens=num_draft_tokens, baseline_tps=baseline_tps)

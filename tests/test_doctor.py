@@ -174,3 +174,20 @@ def test_html_report_is_offline_and_has_figures(demo_dir: Path, tmp_path: Path, 
         browser.close()
     assert drawn >= 3
     assert all(u.startswith(("file:", "data:", "about:")) for u in requests), requests
+
+
+def test_without_engine_wiring_is_judged_as_the_layouts_own_loader(demo_dir: Path) -> None:
+    report = diagnose(demo_dir / "eagle", target=demo_dir / "target", scenario="aux-off", weights=False)
+    triage = report.results["doctor"]
+    assert "wiring" in triage.ran and "keys" in triage.skipped
+    assert any("judged as sglang==" in note for note in report.notes)
+    assert triage.causes[0].finding.code == "trace/fc-bypassed"
+
+
+def test_unwritable_html_is_a_one_line_error(demo_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    code = main(["doctor", str(demo_dir / "eagle"), "--no-weights", "--html", str(blocker / "report.html")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.startswith("eagle3lens: error:") and "cannot write the HTML report" in err
+    assert len(err.splitlines()) == 1

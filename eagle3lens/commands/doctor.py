@@ -3,11 +3,25 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 from pathlib import Path
 
 from ..doctor import diagnose
 from ..errors import UsageError
 from . import add_output_options, example_epilog, finish
+
+
+def write_html(out: Path, page: str) -> None:
+    """Write beside the destination, then rename: a failed write never leaves half a report."""
+    tmp = out.with_name(f".{out.name}.tmp")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(page, encoding="utf-8")
+        tmp.replace(out)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise UsageError(f"{out}: cannot write the HTML report ({exc.strerror or exc})") from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -17,11 +31,7 @@ def run(args: argparse.Namespace) -> int:
                       baseline_tps=args.baseline_tps, num_draft_tokens=args.num_draft_tokens,
                       scenario=args.scenario, weights=not args.no_weights, progress=False if args.json else None)
     if args.html:
-        out = Path(args.html)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(f".{out.name}.tmp")
-        tmp.write_text(report.to_html(title=f"eagle3lens doctor: {args.checkpoint}"), encoding="utf-8")
-        tmp.replace(out)
+        write_html(Path(args.html), report.to_html(title=f"eagle3lens doctor: {args.checkpoint}"))
     code = finish(report, args)
     if args.html and not args.json:
         print(f"HTML report: {args.html}")
