@@ -708,6 +708,15 @@ def classify(result: LogResult) -> list[Finding]:
         evidence["mean_per_position"] = list(s.mean_per_position)
     if s.accepted_tokens is not None:
         evidence.update(accepted_tokens=s.accepted_tokens, drafted_tokens=s.drafted_tokens)
+    if s.lifetime_accept_len is None and not any(x.accept_len is not None or x.accept_rate is not None
+                                                 for x in result.samples):
+        findings.append(Finding(
+            "logs/no-acceptance-lines", Severity.WARNING, f"no acceptance lines in {log}",
+            (f"None of its {result.total_lines} lines is an SGLang decode line with accept len or a vLLM SpecDecoding "
+             f"metrics line ({result.unparsed_lines} looked like metrics but did not parse): acceptance was not "
+             "judged. Is this the server log of a run with speculative decoding on?"),
+            evidence={"total_lines": result.total_lines, "unparsed_lines": result.unparsed_lines,
+                      "unparsed_examples": list(result.unparsed_examples), "formats": dict(result.formats)}))
     era = _era_sentence(result)
     what = "mean accept len" if s.mean_accept_len is not None else "lifetime avg_spec_accept_length"
     lines = f" over {s.acceptance_lines} log lines" if s.mean_accept_len is not None else ""
