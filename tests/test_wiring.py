@@ -172,3 +172,59 @@ def test_cli_trace_preset_on_meta(capsys):
     assert main(["trace", "--preset", "kimi-k2.5", "--device", "meta", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)["results"]["wiring"]
     assert data["feature"]["shape"][-1] == 21504 and data["fc_ran"]
+
+
+# -- offloaded, split and reduced-precision targets --------------------------------------------
+def test_wiring_on_a_target_offloaded_to_disk_matches_the_plain_target(demo_dir, target, tmp_path):
+    from accelerate import dispatch_model
+    from transformers import AutoModelForCausalLM
+
+    ids = torch.randint(0, 2048, (1, 10), generator=torch.Generator().manual_seed(3))
+    plain = check_wiring(target, Checkpoint.open(demo_dir / "eagle"), "sglang==0.5.11", inputs=ids)
+    model = AutoModelForCausalLM.from_pretrained(demo_dir / "target", dtype=torch.float32).eval()
+    # the input embedding (the first parameter) and the deep half on disk: their weights are meta until used
+    device_map = {"model.embed_tokens": "disk", "model.norm": "cpu", "model.rotary_emb": "cpu", "lm_head": "disk",
+                  **{f"model.layers.{i}": "cpu" if i < 5 else "disk" for i in range(10)}}
+    model = dispatch_model(model, device_map=device_map, offload_dir=str(tmp_path / "offload"))
+    assert next(model.parameters()).device.type == "meta"
+    for scenario in (None, "aux-off"):
+        offloaded = check_wiring(model, Checkpoint.open(demo_dir / "eagle"), "sglang==0.5.11", inputs=ids,
+                                 scenario=scenario)
+        reference = plain if scenario is None else check_wiring(target, Checkpoint.open(demo_dir / "eagle"),
+                                                                "sglang==0.5.11", inputs=ids, scenario=scenario)
+        assert [f.to_dict() for f in offloaded.findings] == [f.to_dict() for f in reference.findings]
+        assert offloaded.captured == reference.captured and offloaded.feature == reference.feature
+        assert offloaded.fc_ran == reference.fc_ran and offloaded.agreement == pytest.approx(reference.agreement)
+
+
+def test_target_dtype_option_surfaces_a_dtype_mismatch(demo_dir):
+    draft = Checkpoint.open(demo_dir / "speculators")
+    kept = check_wiring(demo_dir / "target", draft, "vllm==0.33.0", dtype="auto", device_map="cpu")
+    assert kept.feature.dtype == "float32" and "trace/dtype-mismatch" not in codes(kept)  # the demo stores f32
+    half = check_wiring(demo_dir / "target", draft, "vllm==0.33.0", dtype="bfloat16")
+    finding = next(f for f in half.findings if f.code == "trace/dtype-mismatch")
+    assert finding.evidence == {"feature": "torch.bfloat16", "draft": "torch.float32"}
+    assert half.fc_ran and half.feature.shape[-1] == 192
+
+
+def test_features_on_several_devices_are_reported():
+    from eagle3lens.probes.trace import TensorMeta
+    from eagle3lens.probes.wiring import device_findings
+
+    one = (("a", TensorMeta((1, 4, 8), "float32", "cuda:0")), ("b", TensorMeta((1, 4, 8), "float32", "cuda:0")))
+    assert device_findings(one, torch.device("cuda:0")) == []
+    split = one[:1] + (("b", TensorMeta((1, 4, 8), "float32", "cuda:1")),)
+    [finding] = device_findings(split, torch.device("cuda:0"))
+    assert finding.code == "trace/feature-devices"
+    assert finding.evidence == {"feature_devices": {"a": "cuda:0", "b": "cuda:1"}, "draft_device": "cuda:0"}
+
+
+def test_cli_trace_device_map_and_dtype(demo_dir, capsys):
+    from eagle3lens.cli import main
+
+    args = ["trace", "--target", str(demo_dir / "target"), "--draft", str(demo_dir / "eagle"),
+            "--engine", "sglang==0.5.11", "--json"]
+    assert main(args + ["--device-map", "auto", "--dtype", "bfloat16"]) == 0  # the dtype finding is a warning
+    data = json.loads(capsys.readouterr().out)
+    assert "trace/dtype-mismatch" in {f["code"] for f in data["findings"]}
+    assert data["results"]["wiring"]["captured"][0]["dtype"] == "bfloat16"

@@ -32,8 +32,11 @@ def run(args: argparse.Namespace) -> int:
 
         if not torch.cuda.is_available():
             raise UsageError("--device cuda: no CUDA device is visible here; use --device cpu or meta")
+    if args.device_map and args.device == "meta":
+        raise UsageError("--device meta traces shapes only: drop --device-map")
     draft = Checkpoint.open(args.draft)
-    result = check_wiring(args.target, draft, engine, scenario=args.scenario, device=args.device)
+    result = check_wiring(args.target, draft, engine, scenario=args.scenario, device=args.device,
+                          device_map=args.device_map, dtype=args.dtype)
     report = Report(checkpoint=draft.summary(), engine=result.engine)
     report.add("wiring", result)
     if args.device == "meta":
@@ -44,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
 # Names only, so that building the CLI does not import torch (tests keep them equal to the probes' own).
 SCENARIO_NAMES = ("aux-off", "ids-shifted", "ids-ignored")
 PRESET_NAMES = ("kimi-k2.5", "llama-3.1-405b")
+DTYPE_NAMES = ("auto", "float32", "bfloat16", "float16")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -57,12 +61,17 @@ def register(sub: argparse._SubParsersAction) -> None:
             "eagle3lens trace --target demo/target --draft demo/eagle --engine sglang==0.5.11",
             "eagle3lens trace --target demo/target --draft demo/eagle --engine sglang==0.5.11 --scenario aux-off",
             "eagle3lens trace --target demo/target --draft demo/speculators --engine vllm==0.33.0 --scenario ids-shifted",
+            "eagle3lens trace --target big/target --draft big/eagle --device-map auto --dtype auto",
             "eagle3lens trace --preset kimi-k2.5 --device meta          # 3 x 7168 = 21504 into fc, no weights"))
     p.add_argument("--target", metavar="T", help="HF target model directory")
     p.add_argument("--draft", metavar="D", help="draft checkpoint directory or file")
     p.add_argument("--engine", metavar="E", help="engine NAME[==VERSION] whose wiring to reproduce (default vllm==0.33.0)")
     p.add_argument("--device", choices=("cpu", "cuda", "meta"), default="cpu",
                    help="where to run the target (meta: shapes only, no weights read)")
+    p.add_argument("--device-map", metavar="MAP",
+                   help="let accelerate place the target (e.g. auto: spread over GPUs, offload to cpu) instead of --device")
+    p.add_argument("--dtype", choices=DTYPE_NAMES, default="float32",
+                   help="target weights' dtype (auto: as stored in the checkpoint; default float32)")
     p.add_argument("--scenario", choices=SCENARIO_NAMES,
                    help="reproduce an engine fault: aux capture off, ids shifted by one, ids ignored")
     p.add_argument("--preset", choices=PRESET_NAMES, help="full-size shape-only trace of a known target")

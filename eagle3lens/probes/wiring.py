@@ -97,8 +97,13 @@ def find_decoder_layers(model: nn.Module) -> tuple[str, nn.ModuleList]:
     return min(candidates, key=lambda c: (c[0].count("."), c[0]))
 
 
-def load_target(target: Any, device: str = "cpu") -> nn.Module:
-    """An HF causal LM from a model, a Checkpoint or a directory (weights loaded; ``device="meta"``: shapes only)."""
+def load_target(target: Any, device: str = "cpu", device_map: str | dict[str, Any] | None = None,
+                dtype: torch.dtype | str = torch.float32) -> nn.Module:
+    """An HF causal LM from a model, a Checkpoint or a directory (weights loaded; ``device="meta"``: shapes only).
+
+    ``device_map`` (e.g. ``"auto"``) lets accelerate place, split or offload the target instead of ``device``;
+    ``dtype="auto"`` keeps the checkpoint's dtype (default float32).
+    """
     if isinstance(target, nn.Module):
         return target.eval()
     path = target.root if isinstance(target, Checkpoint) else Path(target)
@@ -106,7 +111,10 @@ def load_target(target: Any, device: str = "cpu") -> nn.Module:
         raise CheckpointError(path, "not an HF model directory (no config.json)")
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    dtype = dtype if isinstance(dtype, torch.dtype) or dtype == "auto" else getattr(torch, str(dtype))
     if device == "meta":
+        if device_map is not None:
+            raise UsageError("--device meta traces shapes only: drop --device-map")
         config = AutoConfig.from_pretrained(path)
         with torch.device("meta"):
             return AutoModelForCausalLM.from_config(config).eval()
@@ -115,10 +123,39 @@ def load_target(target: Any, device: str = "cpu") -> nn.Module:
     bar_was_on = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()  # a tiny target's "Loading weights" bar is noise in a report
     try:
-        return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device).eval()
+        if device_map is not None:
+            return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, device_map=device_map).eval()
+        return AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
     finally:
         if bar_was_on:
             hf_logging.enable_progress_bar()
+
+
+def input_device(model: nn.Module) -> torch.device:
+    """Where the target's input ids go: the input embedding's execution device under accelerate's hooks,
+    else its weight's device, else the first parameter not on meta; ``meta`` for a shapes-only model."""
+    embedding = model.get_input_embeddings()
+    hook_device = getattr(getattr(embedding, "_hf_hook", None), "execution_device", None)
+    if hook_device is not None:
+        return torch.device(hook_device)
+    if embedding.weight.device.type != "meta":
+        return embedding.weight.device
+    return next((p.device for p in model.parameters() if p.device.type != "meta"), torch.device("meta"))
+
+
+def is_shape_only(model: nn.Module) -> bool:
+    """Every weight on meta and none offloaded by accelerate: the forward can only trace shapes."""
+    offloaded = getattr(model, "hf_device_map", None) or any(hasattr(m, "_hf_hook") for m in model.modules())
+    return not offloaded and all(p.device.type == "meta" for p in model.parameters())
+
+
+def draft_device(model: nn.Module) -> torch.device:
+    """A real device for the draft: the target's input device, cpu when that is offloaded; meta only for a
+    shapes-only target."""
+    if is_shape_only(model):
+        return torch.device("meta")
+    device = input_device(model)
+    return device if device.type != "meta" else torch.device("cpu")
 
 
 # -- the draft as an engine loads it ------------------------------------------------------------
@@ -156,24 +193,32 @@ def _share_embedding(module: Eagle3Draft, model: nn.Module, ckpt: Checkpoint, pr
     if "embed" not in getattr(profile, "shared_from_target", {}):
         return
     loaded = {canonical_key(k) for k in loaded_keys(ckpt, profile)}
-    table = model.get_input_embeddings().weight
-    if "embed_tokens.weight" not in loaded and table.shape == module.embed_tokens.weight.shape:
-        with torch.no_grad():
-            module.embed_tokens.weight.copy_(table)
+    from accelerate.utils import align_module_device
+
+    embedding = model.get_input_embeddings()
+    if "embed_tokens.weight" in loaded or embedding.weight.shape != module.embed_tokens.weight.shape:
+        return
+    with align_module_device(embedding), torch.no_grad():  # an offloaded table is brought in for the copy
+        module.embed_tokens.weight.copy_(embedding.weight)
 
 
 # -- the check ----------------------------------------------------------------------------------
 def check_wiring(target: Any, draft: Checkpoint | str | Path, engine: Any, inputs: torch.Tensor | None = None,
-                 scenario: str | None = None, device: str = "cpu", seq_len: int = 16) -> WiringResult:
-    """Run ``target``, capture the aux layers ``engine`` would, feed ``draft`` as the engine does, report."""
+                 scenario: str | None = None, device: str = "cpu", seq_len: int = 16,
+                 device_map: str | dict[str, Any] | None = None,
+                 dtype: torch.dtype | str = torch.float32) -> WiringResult:
+    """Run ``target``, capture the aux layers ``engine`` would, feed ``draft`` as the engine does, report.
+
+    ``device``, ``device_map`` and ``dtype`` are :func:`load_target`'s (for a target given as a path).
+    """
     if scenario not in (None, *SCENARIOS):
         raise UsageError(f"unknown scenario {scenario!r}: use one of {', '.join(SCENARIOS)}")
     ckpt = draft if isinstance(draft, Checkpoint) else Checkpoint.open(draft)
     profile = engine_profile(engine)
-    model = load_target(target, device)
+    model = load_target(target, device, device_map=device_map, dtype=dtype)
     _, layers = find_decoder_layers(model)
     resolution = resolve_aux_layers(ckpt.spec, len(layers), profile, checkpoint=ckpt.path)
-    module = load_draft_as(ckpt, profile).to(_param_device(model))
+    module = load_draft_as(ckpt, profile).to(draft_device(model))
     _share_embedding(module, model, ckpt, profile)
     return wire(model, module, resolution, profile, scenario=scenario, inputs=inputs, has_d2t=ckpt.spec.has_d2t,
                 seq_len=seq_len)
@@ -189,16 +234,18 @@ def wire(model: nn.Module, module: Eagle3Draft, resolution: AuxResolution, profi
     H, fc_in = module.cfg.hidden, module.fc.in_features
 
     used = _layers_for(scenario, resolution, profile, L)
-    on_meta = _param_device(model).type == "meta"
+    on_meta = is_shape_only(model)
     if inputs is None:
         vocab = model.get_input_embeddings().num_embeddings
         gen = torch.Generator().manual_seed(0)
         inputs = torch.randint(0, vocab, (1, seq_len), generator=gen)
-    inputs = inputs.to(_param_device(model))
-    feats, captured, target_logits = _run_target(model, decoder_path, layers, used, inputs)
+    inputs = inputs.to(input_device(model))
+    feats, captured, target_logits = _run_target(model, decoder_path, layers, used, inputs, on_meta)
+    capture_desc = tuple((_what(k, L), meta_of(f)) for k, f in zip(used, feats))  # where the target left them
+    device = next(module.parameters()).device
 
-    findings: list[Finding] = list(resolution.findings)
-    feature = torch.cat(feats, dim=-1) if feats else None
+    findings: list[Finding] = list(resolution.findings) + device_findings(capture_desc, device)
+    feature = torch.cat([f.to(device) for f in feats], dim=-1) if feats else None
     engine_error = None
     fc_ran, decoder_input, logits, agreement, table = False, None, None, None, ()
     if feature is not None:
@@ -223,10 +270,9 @@ def wire(model: nn.Module, module: Eagle3Draft, resolution: AuxResolution, profi
         table = tuple(tracer.table())
         if out is not None and not on_meta and target_logits is not None:
             mapped = map_to_target(out.logits.argmax(-1), module.d2t) if has_d2t else out.logits.argmax(-1)
-            agreement = float((mapped == target_logits[:, 1:].argmax(-1)).float().mean())
+            agreement = float((mapped == target_logits[:, 1:].argmax(-1).to(mapped.device)).float().mean())
 
     width = feature.shape[-1] if feature is not None else 0
-    capture_desc = tuple((_what(k, L), meta_of(f)) for k, f in zip(used, feats))
     findings += _wiring_findings(label, scenario, gate, resolution, used, width, H, fc_in, fc_ran, engine_error, L)
     return WiringResult(
         engine=label, scenario=scenario, fc_gate=gate, decoder_path=decoder_path, num_target_layers=L,
@@ -266,13 +312,13 @@ def _what(k: int, L: int) -> str:
 
 
 def _run_target(model: nn.Module, decoder_path: str, layers: nn.ModuleList, used: tuple[int, ...],
-                inputs: torch.Tensor) -> tuple[list[torch.Tensor], Any, torch.Tensor | None]:
+                inputs: torch.Tensor, on_meta: bool) -> tuple[list[torch.Tensor], Any, torch.Tensor | None]:
     """Forward the target once; hooks keep the inputs of the decoder layers in ``used`` (and the final norm)."""
     paths = {k: f"{decoder_path}.{k}" for k in used if k != FINAL}
     norm_path = _final_norm_path(model, decoder_path)
     include = list(paths.values()) + ([norm_path] if FINAL in used and norm_path else [])
     kwargs: dict[str, Any] = {"use_cache": False}
-    if _param_device(model).type == "meta":
+    if on_meta:
         T = inputs.shape[1]
         kwargs["attention_mask"] = torch.ones(1, 1, T, T, dtype=torch.bool, device="meta").tril()
     with Tracer(model, include=include, keep=True) as tracer, torch.no_grad():
@@ -297,8 +343,17 @@ def _final_norm_path(model: nn.Module, decoder_path: str) -> str | None:
     return path if path in dict(model.named_modules()) else None
 
 
-def _param_device(model: nn.Module) -> torch.device:
-    return next(model.parameters()).device
+def device_findings(captured: tuple[tuple[str, TensorMeta], ...], draft_device: torch.device) -> list[Finding]:
+    """An info finding when the captured features sit on several devices (a target split by ``device_map``):
+    each is moved to the draft's device before the concat, which an engine with one rank per GPU never does."""
+    devices = {meta.device for _, meta in captured}
+    if len(devices) < 2:
+        return []
+    return [Finding("trace/feature-devices", Severity.INFO,
+                    f"the captured features sit on {len(devices)} devices ({', '.join(sorted(devices))})",
+                    f"Each was moved to {draft_device} for the concat; the widths and layers above are unaffected.",
+                    evidence={"feature_devices": {what: meta.device for what, meta in captured},
+                              "draft_device": str(draft_device)})]
 
 
 def _wiring_findings(label: str, scenario: str | None, gate: str, res: AuxResolution, used: tuple[int, ...],
