@@ -97,21 +97,30 @@ class DemoPaths:
         return {name: self.root / name for name in VARIANTS}
 
 
+def _is_demo(manifest: Path) -> bool:
+    """Only a folder this module built (its manifest says so) may be reused or replaced."""
+    try:
+        return json.loads(manifest.read_text(encoding="utf-8")).get("tool") == "eagle3lens demo"
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def build_demo(out_dir: str | Path, force: bool = False,
                progress: Callable[[str], None] | None = None) -> DemoPaths:
     """Build the demo into ``out_dir`` (reused as is when already built, unless ``force``).
 
     The build goes to a temporary directory beside ``out_dir`` and is renamed into place; an existing
-    ``out_dir`` is replaced only when it is an earlier demo (has ``manifest.json``) and ``force`` is set.
+    ``out_dir`` is replaced only when it is an earlier demo (its ``manifest.json`` says so) and ``force`` is set.
     """
     out = Path(out_dir)
     paths = DemoPaths.under(out)
     if out.exists():
         if not out.is_dir():
             raise UsageError(f"{out}: exists and is not a directory")
-        if paths.manifest.is_file() and not force:
+        is_demo = _is_demo(paths.manifest)
+        if is_demo and not force:
             return paths
-        if any(out.iterdir()) and not paths.manifest.is_file():
+        if any(out.iterdir()) and not is_demo:
             raise UsageError(f"{out}: directory is not empty and is not an eagle3lens demo; choose another DIR")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.building"

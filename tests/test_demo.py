@@ -239,3 +239,7 @@ def test_existing_demo_is_reused_and_foreign_dirs_refused(demo_dir: Path, tmp_pa
     assert cli.main(["demo", str(foreign)]) == 2
     assert "not an eagle3lens demo" in capsys.readouterr().err
     assert (foreign / "notes.txt").read_text() == "keep me"
+    # a folder that merely has a manifest.json of its own is not a demo either: never replaced, even with --force
+    (foreign / "manifest.json").write_text('{"name": "my webapp"}')
+    assert cli.main(["demo", str(foreign), "--force"]) == 2
+    assert (foreign / "notes.txt").read_text() == "keep me"
