@@ -44,6 +44,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Eagle3LensError as exc:
         print(f"eagle3lens: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except OSError as exc:  # a path the user gave that cannot be read or written
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"eagle3lens: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("eagle3lens: interrupted", file=sys.stderr)
         return 130

@@ -79,6 +79,8 @@ def read_header(path: str | Path) -> SafetensorsHeader:
         raise CheckpointError(path, "safetensors header is not a JSON object")
     try:
         header = json.loads(text, object_pairs_hook=_no_duplicates)
+    except RecursionError:
+        raise CheckpointError(path, "safetensors header JSON is nested too deeply") from None
     except _DuplicateName as exc:
         raise CheckpointError(path, f"tensor {exc.args[0]!r} is named twice in the safetensors header") from None
     except json.JSONDecodeError as exc:
