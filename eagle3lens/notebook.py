@@ -40,16 +40,15 @@ _OFFLINE_TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
 
 
 class NotebookCellError(Eagle3LensError):
-    """A walkthrough cell failed; names the cell and the error shown in it."""
+    """A walkthrough cell failed; names the cell (``code cell n of N`` in the source notebook) and its error."""
 
-    def __init__(self, notebook: str | Path, cell_index: int, first_line: str, error: str, executed: Path) -> None:
+    def __init__(self, notebook: str | Path, cell: str, first_line: str, error: str, executed: Path) -> None:
         self.notebook = str(notebook)
-        self.cell_index = cell_index
+        self.cell = cell
         self.first_line = first_line
         self.error = error
         self.executed = executed
-        super().__init__(f"{self.notebook}: cell {cell_index} `{first_line}` failed: {error} "
-                         f"(partial notebook: {executed})")
+        super().__init__(f"{self.notebook}: {cell} `{first_line}` failed: {error} (partial notebook: {executed})")
 
 
 # ---------------------------------------------------------------- kernel side
@@ -251,13 +250,14 @@ def notebook_parameters(path: str | Path) -> tuple[str, ...] | None:
 @contextmanager
 def _quiet_papermill() -> Iterator[None]:
     """papermill's own parameter inference cannot parse values holding '=' (``"sglang==0.5.11"``) and then
-    warns that such parameters are unknown; :func:`run_notebook` checks parameter names itself."""
+    warns that such parameters are unknown (:func:`run_notebook` checks parameter names itself); nbclient logs
+    a cell timeout through papermill's logger before raising it (:func:`run_notebook` reports it in one line)."""
     import logging
 
     loggers = [logging.getLogger("papermill"), logging.getLogger("papermill.translators")]
     levels = [lg.level for lg in loggers]
     for lg in loggers:
-        lg.setLevel(logging.ERROR)
+        lg.setLevel(logging.CRITICAL)
     try:
         yield
     finally:
@@ -279,16 +279,74 @@ def _environ(**values: str) -> Iterator[None]:
                 os.environ[k] = v
 
 
+@contextmanager
+def _writing(out: Path) -> Iterator[None]:
+    """Turn a failed write under ``out`` into a one-line :class:`UsageError` naming the path."""
+    try:
+        yield
+    except OSError as exc:
+        target = Path(exc.filename) if exc.filename else None
+        if target is None or not (target == out or out in target.parents or target in out.parents):
+            raise
+        raise UsageError(f"{target}: cannot write output ({exc.strerror or exc})") from None
+
+
+def _check_kernel(kernel_name: str) -> None:
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    specs = KernelSpecManager().find_kernel_specs()
+    if kernel_name not in specs:
+        raise UsageError(f"no Jupyter kernel named {kernel_name!r} (available: {', '.join(sorted(specs)) or 'none'})")
+
+
+def _is_injected(cell: Any) -> bool:
+    return "injected-parameters" in cell.metadata.get("tags", [])
+
+
+def failed_cell(executed: Any) -> tuple[str, str, Any] | None:
+    """``("code cell n of N", first source line, cell)`` of the cell that failed or was running last.
+
+    ``n``/``N`` are 1-based and count the code cells of the source notebook (papermill's injected
+    parameters cell is not counted). The failed cell is the one papermill marked as failed, else the
+    last one that started (a cell timeout or a dead kernel leaves no mark). None when no cell ran.
+    """
+    nb = _read(executed)
+    cells = [c for c in nb.cells if c.cell_type == "code"]
+    meta = [c.metadata.get("papermill", {}) for c in cells]
+    failed = [c for c, m in zip(cells, meta) if m.get("exception") or m.get("status") == "failed"]
+    started = [c for c, m in zip(cells, meta) if m.get("start_time")]
+    cell = failed[0] if failed else started[-1] if started else None
+    if cell is None:
+        return None
+    first = next((line.strip() for line in cell.source.splitlines() if line.strip()), "")
+    counted = [c for c in cells if not _is_injected(c)]
+    number = next((n for n, c in enumerate(counted, 1) if c is cell), None)
+    label = f"code cell {number} of {len(counted)}" if number else "the injected parameters cell"
+    return label, first, cell
+
+
+def _mark_failed(nb: Any, cell: Any, ename: str, evalue: str) -> None:
+    """Record an error the kernel could not report (timeout, dead kernel) in ``cell`` of the partial notebook."""
+    import nbformat
+
+    cell.outputs.append(nbformat.v4.new_output("error", ename=ename, evalue=evalue,
+                                               traceback=[f"eagle3lens: error: {evalue}"]))
+    cell.metadata.setdefault("papermill", {}).update(exception=True, status="failed")
+    nb.metadata.setdefault("papermill", {})["exception"] = True
+
+
 def run_notebook(name_or_path: str | Path, parameters: Mapping[str, Any] | None, out_dir: str | Path,
                  progress: bool = True, kernel_name: str = "python3", timeout: float | None = None) -> NotebookRun:
     """Execute a walkthrough headless and write ``<name>.ipynb``, ``<name>.html``, ``<name>.findings.json``.
 
     The executed notebook is saved after every cell, so a run that is killed still leaves what it did.
 
-    Raises :class:`NotebookCellError` naming the failing cell (the partial notebook and its HTML
-    are still written).
+    Raises :class:`NotebookCellError` naming the failing cell when a cell raises, exceeds ``timeout``
+    seconds or kills the kernel (the partial notebook and its HTML are still written);
+    :class:`UsageError` for an unknown parameter or kernel, or an output that cannot be written.
     """
     import papermill
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError
     from papermill.exceptions import PapermillExecutionError
 
     source = resolve(name_or_path)
@@ -298,31 +356,55 @@ def run_notebook(name_or_path: str | Path, parameters: Mapping[str, Any] | None,
     if unknown:
         raise UsageError(f"{source}: unknown parameter{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} "
                          f"(this notebook takes: {', '.join(known)})")
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    _check_kernel(kernel_name)
+    out = Path(out_dir).absolute()
     executed = out / f"{source.stem}.ipynb"
     html = out / f"{source.stem}.html"
     findings_json = out / f"{source.stem}.findings.json"
     start = time.perf_counter()
-    try:
-        # The kernel inherits this environment: plotly emits text/html with plotly.js inlined, and
-        # no progress-bar widgets (transformers' weight loading) clutter the report.
-        with _environ(PLOTLY_RENDERER="notebook", HF_HUB_DISABLE_PROGRESS_BARS="1"), _quiet_papermill():
-            papermill.execute_notebook(str(source), str(executed), parameters=parameters,
-                                       kernel_name=kernel_name, progress_bar=progress,
-                                       cwd=str(source.parent), execution_timeout=timeout)
-    except PapermillExecutionError as exc:
-        export_html(executed, html)
-        first = next((line for line in exc.source.splitlines() if line.strip()), "")
-        raise NotebookCellError(source, exc.cell_index, first.strip(), f"{exc.ename}: {exc.evalue}",
-                                executed) from None
-    executed_nb = _read(executed)
-    export_html(executed_nb, html)
-    findings = tuple(collect_findings(executed_nb))
-    findings_json.write_text(json.dumps({"notebook": str(source), "parameters": to_jsonable(parameters),
-                                         "findings": [f.to_dict() for f in findings]}, indent=2) + "\n")
+    with _writing(out):
+        out.mkdir(parents=True, exist_ok=True)
+        try:
+            # The kernel inherits this environment: plotly emits text/html with plotly.js inlined, and
+            # no progress-bar widgets (transformers' weight loading) clutter the report.
+            with _environ(PLOTLY_RENDERER="notebook", HF_HUB_DISABLE_PROGRESS_BARS="1"), _quiet_papermill():
+                papermill.execute_notebook(str(source), str(executed), parameters=parameters,
+                                           kernel_name=kernel_name, progress_bar=progress,
+                                           cwd=str(source.parent), execution_timeout=timeout)
+        except (PapermillExecutionError, CellTimeoutError, DeadKernelError) as exc:
+            raise _cell_error(source, executed, html, exc, timeout) from None
+        executed_nb = _read(executed)
+        export_html(executed_nb, html)
+        findings = tuple(collect_findings(executed_nb))
+        findings_json.write_text(json.dumps({"notebook": str(source), "parameters": to_jsonable(parameters),
+                                             "findings": [f.to_dict() for f in findings]}, indent=2) + "\n")
     return NotebookRun(source, executed, html, findings_json, parameters, findings,
                        time.perf_counter() - start)
+
+
+def _cell_error(source: Path, executed: Path, html: Path, exc: Exception, timeout: float | None) -> NotebookCellError:
+    """The :class:`NotebookCellError` for a failed run; completes the partial notebook and exports its HTML."""
+    from nbclient.exceptions import CellTimeoutError
+
+    if isinstance(exc, CellTimeoutError):
+        limit = f"within {timeout:g} s " if timeout else ""
+        ename, evalue = "CellTimeoutError", f"the cell did not finish {limit}(cell timeout)"
+    elif hasattr(exc, "ename"):
+        ename, evalue = exc.ename, exc.evalue
+    else:
+        ename, evalue = type(exc).__name__, "the kernel died while running the cell"
+    import nbformat
+
+    nb = _read(executed) if executed.is_file() else None
+    where = failed_cell(nb) if nb is not None else None
+    if where is None:
+        return NotebookCellError(source, "a cell", "", f"{ename}: {evalue}", executed)
+    label, first, cell = where
+    if not hasattr(exc, "ename"):
+        _mark_failed(nb, cell, ename, evalue)
+        nbformat.write(nb, str(executed))
+    export_html(nb, html)
+    return NotebookCellError(source, label, first, f"{ename}: {evalue}", executed)
 
 
 def _read(notebook: Any) -> Any:

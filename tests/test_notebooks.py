@@ -170,7 +170,7 @@ def test_failing_cell_is_named_with_the_one_line_error(probe_notebook, tmp_path)
     with pytest.raises(NotebookCellError) as info:
         run_notebook(probe_notebook, {"checkpoint": str(missing)}, tmp_path / "out", progress=False)
     err = info.value
-    assert err.first_line == "from eagle3lens.checkpoint import Checkpoint"
+    assert err.cell == "code cell 3 of 6" and err.first_line == "from eagle3lens.checkpoint import Checkpoint"
     assert str(missing) in err.error and "\n" not in str(err)
     executed = nbformat.read(err.executed, as_version=4)  # the partial notebook is kept
     errors = [o for c in executed.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
@@ -196,7 +196,7 @@ def test_cli_exit_codes_and_params_file(probe_notebook, tmp_path, capsys):
     assert cli.main(["notebook", str(probe_notebook), "-p", "checkpoint", str(missing), "--out", str(out),
                      "--no-progress"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "cell 3 `from eagle3lens.checkpoint import Checkpoint`" in err
+    assert err.count("\n") == 1 and ": code cell 3 of 6 `from eagle3lens.checkpoint import Checkpoint`" in err
     assert str(missing) in err
 
 
@@ -294,7 +294,7 @@ def test_missing_checkpoint_fails_with_the_one_line_message(demo_dir, tmp_path, 
                       "--out", str(tmp_path / "out"), "--no-progress"])
     err = capsys.readouterr().err
     assert code_ == 2 and err.count("\n") == 1
-    assert "03_vocab.ipynb: cell " in err and f"CheckpointError: {missing}: " in err
+    assert re.search(r"03_vocab\.ipynb: code cell \d+ of \d+ `", err) and f"CheckpointError: {missing}: " in err
     executed = nbformat.read(tmp_path / "out" / "03_vocab.ipynb", as_version=4)
     failing = [c for c in executed.cells if c.cell_type == "code" and any(o.output_type == "error" for o in c.outputs)]
     assert len(failing) == 1 and "Checkpoint.open(checkpoint)" in failing[0].source
@@ -307,3 +307,70 @@ def test_unknown_parameter_is_refused_before_running(probe_notebook, tmp_path):
     with pytest.raises(UsageError, match=r"unknown parameter chekpoint .*takes: checkpoint, severity"):
         run_notebook(probe_notebook, {"chekpoint": "x"}, tmp_path, progress=False)
     assert not (tmp_path / "probe.ipynb").exists()
+
+
+# ------------------------------------------------------------ failures outside the cell's own code
+
+
+@pytest.fixture(scope="module")
+def failing_notebook(tmp_path_factory) -> Path:
+    """Markdown between code cells (so papermill's indices differ from code-cell numbers); fails on request."""
+    nb = new_notebook([
+        nbformat.v4.new_markdown_cell("# A notebook that fails on request"),
+        code("from eagle3lens import notebook as nb\nnb.init()"),
+        code("seconds = 0\nmode = 'ok'", tags=["parameters"]),
+        nbformat.v4.new_markdown_cell("## The slow cell"),
+        code("import time\ntime.sleep(seconds)"),
+        code("import os  # fails on request\nif mode == 'die':\n    os._exit(1)\n"
+             "if mode == 'raise':\n    raise ValueError('boom')\nprint('done')"),
+    ])
+    path = tmp_path_factory.mktemp("failing") / "failing.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+def _failed_outputs(executed: Path) -> list:
+    nb = nbformat.read(executed, as_version=4)
+    return [(c.source.splitlines()[0], o) for c in nb.cells if c.cell_type == "code"
+            for o in c.outputs if o.output_type == "error"]
+
+
+def test_cells_are_numbered_among_the_source_notebooks_code_cells(failing_notebook, tmp_path):
+    with pytest.raises(NotebookCellError) as info:
+        run_notebook(failing_notebook, {"mode": "raise"}, tmp_path, progress=False)
+    assert info.value.cell == "code cell 4 of 4" and info.value.first_line == "import os  # fails on request"
+    assert f"{failing_notebook}: code cell 4 of 4 `import os  # fails on request` failed: ValueError: boom" \
+        in str(info.value)
+
+
+def test_cell_timeout_names_the_cell_and_keeps_the_partial_notebook(failing_notebook, tmp_path):
+    with pytest.raises(NotebookCellError) as info:
+        run_notebook(failing_notebook, {"seconds": 30}, tmp_path, progress=False, timeout=1)
+    err = info.value
+    assert err.cell == "code cell 3 of 4" and err.first_line == "import time"
+    assert err.error == "CellTimeoutError: the cell did not finish within 1 s (cell timeout)"
+    (source, output), = _failed_outputs(err.executed)
+    assert source == "import time" and output.traceback == [f"eagle3lens: error: {output.evalue}"]
+    assert "did not finish within 1 s" in (tmp_path / "failing.html").read_text()
+
+
+def test_dead_kernel_names_the_cell(failing_notebook, tmp_path):
+    with pytest.raises(NotebookCellError) as info:
+        run_notebook(failing_notebook, {"mode": "die"}, tmp_path, progress=False)
+    assert info.value.cell == "code cell 4 of 4" and info.value.error.startswith("DeadKernelError: ")
+    (source, _), = _failed_outputs(info.value.executed)
+    assert source == "import os  # fails on request" and (tmp_path / "failing.html").is_file()
+
+
+def test_unknown_kernel_is_a_usage_error_listing_the_kernels(failing_notebook, tmp_path):
+    with pytest.raises(UsageError, match=r"no Jupyter kernel named 'nokernel' \(available: .*python3") as info:
+        run_notebook(failing_notebook, {}, tmp_path / "out", progress=False, kernel_name="nokernel")
+    assert "\n" not in str(info.value) and not (tmp_path / "out").exists()
+
+
+def test_unwritable_output_is_a_usage_error_naming_the_path(failing_notebook, tmp_path, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    assert cli.main(["notebook", str(failing_notebook), "--out", str(blocker / "out"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"eagle3lens: error: {blocker / 'out'}: cannot write output")
