@@ -279,6 +279,12 @@ def _environ(**values: str) -> Iterator[None]:
                 os.environ[k] = v
 
 
+KERNEL_ARGUMENTS = ("--IPKernelApp.log_level=CRITICAL",)
+"""Extra kernel command-line arguments: the kernel app's own log (``Kernel is running over TCP without
+encryption`` at start, a reply it cannot send after a cell timeout) would land on the runner's stderr and break
+the one-line error contract. Cell output, errors included, travels over the kernel protocol and is unaffected."""
+
+
 @contextmanager
 def _writing(out: Path) -> Iterator[None]:
     """Turn a failed write under ``out`` into a one-line :class:`UsageError` naming the path."""
@@ -370,7 +376,8 @@ def run_notebook(name_or_path: str | Path, parameters: Mapping[str, Any] | None,
             with _environ(PLOTLY_RENDERER="notebook", HF_HUB_DISABLE_PROGRESS_BARS="1"), _quiet_papermill():
                 papermill.execute_notebook(str(source), str(executed), parameters=parameters,
                                            kernel_name=kernel_name, progress_bar=progress,
-                                           cwd=str(source.parent), execution_timeout=timeout)
+                                           cwd=str(source.parent), execution_timeout=timeout,
+                                           extra_arguments=list(KERNEL_ARGUMENTS), shutdown_kernel="immediate")
         except (PapermillExecutionError, CellTimeoutError, DeadKernelError) as exc:
             raise _cell_error(source, executed, html, exc, timeout) from None
         executed_nb = _read(executed)

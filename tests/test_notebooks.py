@@ -374,3 +374,19 @@ def test_unwritable_output_is_a_usage_error_naming_the_path(failing_notebook, tm
     assert cli.main(["notebook", str(failing_notebook), "--out", str(blocker / "out"), "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"eagle3lens: error: {blocker / 'out'}: cannot write output")
+
+
+def test_cli_stderr_holds_only_the_one_line_error(failing_notebook, tmp_path):
+    """A real CLI process: the kernel's own log (TCP warning at start, a reply it cannot send after a
+    timeout) and nbclient's timeout log must not reach stderr."""
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "eagle3lens", "notebook", str(failing_notebook), "--no-progress"]
+    ok = subprocess.run([*cmd, "--out", str(tmp_path / "ok")], capture_output=True, text=True)
+    assert (ok.returncode, ok.stderr) == (0, "")
+    slow = subprocess.run([*cmd, "-p", "seconds", "30", "--cell-timeout", "1", "--out", str(tmp_path / "slow")],
+                          capture_output=True, text=True)
+    assert slow.returncode == 2 and slow.stderr.count("\n") == 1
+    assert slow.stderr.startswith(f"eagle3lens: error: {failing_notebook}: code cell 3 of 4 `import time` failed: "
+                                  "CellTimeoutError")
