@@ -228,3 +228,31 @@ def test_cli_trace_device_map_and_dtype(demo_dir, capsys):
     data = json.loads(capsys.readouterr().out)
     assert "trace/dtype-mismatch" in {f["code"] for f in data["findings"]}
     assert data["results"]["wiring"]["captured"][0]["dtype"] == "bfloat16"
+
+
+# -- wrong directories: one line, exit 2 --------------------------------------------------------
+def _cli_error(capsys, *args: str) -> str:
+    from eagle3lens.cli import main
+
+    assert main(list(args)) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    return err
+
+
+def test_cli_draft_or_unrecognized_dir_as_target_is_one_line(demo_dir, capsys, tmp_path):
+    err = _cli_error(capsys, "trace", "--target", str(demo_dir / "speculators"), "--draft", str(demo_dir / "eagle"))
+    assert f"{demo_dir / 'speculators'}: not an HF target model" in err
+    err = _cli_error(capsys, "doctor", str(demo_dir / "speculators"), "--target", str(demo_dir / "eagle"))
+    assert f"{demo_dir / 'eagle'}: not an HF target model" in err
+    unknown = tmp_path / "unknown"  # weights but a config transformers cannot map to a model class
+    unknown.mkdir()
+    (unknown / "config.json").write_text("{}")
+    (unknown / "model.safetensors").write_bytes((demo_dir / "target" / "model.safetensors").read_bytes())
+    err = _cli_error(capsys, "trace", "--target", str(unknown), "--draft", str(demo_dir / "eagle"))
+    assert f"{unknown}: not an HF target model: ValueError: Unrecognized model" in err
+
+
+def test_cli_target_given_as_draft_is_refused(demo_dir, capsys):
+    err = _cli_error(capsys, "trace", "--target", str(demo_dir / "target"), "--draft", str(demo_dir / "target"))
+    assert err.endswith(f"{demo_dir / 'target'}: not an EAGLE-3 draft (no fc.weight / decoder layer)")

@@ -109,6 +109,20 @@ def load_target(target: Any, device: str = "cpu", device_map: str | dict[str, An
     path = target.root if isinstance(target, Checkpoint) else Path(target)
     if not (path / "config.json").is_file():
         raise CheckpointError(path, "not an HF model directory (no config.json)")
+    spec = (target if isinstance(target, Checkpoint) else Checkpoint.open(path)).spec
+    if spec.is_draft:
+        raise CheckpointError(path, f"not an HF target model: it holds an EAGLE-3 draft ({spec.flavour} layout)")
+    try:
+        return _from_pretrained(path, device, device_map, dtype)
+    except torch.OutOfMemoryError:
+        raise
+    except (ValueError, KeyError, TypeError, OSError, RuntimeError) as exc:  # transformers refusing the directory
+        problem = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise CheckpointError(path, f"not an HF target model: {type(exc).__name__}: {problem}"[:300]) from exc
+
+
+def _from_pretrained(path: Path, device: str, device_map: str | dict[str, Any] | None,
+                     dtype: torch.dtype | str) -> nn.Module:
     from transformers import AutoConfig, AutoModelForCausalLM
 
     dtype = dtype if isinstance(dtype, torch.dtype) or dtype == "auto" else getattr(torch, str(dtype))
@@ -120,13 +134,15 @@ def load_target(target: Any, device: str = "cpu", device_map: str | dict[str, An
             return AutoModelForCausalLM.from_config(config).eval()
     from transformers.utils import logging as hf_logging
 
-    bar_was_on = hf_logging.is_progress_bar_enabled()
+    bar_was_on, verbosity = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
     hf_logging.disable_progress_bar()  # a tiny target's "Loading weights" bar is noise in a report
+    hf_logging.set_verbosity_error()  # so is a load report printed before the error we turn into one line
     try:
         if device_map is not None:
             return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, device_map=device_map).eval()
         return AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
     finally:
+        hf_logging.set_verbosity(verbosity)
         if bar_was_on:
             hf_logging.enable_progress_bar()
 
@@ -214,6 +230,8 @@ def check_wiring(target: Any, draft: Checkpoint | str | Path, engine: Any, input
     if scenario not in (None, *SCENARIOS):
         raise UsageError(f"unknown scenario {scenario!r}: use one of {', '.join(SCENARIOS)}")
     ckpt = draft if isinstance(draft, Checkpoint) else Checkpoint.open(draft)
+    if not (ckpt.spec.has_fc and ckpt.spec.decoder_prefix):
+        raise CheckpointError(ckpt.path, "not an EAGLE-3 draft (no fc.weight / decoder layer)")
     profile = engine_profile(engine)
     model = load_target(target, device, device_map=device_map, dtype=dtype)
     _, layers = find_decoder_layers(model)
