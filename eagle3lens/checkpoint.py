@@ -227,10 +227,15 @@ class Checkpoint:
             raise CheckpointError(self.path, f"no tensor named {name!r}") from None
 
     def read(self, name: str):  # -> torch.Tensor
-        """Read one tensor (memory-mapped for safetensors)."""
+        """Read one tensor: up to 1 MiB with one plain read (opening with safe_open costs ~0.3 ms), larger ones
+        memory-mapped by safetensors (no copy until touched)."""
         info = self.info(name)
         if name in self._pickled:
             return self._pickled[name]
+        if info.nbytes <= _PLAIN_READ_MAX:
+            tensor = _from_bytes(self.read_bytes(name), info)
+            if tensor is not None:
+                return tensor
         from safetensors import safe_open
 
         with safe_open(str(info.file), framework="pt") as fh:
@@ -370,6 +375,24 @@ _TORCH_TO_ST = {
     "torch.float64": "F64", "torch.float8_e4m3fn": "F8_E4M3", "torch.float8_e5m2": "F8_E5M2",
     "torch.complex64": "C64", "torch.uint16": "U16", "torch.uint32": "U32", "torch.uint64": "U64",
 }
+
+
+_PLAIN_READ_MAX = 1 << 20
+
+
+def _from_bytes(raw: memoryview, info: TensorInfo):  # -> torch.Tensor | None
+    """A tensor over little-endian bytes read by ``read_bytes`` (None: dtype torch lacks, or a big-endian host)."""
+    import sys
+
+    import torch
+
+    name = next((t for t, st in _TORCH_TO_ST.items() if st == info.dtype), None)
+    dtype = getattr(torch, name.removeprefix("torch."), None) if name else None
+    if dtype is None or sys.byteorder != "little":
+        return None
+    if not info.nbytes:
+        return torch.empty(info.shape, dtype=dtype)
+    return torch.frombuffer(raw, dtype=torch.uint8).view(dtype).reshape(info.shape)
 
 
 def _torch_dtype_name(file: Path, name: str, tensor: Any) -> str:
