@@ -42,10 +42,12 @@ SPECULATIVE_TOKENS = 5
 ST_METADATA = {"format": "pt"}
 
 SGLANG_OLD = "sglang==0.5.11"
-SPECULATORS_ON_SGLANG_OLD = {SGLANG_OLD: ["keys/dropped", "keys/left-at-init"]}
+SPECULATORS_ON_SGLANG_OLD = {SGLANG_OLD: ["keys/dropped", "keys/left-at-init", "config/unrecognized",
+                                          "config/aux-ids-ignored"]}
 VARIANTS = {  # directory -> (what it is, findings on their own, findings added by an engine)
     "speculators": ("trained draft, speculators layout (layers.0.*, nested transformer_layer_config, "
-                    "top-level aux ids [2, 5, 7]); healthy, but SGLang <=0.5.11 silently drops its decoder",
+                    "top-level aux ids [2, 5, 7]); healthy, but SGLang <=0.5.11 silently drops its decoder "
+                    "(and no SGLang version recognises a speculators config: convert it)",
                     [], SPECULATORS_ON_SGLANG_OLD),
     "eagle": ("the same weights in EAGLE/SpecForge layout (midlayer.*, flat LlamaForCausalLMEagle3 config, "
               "eagle_config ids [1, 4, 6] in SGLang's output-of-layer convention, no embed_tokens); healthy "

@@ -191,3 +191,15 @@ def test_unwritable_html_is_a_one_line_error(demo_dir: Path, tmp_path: Path, cap
     err = capsys.readouterr().err.strip()
     assert code == 2 and err.startswith("eagle3lens: error:") and "cannot write the HTML report" in err
     assert len(err.splitlines()) == 1
+
+
+def test_the_demo_manifest_tells_the_truth(demo_dir: Path) -> None:
+    """Every variant's expected findings (own and per engine) are exactly what the doctor finds at warning or above."""
+    manifest = json.loads((demo_dir / "manifest.json").read_text())
+    for name, variant in manifest["variants"].items():
+        own = set(variant["expected_findings"])
+        found = {f.code for f in diagnose(demo_dir / name).findings if f.severity.value != "info"}
+        assert found == own, (name, found)
+        for engine, extra in variant["expected_findings_by_engine"].items():
+            found = {f.code for f in diagnose(demo_dir / name, engine=engine).findings if f.severity.value != "info"}
+            assert found == own | set(extra), (name, engine, found)
