@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import stat
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -134,11 +135,11 @@ class Checkpoint:
         if not path.exists():
             raise CheckpointError(path, "no such file or directory")
         if path.is_dir():
-            root = path
-            config = _read_config(root / "config.json")
+            config = _read_config(path, path / "config.json")
             return cls._open_dir(path, config)
         root = path.parent
-        config = _read_config(root / "config.json")
+        _inside(root, path)
+        config = _read_config(root, root / "config.json")
         if path.name in INDEX_NAMES:
             return cls._open_sharded(root, path, config)
         if path.suffix == ".safetensors":
@@ -164,21 +165,26 @@ class Checkpoint:
 
     @classmethod
     def _open_sharded(cls, root: Path, index_path: Path, config: dict[str, Any] | None) -> "Checkpoint":
+        _inside(root, index_path, what=index_path.name)
         try:
             index = json.loads(index_path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise CheckpointError(index_path, f"invalid index JSON ({exc})") from None
+        except RecursionError:
+            raise CheckpointError(index_path, "index JSON is nested too deeply") from None
         weight_map = index.get("weight_map") if isinstance(index, dict) else None
         if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
             raise CheckpointError(index_path, "index has no weight_map of tensor name -> shard file")
+        if not weight_map:
+            raise CheckpointError(index_path, "index weight_map lists no tensors")
         shards: dict[str, Path] = {}
         for shard_name in dict.fromkeys(weight_map.values()):
             shard = root / shard_name
             if Path(shard_name).is_absolute() or ".." in Path(shard_name).parts:
                 raise CheckpointError(index_path, f"shard path {shard_name!r} points outside the checkpoint directory")
-            shard = _inside(root, shard, what=f"shard {shard_name!r} (named in {index_path.name})")
-            if not shard.is_file():
+            if not shard.exists() and not shard.is_symlink():
                 raise CheckpointError(index_path, f"shard {shard_name!r} is missing")
+            shard = _inside(root, shard, what=f"shard {shard_name!r} (named in {index_path.name})")
             shards[shard_name] = shard
         is_pickle = index_path.name.startswith("pytorch_model")
         files = tuple(shards.values())
@@ -316,22 +322,39 @@ def _sorted(tensors: dict[str, TensorInfo]) -> dict[str, TensorInfo]:
     return dict(sorted(tensors.items()))
 
 
+def _containment_root(root: Path) -> Path:
+    """The folder symlinks may not leave: the checkpoint directory, or for a Hugging Face cache snapshot
+    (``models--org--name/snapshots/REV`` whose files link to ``../../blobs``) that model's cache folder."""
+    real = root.resolve()
+    return real.parent.parent if real.parent.name == "snapshots" else real
+
+
 def _inside(root: Path, path: Path, what: str | None = None) -> Path:
-    """Resolve ``path`` and refuse it when it (or a symlink on the way) leads outside ``root``."""
-    real_root = root.resolve()
+    """Refuse ``path`` when it (or a symlink on the way) leads outside ``root``, or is not a regular file
+    (a FIFO or device would hang or never end)."""
+    real_root = _containment_root(root)
     real = path.resolve()
     if real != real_root and real_root not in real.parents:
         raise CheckpointError(path, f"{what or 'file'} leads outside the checkpoint directory (to {real})")
+    try:
+        mode = real.stat().st_mode
+    except OSError as exc:
+        raise CheckpointError(path, f"cannot read {what or 'file'} ({exc.strerror or exc})") from None
+    if not stat.S_ISREG(mode):
+        raise CheckpointError(path, f"{what or 'file'} is not a regular file")
     return path
 
 
-def _read_config(path: Path) -> dict[str, Any] | None:
-    if not path.exists():
+def _read_config(root: Path, path: Path) -> dict[str, Any] | None:
+    if not path.exists() and not path.is_symlink():
         return None
+    _inside(root, path, what="config.json")
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CheckpointError(path, f"invalid config JSON ({exc})") from None
+    except RecursionError:
+        raise CheckpointError(path, "config JSON is nested too deeply") from None
     except OSError as exc:
         raise CheckpointError(path, f"cannot read config ({exc.strerror or exc})") from None
     if not isinstance(config, dict):

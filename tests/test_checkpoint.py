@@ -62,6 +62,29 @@ def _good_dir(tmp: Path) -> Path:
     return tmp
 
 
+def _fifo(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(path)
+    return path
+
+
+def _config_symlink_out(tmp: Path) -> Path:
+    write(tmp / "outside" / "secret.json", b'{"architectures": ["LlamaForCausalLM"]}')
+    ckpt = _good_dir(tmp / "ckpt")
+    os.symlink(tmp / "outside" / "secret.json", ckpt / "config.json")
+    return ckpt
+
+
+def _index_symlink_out(tmp: Path) -> Path:
+    outside = sharded(tmp / "outside", {"a": "s1.safetensors"}, {"s1.safetensors": {"a": 2}})
+    ckpt = tmp / "ckpt"
+    ckpt.mkdir()
+    os.symlink(outside / "model.safetensors.index.json", ckpt / "model.safetensors.index.json")
+    return ckpt
+
+
+DEEP = b"[" * 100_000 + b"]" * 100_000
+
 CORPUS = {
     "missing path": (lambda t: t / "nope", "no such file"),
     "empty directory": (lambda t: t, "empty directory"),
@@ -104,10 +127,22 @@ CORPUS = {
     "index without weight_map": (lambda t: write(t / "model.safetensors.index.json", b'{"metadata": {}}').parent, "weight_map"),
     "invalid config.json": (lambda t: write(_good_dir(t) / "config.json", b"{oops").parent, "invalid config JSON"),
     "config.json not an object": (lambda t: write(_good_dir(t) / "config.json", b"[]").parent, "JSON object"),
+    "FIFO named model.safetensors": (lambda t: _fifo(t / "model.safetensors").parent, "not a regular file"),
+    "FIFO named config.json": (lambda t: _fifo(_good_dir(t) / "config.json").parent, "not a regular file"),
+    "config.json symlink leading out": (_config_symlink_out, "outside"),
+    "index.json symlink leading out": (_index_symlink_out, "outside"),
+    "deeply nested header JSON": (lambda t: _st(t, raw_safetensors({}, b"", header_bytes=b"{\"a\": " + DEEP + b"}")),
+                                  "nested too deeply"),
+    "deeply nested config.json": (lambda t: write(_good_dir(t) / "config.json", b'{"a": ' + DEEP + b"}").parent,
+                                  "nested too deeply"),
+    "deeply nested index.json": (lambda t: write(t / "model.safetensors.index.json", DEEP).parent, "nested too deeply"),
+    "index with an empty weight_map": (lambda t: write(t / "model.safetensors.index.json", b'{"weight_map": {}}').parent,
+                                       "lists no tensors"),
     "garbage .bin": (lambda t: write(t / "pytorch_model.bin", b"definitely not a pickle"), "cannot read"),
 }
 
 
+@pytest.mark.timeout(30)  # a FIFO must be refused, never read (reading one would hang)
 @pytest.mark.parametrize("case", sorted(CORPUS))
 def test_bad_input_raises_one_line_error(case: str, tmp_path: Path) -> None:
     build, fragment = CORPUS[case]
@@ -120,6 +155,7 @@ def test_bad_input_raises_one_line_error(case: str, tmp_path: Path) -> None:
     assert str(tmp_path) in message  # names the file
 
 
+@pytest.mark.timeout(30)
 @pytest.mark.parametrize("case", sorted(CORPUS))
 def test_cli_exits_2_with_message(case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     build, fragment = CORPUS[case]
@@ -245,3 +281,26 @@ def test_info_json_follows_design_schema(tmp_path: Path, capsys: pytest.CaptureF
     assert set(data) >= {"tool", "version", "checkpoint", "engine", "findings", "results"}
     assert data["tool"] == "eagle3lens" and data["checkpoint"]["layout"] == "speculators"
     assert data["results"]["info"]["tensors"][0]["shape"] == [16, 48]
+
+
+def test_hugging_face_cache_snapshot_symlinks_are_followed_within_the_cache(tmp_path: Path) -> None:
+    """HF cache snapshots link their files to ../../blobs: inside the model's cache folder, so allowed."""
+    repo = tmp_path / "models--org--tiny"
+    blobs, snap = repo / "blobs", repo / "snapshots" / "abc123"
+    blobs.mkdir(parents=True)
+    snap.mkdir(parents=True)
+    save_file({"fc.weight": torch.ones(2, 6)}, blobs / "1111")
+    (blobs / "2222").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 2}))
+    os.symlink("../../blobs/1111", snap / "model.safetensors")
+    os.symlink("../../blobs/2222", snap / "config.json")
+    ckpt = Checkpoint.open(snap)
+    assert ckpt.layout == "hf" and torch.equal(ckpt.read("fc.weight"), torch.ones(2, 6))
+
+
+def test_unreadable_output_paths_are_one_line_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An OSError on a path the user gave (here: OUT inside a regular file) is exit 2 with one line, never a traceback."""
+    save_file({"fc.weight": torch.zeros(2, 6)}, tmp_path / "model.safetensors")
+    (tmp_path / "blocker").write_text("x")
+    code = main(["convert", str(tmp_path), "--to", "vllm==0.33.0", str(tmp_path / "blocker" / "out")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.startswith("eagle3lens: error:") and len(err.splitlines()) == 1
