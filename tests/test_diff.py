@@ -45,3 +45,21 @@ def test_cli_diff(tmp_path, capsys):
     assert main(["diff", str(a), str(b), "--json"]) == 0
     assert '"changed"' in capsys.readouterr().out
     assert main(["diff", str(a), str(tmp_path / "missing")]) == 2
+
+
+def test_byte_comparison_across_chunks(tmp_path, monkeypatch):
+    # tensors spanning several compare chunks (and a partial last one): a single flipped byte late in the
+    # tensor is found, identical bytes under a new name are a rename
+    import eagle3lens.probes.diff as diff_mod
+
+    monkeypatch.setattr(diff_mod, "COMPARE_CHUNK", 1000)
+    torch.manual_seed(0)
+    base = {"w": torch.randn(1234), "v": torch.randn(777)}  # 4936 and 3108 bytes
+    other = {"w": base["w"].clone(), "renamed.v": base["v"].clone()}
+    other["w"].view(torch.uint8)[4500] ^= 1
+    a = Checkpoint.open(write(tmp_path / "a", base, None))
+    b = Checkpoint.open(write(tmp_path / "b", other, None))
+    result = diff(a, b, values=False, pairs={"w": "w", "v": "renamed.v"})
+    assert [c.name for c in result.changed] == ["w"] and result.renamed == (("v", "renamed.v"),)
+    assert diff(a, Checkpoint.open(write(tmp_path / "c", {"w": base["w"], "renamed.v": base["v"]}, None)),
+                pairs={"w": "w", "v": "renamed.v"}).renames_only
