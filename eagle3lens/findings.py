@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import json
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Protocol, runtime_checkable
+from typing import Any, Iterable, Mapping
 
 
 class Severity(str, enum.Enum):
@@ -69,15 +69,6 @@ class Finding:
             evidence=data.get("evidence", {}),
             fix=data.get("fix"),
         )
-
-
-@runtime_checkable
-class ProbeResult(Protocol):
-    """What every probe returns: its findings plus JSON-able data."""
-
-    findings: tuple[Finding, ...]
-
-    def to_dict(self) -> dict[str, Any]: ...
 
 
 def sort_findings(findings: Iterable[Finding]) -> list[Finding]:

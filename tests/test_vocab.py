@@ -298,6 +298,8 @@ def test_cli_exit_codes_and_json(tmp_path, capsys):
     (tmp_path / "junk.json").write_text("{not json")
     assert main(["vocab", str(good), "--counts", str(tmp_path / "junk.json")]) == 2
     assert "junk.json" in capsys.readouterr().err
+    assert main(["vocab", str(good), "--tokenizer", str(tmp_path)]) == 2  # alone it would be silently ignored
+    assert "--tokenizer needs --counts or --text" in capsys.readouterr().err
 
 
 # -- the demo incident -------------------------------------------------------------------------

@@ -25,10 +25,11 @@ class InfoResult:
 
         spec = self.ckpt.spec
         table = Table(title=f"{len(self.ckpt)} tensors, {self.ckpt.total_bytes / 1e6:.1f} MB", expand=False)
-        for col in ("name", "dtype", "shape", "file"):
-            table.add_column(col)
+        for col in ("name", "dtype", "shape", "file", "bytes"):
+            table.add_column(col, justify="right" if col == "bytes" else "left")
         for t in self.ckpt.tensors.values():
-            table.add_row(t.name, t.dtype, str(list(t.shape)), t.file.name)
+            span = f"{t.begin}–{t.end}" if t.begin is not None else f"{t.nbytes} (pickled)"
+            table.add_row(t.name, t.dtype, str(list(t.shape)), t.file.name, span)
         summary = Table.grid(padding=(0, 2))
         for key in ("flavour", "architectures", "hidden_size", "target_hidden_size", "num_aux", "aux_layer_ids",
                     "aux_ids_source", "draft_vocab_size", "vocab_size", "decoder_prefix", "num_decoder_layers",

@@ -16,6 +16,8 @@ def run(args: argparse.Namespace) -> int:
 
     ckpt = Checkpoint.open(args.checkpoint)
     target = Checkpoint.open(args.target) if args.target else None
+    if args.tokenizer and not (args.counts or args.text):
+        raise UsageError("--tokenizer needs --counts or --text: it decodes the missed tokens or counts the text sample")
     text = None
     if args.text:
         if not args.tokenizer:

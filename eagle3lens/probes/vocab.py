@@ -250,7 +250,7 @@ def plan_d2t_repair(ckpt: Checkpoint, target: Checkpoint | None = None) -> D2tRe
         raise ConversionRefused(f"{ckpt.path}: the d2t/t2d mapping is already valid; nothing to repair")
     if result.repair is None:
         why = "; ".join(f.title for f in result.findings) or "no usable mapping"
-        hint = ("; a target whose lm_head rows the draft copies may prove one (plan_d2t_repair(ckpt, target))"
+        hint = ("; a target whose lm_head rows the draft copies may prove one (add --target T)"
                 if target is None and head_key(ckpt) == "lm_head.weight" else "")
         raise ConversionRefused(f"{ckpt.path}: no repair is proven ({why}); "
                                 f"rebuild the mapping from the training data's token counts{hint}")
