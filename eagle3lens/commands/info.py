@@ -26,7 +26,8 @@ class InfoResult:
         spec = self.ckpt.spec
         table = Table(title=f"{len(self.ckpt)} tensors, {self.ckpt.total_bytes / 1e6:.1f} MB", expand=False)
         for col in ("name", "dtype", "shape", "file", "bytes"):
-            table.add_column(col, justify="right" if col == "bytes" else "left")
+            table.add_column(col, justify="right" if col == "bytes" else "left",
+                             overflow="fold" if col == "name" else "ellipsis", no_wrap=col != "name")
         for t in self.ckpt.tensors.values():
             span = f"{t.begin}–{t.end}" if t.begin is not None else f"{t.nbytes} (pickled)"
             table.add_row(t.name, t.dtype, str(list(t.shape)), t.file.name, span)
