@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from types import SimpleNamespace
+
 import pytest
 import torch
 from torch import nn
@@ -160,3 +163,79 @@ def test_cli_choice_names_match_the_probes_and_cli_start_does_not_import_torch()
     code = "import sys; from eagle3lens.cli import build_parser; build_parser(); print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "False"
+
+
+def test_meta_reduced_layers_use_the_default_aux_ids_for_that_depth():
+    from eagle3lens.probes.meta_trace import trace_full_size
+
+    result = trace_full_size("kimi-k2.5", engine=_profile("vllm==0.33.0"), num_layers=8)
+    assert result.num_target_layers == 8 and result.layers_used == (2, 4, 5) == result.resolution.trained_with
+    assert result.findings == () and result.feature.shape[-1] == 21504 == result.fc_in_features
+
+
+def test_cli_preset_note_names_the_architecture(capsys):
+    from eagle3lens.cli import main
+
+    notes = {}
+    for arch in ("llama", "native"):
+        assert main(["trace", "--preset", "kimi-k2.5", "--device", "meta", "--arch", arch, "--json"]) == 0
+        notes[arch] = " ".join(json.loads(capsys.readouterr().out)["notes"])
+    assert "Llama-architecture stand-in" in notes["llama"] and "DeepSeek-V3" in notes["llama"]
+    assert "stand-in" not in notes["native"] and "native DeepSeek-V3" in notes["native"]
+
+
+class ValueRoutedLayer(nn.Module):
+    """A toy MoE layer that picks its expert from the values: impossible on meta tensors."""
+
+    def __init__(self, hidden: int, how: str) -> None:
+        super().__init__()
+        self.experts = nn.ModuleList(nn.Linear(hidden, hidden) for _ in range(2))
+        self.how = how
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        if self.how == "item":
+            return self.experts[int(h.mean() > 0)](h)
+        rows = (h.sum(-1) > 0).nonzero()
+        return h.index_put((rows[:, 0], rows[:, 1]), self.experts[0](h[rows[:, 0], rows[:, 1]]))
+
+
+class ToyMoE(nn.Module):
+    def __init__(self, hidden: int, layers: int, vocab: int, how: str) -> None:
+        super().__init__()
+        self.model = nn.Module()
+        self.model.embed_tokens = nn.Embedding(vocab, hidden)
+        self.model.layers = nn.ModuleList(ValueRoutedLayer(hidden, how) for _ in range(layers))
+        self.model.norm = nn.LayerNorm(hidden)
+        self.lm_head = nn.Linear(hidden, vocab)
+
+    def get_input_embeddings(self) -> nn.Module:
+        return self.model.embed_tokens
+
+    def forward(self, input_ids: torch.Tensor, **kwargs):
+        h = self.model.embed_tokens(input_ids)
+        for layer in self.model.layers:
+            h = layer(h)
+        return SimpleNamespace(logits=self.lm_head(self.model.norm(h)))
+
+
+@pytest.mark.parametrize("how", ["item", "nonzero"])
+def test_meta_trace_of_a_value_routed_model_names_the_fallback(how):
+    from eagle3lens.draft import DraftConfig, Eagle3Draft
+    from eagle3lens.probes.aux_layers import resolve_aux_layers
+    from eagle3lens.probes.meta_trace import MetaTraceUnsupported, Preset, draft_spec, wire_on_meta
+
+    assert ToyMoE(16, 8, 50, how)(torch.tensor([[1, 2, 3]])).logits.shape == (1, 3, 50)  # fine with values
+    toy = Preset("toy", hidden=16, layers=8, heads=2, kv_heads=1, intermediate=32, vocab=50, draft_vocab=20,
+                 aux_ids=(2, 4, 5))
+    profile = _profile("vllm==0.33.0")
+    spec = draft_spec(toy)
+    with torch.device("meta"):
+        target = ToyMoE(16, 8, 50, how).eval()
+        draft = Eagle3Draft(DraftConfig.from_spec(spec)).eval()
+    with pytest.raises(MetaTraceUnsupported) as caught:
+        wire_on_meta(target, draft, resolve_aux_layers(spec, 8, profile), profile, "toy (native)",
+                     "trace the Llama stand-in instead")
+    message = str(caught.value)
+    assert message.startswith("toy (native): the forward cannot run on meta tensors")
+    assert message.endswith("Fallback: trace the Llama stand-in instead") and len(message.splitlines()) == 1
+    assert hook_count(target) == 0 and hook_count(draft) == 0

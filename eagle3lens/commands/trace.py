@@ -23,7 +23,7 @@ def run(args: argparse.Namespace) -> int:
         result = trace_full_size(args.preset, engine=engine, scenario=args.scenario, arch=args.arch)
         report = Report(checkpoint={"path": f"preset:{args.preset}", "layout": "speculators"}, engine=result.engine)
         report.add("wiring", result)
-        report.notes.append(PRESETS[args.preset].note + " (meta device: shapes only, no weights)")
+        report.notes.append(PRESETS[args.preset].note_for(args.arch) + " (meta device: shapes only, no weights)")
         return finish(report, args)
     if not (args.target and args.draft):
         raise UsageError("trace needs --target T and --draft D (or --preset NAME --device meta)")

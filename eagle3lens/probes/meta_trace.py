@@ -8,6 +8,10 @@
 widths and fc are exact while attention/MLP internals are Llama's. ``arch="native"`` builds the real
 architecture (DeepSeek-V3 MoE for Kimi-K2.5) where transformers can run it on meta; if its forward
 needs data (MoE routing on values), :class:`MetaTraceUnsupported` says so and names the fallback.
+
+``num_layers=N`` keeps the widths with fewer target layers; the draft then reads the default aux
+layers for N layers (HF indices 2, N//2, N-3), as a draft trained on that shallower target would,
+instead of the preset's ids, which would be out of range.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import torch
 from ..checkpoint import DraftSpec
 from ..draft import DraftConfig, Eagle3Draft
 from ..errors import Eagle3LensError, UsageError
-from .aux_layers import engine_profile, resolve_aux_layers
+from .aux_layers import default_ids, engine_profile, resolve_aux_layers
 from .wiring import WiringResult, wire
 
 
@@ -43,7 +47,12 @@ class Preset:
     aux_ids: tuple[int, ...]  # speculators convention (input of layer k)
     rope_theta: float = 500000.0
     native: dict[str, Any] = field(default_factory=dict)  # config of the real architecture, when not Llama
-    note: str = ""
+    note: str = ""  # what the Llama-architecture build is
+    native_note: str = ""  # what the native build is
+
+    def note_for(self, arch: str) -> str:
+        """What a trace with ``arch`` stands for (report note)."""
+        return self.native_note if arch == "native" and self.native_note else self.note
 
 
 PRESETS = {
@@ -56,7 +65,9 @@ PRESETS = {
                 "num_attention_heads": 64, "num_key_value_heads": 64, "q_lora_rank": 1536, "kv_lora_rank": 512,
                 "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128},
         note="Kimi-K2.5 text widths (hidden 7168, 61 layers, V 163840) on a Llama-architecture stand-in: "
-             "the real model is DeepSeek-V3 (MLA + MoE); aux widths and fc are exact, attention/MLP internals are not"),
+             "the real model is DeepSeek-V3 (MLA + MoE); aux widths and fc are exact, attention/MLP internals are not",
+        native_note="Kimi-K2.5 text model on its native DeepSeek-V3 architecture (MLA attention, 384-expert MoE; "
+                    "hidden 7168, 61 layers, V 163840); aux widths, fc and layer internals are the real ones"),
 }
 
 
@@ -85,11 +96,15 @@ def build_target(preset: Preset, arch: str = "llama", num_layers: int | None = N
         torch.set_default_dtype(previous)
 
 
-def draft_spec(preset: Preset) -> DraftSpec:
-    """A speculators-style DraftSpec for the preset's EAGLE-3 draft (Llama decoder, 3 aux layers)."""
+def draft_spec(preset: Preset, num_layers: int | None = None) -> DraftSpec:
+    """A speculators-style DraftSpec for the preset's EAGLE-3 draft (Llama decoder, 3 aux layers).
+
+    With ``num_layers`` other than the preset's, the aux ids are the defaults for that many layers.
+    """
+    aux_ids = preset.aux_ids if num_layers in (None, preset.layers) else default_ids(num_layers)
     return DraftSpec(
         flavour="speculators", hidden_size=preset.hidden, target_hidden_size=preset.hidden, num_aux=3,
-        aux_layer_ids=preset.aux_ids, aux_ids_source="top-level", aux_ids_by_source={"top-level": preset.aux_ids},
+        aux_layer_ids=aux_ids, aux_ids_source="top-level", aux_ids_by_source={"top-level": aux_ids},
         draft_vocab_size=preset.draft_vocab, vocab_size=preset.vocab, num_hidden_layers=1, num_decoder_layers=1,
         decoder_prefix="layers.0.", intermediate_size=preset.intermediate, num_attention_heads=preset.heads,
         num_key_value_heads=preset.kv_heads, head_dim=preset.hidden // preset.heads, rms_norm_eps=1e-5,
@@ -104,20 +119,29 @@ def trace_full_size(preset: str = "kimi-k2.5", engine: Any = "vllm==0.33.0", sce
     except KeyError:
         raise UsageError(f"unknown preset {preset!r}: use one of {', '.join(PRESETS)}") from None
     profile = engine_profile(engine)
-    spec = draft_spec(p)
+    spec = draft_spec(p, num_layers)
     target = build_target(p, arch, num_layers)
     layers = num_layers or p.layers
     with torch.device("meta"):
         draft = Eagle3Draft(DraftConfig.from_spec(spec, rope_theta=p.rope_theta)).to(torch.bfloat16).eval()
     resolution = resolve_aux_layers(spec, layers, profile)
+    fallback = (f"trace_full_size({preset!r}, arch='llama') keeps every width on a Llama stand-in that runs on meta; "
+                f"or real small weights at the same widths with fewer layers: wire(build_target(PRESETS[{preset!r}], "
+                f"arch={arch!r}, num_layers=2, device='cpu'), ...)")
+    return wire_on_meta(target, draft, resolution, profile, f"{p.name} ({arch})", fallback, scenario, seq_len)
+
+
+def wire_on_meta(target: Any, draft: Eagle3Draft, resolution: Any, profile: Any, what: str, fallback: str,
+                 scenario: str | None = None, seq_len: int = 8) -> WiringResult:
+    """:func:`wire` on meta tensors; a forward that needs values raises :class:`MetaTraceUnsupported` naming
+    ``fallback``."""
     inputs = torch.zeros(1, seq_len, dtype=torch.long, device="meta")
     try:
         return wire(target, draft, resolution, profile, scenario=scenario, inputs=inputs)
     except (NotImplementedError, RuntimeError) as exc:
-        if "meta" not in str(exc).lower() and "data-dependent" not in str(exc).lower() and "item" not in str(exc):
+        message = str(exc)
+        if not any(word in message.lower() for word in ("meta", "data-dependent", "data-independent", "item")):
             raise
         raise MetaTraceUnsupported(
-            f"{p.name} ({arch}): the forward cannot run on meta tensors ({type(exc).__name__}: "
-            f"{str(exc).splitlines()[0][:160]}); MoE routing needs real values. Fallback: trace with real small "
-            f"weights at the same widths, fewer layers/experts, e.g. trace_full_size({preset!r}, arch='llama') "
-            "or build_target(PRESETS[...], arch='native', num_layers=4, device='cpu')") from None
+            f"{what}: the forward cannot run on meta tensors ({type(exc).__name__}: "
+            f"{message.splitlines()[0][:160]}); it needs real values (e.g. MoE routing). Fallback: {fallback}") from None
