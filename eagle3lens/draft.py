@@ -8,6 +8,9 @@ One draft step (FACTS.md §1), for token ids and a feature ``g``:
     h = mlp(post_attention_layernorm(h)) + h
     logits = lm_head(norm(h))                          # N wide: draft vocab, map with d2t
 
+Later steps (``rollout``) feed the draft its own output: the token it predicted (``i + d2t[i]``) and
+``h`` in place of ``g`` (already H wide, so fc is not applied), one position further on.
+
 Parameter names are the speculators names (``layers.0.self_attn.q_proj.weight``, ``fc.weight``,
 ``lm_head.weight``, ``d2t``...), so a speculators state dict loads as is; EAGLE / SpecForge
 (``midlayer.*``, ``model.``-prefixed) keys are renamed on load. Every stage is a named submodule
@@ -228,7 +231,36 @@ class Eagle3Draft(nn.Module):
         if position_ids is None:
             position_ids = torch.arange(input_ids.shape[1], device=input_ids.device).expand(input_ids.shape[0], -1)
         g, fc_applied = self.project(hidden, fc_gate)
-        h = self.layers[0](self.embed_tokens(input_ids), g, position_ids)
+        return self._decode(input_ids, g, position_ids, fc_applied)
+
+    def rollout(self, input_ids: torch.Tensor, hidden: torch.Tensor, steps: int,
+                fc_gate: FcGate = "always") -> list[DraftOutput]:
+        """``steps`` chained draft steps from every position at once (the paper's draft loop, greedy).
+
+        Step 1 is :meth:`forward`: tokens ``input_ids`` at positions 0..T-1, the aux feature through fc.
+        Step k+1 reads, at each position, the token step k predicted there (argmax mapped to target ids
+        with d2t) and step k's ``hidden_out`` as its feature (H wide: fc is not applied), one position
+        further on. Each step attends causally within its own row only: no tree and no keys from earlier
+        steps (so the uniform position shift leaves RoPE scores as they are), and step k+1 sees the
+        draft's guesses, not the tokens the target would have accepted.
+        """
+        if steps < 1:
+            raise ValueError(f"steps must be at least 1, got {steps}")
+        B, T = input_ids.shape
+        positions = torch.arange(T, device=input_ids.device).expand(B, -1)
+        out = self(input_ids, hidden, positions, fc_gate)
+        outputs = [out]
+        for _ in range(steps - 1):
+            positions = positions + 1
+            ids = map_to_target(out.logits.argmax(-1), self.d2t)
+            out = self._decode(ids, out.hidden_out, positions, fc_applied=False)
+            outputs.append(out)
+        return outputs
+
+    def _decode(self, input_ids: torch.Tensor, g: torch.Tensor, positions: torch.Tensor,
+                fc_applied: bool) -> DraftOutput:
+        """Decoder layer, final norm and lm_head over tokens and an H-wide feature ``g``."""
+        h = self.layers[0](self.embed_tokens(input_ids), g, positions)
         n = self.norm(h)
         return DraftOutput(logits=self.lm_head(n), hidden_out=n if self.cfg.norm_output else h, fc_applied=fc_applied)
 

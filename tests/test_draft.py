@@ -213,3 +213,28 @@ def test_names_and_mapping() -> None:
     assert {"fc.weight", "norm.weight", "lm_head.weight", "embed_tokens.weight", "d2t", "t2d",
             "layers.0.self_attn.q_proj.weight", "layers.0.hidden_norm.weight"} <= names
     assert not any(n.startswith(("input_norm", "fc_norm")) for n in names)
+
+
+def test_rollout_chains_steps_like_an_explicit_forward_loop(demo_dir: Path, demo_draft) -> None:
+    draft, _ = demo_draft
+    no_d2t = Eagle3Draft.from_checkpoint(Checkpoint.open(demo_dir / "broken-d2t-missing"))
+    for model in (draft, no_d2t):  # with the demo's d2t (offsets) and without (identity)
+        ids, aux = inputs(B=2, T=6)
+        with torch.no_grad():
+            steps = model.rollout(ids, aux, steps=3)
+            first = model(ids, aux)
+            # step 2 by hand: predicted target ids, step 1's state (H wide: fc skipped), positions + 1
+            ids2 = first.logits.argmax(-1) + model.d2t[first.logits.argmax(-1)]
+            second = model(ids2, first.hidden_out, position_ids=torch.arange(1, 7).expand(2, -1),
+                           fc_gate="width-differs")
+            ids3 = second.logits.argmax(-1) + model.d2t[second.logits.argmax(-1)]
+            third = model(ids3, second.hidden_out, position_ids=torch.arange(2, 8).expand(2, -1),
+                          fc_gate="width-differs")
+        assert [s.fc_applied for s in steps] == [True, False, False] and not second.fc_applied
+        for got, want in zip(steps, (first, second, third)):
+            torch.testing.assert_close(got.logits, want.logits)
+            torch.testing.assert_close(got.hidden_out, want.hidden_out)
+        assert not torch.allclose(steps[0].logits, steps[1].logits)
+    assert torch.any(draft.d2t != 0)  # the mapping really took part above
+    with pytest.raises(ValueError, match="steps"):
+        draft.rollout(ids, aux, steps=0)
