@@ -116,7 +116,7 @@ def convert(ckpt_path: str | Path, to: str | None, out: str | Path | None, in_pl
     added = [n for n in overrides if n not in ckpt.tensors]
     for name in added:
         plan.names[name] = _canonical(name, profile) if profile else name
-    target = Path(ckpt.root if in_place else out)
+    target = ckpt.root.resolve() if in_place else Path(out)  # resolved: "." keeps naming the old dir once swapped
     state: dict[str, Any] = {}
 
     def build(tmp: Path) -> None:

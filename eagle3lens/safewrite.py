@@ -26,7 +26,7 @@ def replace_dir(target: Path, build: Callable[[Path], None], verify: Callable[[P
     Returns the backup path when ``in_place``. On any failure the temporary directory is removed and
     nothing at ``target`` changes.
     """
-    target = Path(target)
+    target = Path(target).expanduser().resolve()  # "." has no name to put ".orig" on
     backup = backup_path(target) if in_place else None
     if in_place:
         if not target.is_dir():

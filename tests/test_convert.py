@@ -125,3 +125,19 @@ def test_demo_convert(demo_dir, tmp_path):
     repaired = Checkpoint.open(fixed).read("d2t")
     assert torch.equal(repaired, Checkpoint.open(src).read("d2t"))
     assert os.path.isdir(demo_dir / "broken-d2t-double-subtracted")
+
+
+def test_in_place_on_dot(spec_dir, monkeypatch):
+    monkeypatch.chdir(spec_dir)
+    result = convert(".", "sglang==0.5.11", None, in_place=True, progress=False)
+    assert result.backup == str(spec_dir.resolve().with_name("spec.orig"))
+    assert Checkpoint.open(spec_dir).spec.decoder_prefix == "midlayer."
+    assert Checkpoint.open(spec_dir.with_name("spec.orig")).spec.decoder_prefix == "layers.0."
+
+
+def test_cli_in_place_on_dot_reports_the_new_checkpoint(spec_dir, monkeypatch, capsys):
+    monkeypatch.chdir(spec_dir)
+    assert main(["convert", ".", "--to", "sglang==0.5.11", "--in-place", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["checkpoint"]["spec"]["decoder_prefix"] == "midlayer."
+    assert report["results"]["convert"]["backup"] == str(spec_dir.resolve().with_name("spec.orig"))
