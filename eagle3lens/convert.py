@@ -5,6 +5,11 @@ whose headers are built from the validated source entries (nothing is loaded who
 written into a temporary directory beside OUT, verified (the engine's simulated load drops nothing and
 leaves nothing at init; a diff against the source shows renames only, bytes identical except the
 overridden tensors), then renamed into place. ``in_place`` keeps the original as ``DIR.orig``.
+
+A single-file source (``models/draft.safetensors``) shares its folder with unrelated files: only its
+config.json and tokenizer / generation config files go with it into OUT, and ``in_place`` is refused for it
+(the weights file and the config.json beside it cannot be swapped together atomically, so a crash between
+the two renames would leave new weights under an old config). OUT may not be the source or lie inside it.
 """
 
 from __future__ import annotations
@@ -27,6 +32,10 @@ from .safewrite import copy_side_files, replace_dir
 
 CHUNK = 1 << 20  # userspace copies: a buffer that stays in L2
 PAGE = 4096
+# what goes with a single-file source into OUT (besides the config.json convert writes)
+FILE_SIDE_FILES = frozenset({"generation_config.json", "tokenizer.json", "tokenizer_config.json", "tokenizer.model",
+                             "special_tokens_map.json", "added_tokens.json", "vocab.json", "merges.txt",
+                             "chat_template.jinja", "chat_template.json"})
 DECODER = re.compile(r"^(?:model\.)?(?:midlayer|layers\.(?P<i>\d+))\.")
 FLAGS = ("norm_before_residual", "norm_before_fc", "fc_norm", "norm_output")
 NOT_LLAMA = {"architectures", "draft_vocab_size", "eagle_config", "target_hidden_size", "eagle_aux_hidden_state_layer_ids",
@@ -106,6 +115,12 @@ def convert(ckpt_path: str | Path, to: str | None, out: str | Path | None, in_pl
         raise UsageError("nothing to do: give --to ENGINE and/or tensors to replace (--repair-d2t)")
     if in_place == (out is not None):
         raise UsageError("give either OUT or --in-place (exactly one)")
+    single_file = _single_file(ckpt)
+    if in_place and single_file:
+        raise UsageError(f"{ckpt.path}: --in-place needs a checkpoint directory (a single file and the config.json "
+                         "beside it cannot be swapped together atomically); write a new OUT instead")
+    if out is not None:
+        _check_out(ckpt, Path(out), single_file)
     if not ckpt.spec.is_draft:
         raise ConversionRefused(f"{ckpt.path}: not an EAGLE-3 draft (layout {ckpt.layout}); nothing to convert")
     profile = resolve(to) if to else None
@@ -131,6 +146,18 @@ def convert(ckpt_path: str | Path, to: str | None, out: str | Path | None, in_pl
                          tuple(n for n in overrides if n in ckpt.tensors), tuple(added), tuple(plan.changes),
                          tuple(plan.refusals), str(backup) if backup else None, state.get("load"), state.get("diff"),
                          notes=tuple(plan.notes))
+
+
+def _single_file(ckpt: Checkpoint) -> bool:
+    """Opened from one weights file (not a directory, not an index naming the shards of its folder)."""
+    return ckpt.path.is_file() and ckpt.path.name not in INDEX_NAMES
+
+
+def _check_out(ckpt: Checkpoint, out: Path, single_file: bool) -> None:
+    """OUT is neither the source nor inside its directory (writing there would change the source)."""
+    src, dst = ckpt.root.resolve(), out.expanduser().resolve()
+    if dst == src or dst == ckpt.path.resolve() or (not single_file and src in dst.parents):
+        raise UsageError(f"{out}: OUT must be outside the source checkpoint {ckpt.root} (convert never writes into its source)")
 
 
 # -- planning ---------------------------------------------------------------------------------
@@ -274,7 +301,7 @@ def _write(ckpt: Checkpoint, plan: _Plan, overrides: Mapping[str, Any], tmp: Pat
         (tmp / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
     (tmp / "config.json").write_text(json.dumps(plan.config, indent=2) + "\n")
     skip = {f.name for f in ckpt.files} | set(INDEX_NAMES) | {"config.json"}
-    copy_side_files(ckpt.root, tmp, skip)
+    copy_side_files(ckpt.root, tmp, skip, only=FILE_SIDE_FILES if _single_file(ckpt) else None)
 
 
 def _nbytes(ckpt: Checkpoint, overrides: Mapping[str, Any], key: str) -> int:

@@ -56,10 +56,13 @@ def replace_dir(target: Path, build: Callable[[Path], None], verify: Callable[[P
         raise
 
 
-def copy_side_files(src_root: Path, dst: Path, skip: set[str]) -> list[str]:
-    """Copy the files and folders beside the weights (tokenizer, README...) that the rewrite does not produce."""
+def copy_side_files(src_root: Path, dst: Path, skip: set[str], only: frozenset[str] | None = None) -> list[str]:
+    """Copy the files and folders beside the weights (tokenizer, README...) that the rewrite does not produce;
+    with ``only``, just those names (a single-file source shares its folder with unrelated files)."""
     copied = []
     for entry in sorted(src_root.iterdir()):
+        if only is not None and entry.name not in only:
+            continue
         if entry.name in skip or entry.name.endswith(".orig") or entry.name.startswith("."):
             continue
         if entry.is_symlink():

@@ -12,7 +12,7 @@ from _keys_helpers import draft_tensors, sglang_config, speculators_config, writ
 from eagle3lens.checkpoint import Checkpoint
 from eagle3lens.cli import main
 from eagle3lens.convert import convert
-from eagle3lens.errors import CheckpointError, ConversionRefused
+from eagle3lens.errors import CheckpointError, ConversionRefused, UsageError
 from eagle3lens.probes.diff import diff
 from eagle3lens.probes.keys import simulate_load
 
@@ -127,6 +127,30 @@ def test_demo_convert(demo_dir, tmp_path):
     assert os.path.isdir(demo_dir / "broken-d2t-double-subtracted")
 
 
+def test_single_file_source_copies_only_its_config_and_tokenizer(tmp_path):
+    models = tmp_path / "models"
+    write(models, draft_tensors("layers.0."), speculators_config())
+    (models / "model.safetensors").rename(models / "draft.safetensors")
+    (models / "tokenizer.json").write_text("{}")
+    (models / "generation_config.json").write_text("{}")
+    (models / "notes.txt").write_text("unrelated")
+    (models / "other-model").mkdir()
+    (models / "other-model" / "weights.bin").write_bytes(b"x" * 10)
+    convert(models / "draft.safetensors", "sglang==0.5.11", tmp_path / "out", progress=False)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "config.json", "draft.safetensors", "generation_config.json", "tokenizer.json"]
+    assert simulate_load(Checkpoint.open(tmp_path / "out"), "sglang==0.5.11").dropped == ()
+
+
+def test_in_place_on_a_single_file_is_refused_and_changes_nothing(tmp_path):
+    models = write(tmp_path / "models", draft_tensors("layers.0."), speculators_config())
+    before = _snapshot(models)
+    with pytest.raises(UsageError, match="--in-place needs a checkpoint directory"):
+        convert(models / "model.safetensors", "sglang==0.5.11", None, in_place=True, progress=False)
+    assert _snapshot(models) == before and sorted(p.name for p in tmp_path.iterdir()) == ["models"]
+    assert main(["convert", str(models / "model.safetensors"), "--to", "sglang==0.5.11", "--in-place"]) == 2
+
+
 def test_in_place_on_dot(spec_dir, monkeypatch):
     monkeypatch.chdir(spec_dir)
     result = convert(".", "sglang==0.5.11", None, in_place=True, progress=False)
@@ -141,3 +165,13 @@ def test_cli_in_place_on_dot_reports_the_new_checkpoint(spec_dir, monkeypatch, c
     report = json.loads(capsys.readouterr().out)
     assert report["checkpoint"]["spec"]["decoder_prefix"] == "midlayer."
     assert report["results"]["convert"]["backup"] == str(spec_dir.resolve().with_name("spec.orig"))
+
+
+@pytest.mark.parametrize("where", ["sub", "sub/deeper", "."])
+def test_out_inside_or_equal_to_source_is_refused(spec_dir, where, capsys):
+    before = _snapshot(spec_dir)
+    with pytest.raises(UsageError, match="outside the source"):
+        convert(spec_dir, "sglang==0.5.11", spec_dir / where, progress=False)
+    assert _snapshot(spec_dir) == before
+    assert main(["convert", str(spec_dir), "--to", "sglang==0.5.11", str(spec_dir / where)]) == 2
+    assert "outside the source" in capsys.readouterr().err
