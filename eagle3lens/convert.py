@@ -26,7 +26,7 @@ from typing import Any, Mapping
 from .checkpoint import INDEX_NAMES, Checkpoint, TensorInfo, build_spec
 from .engines import EngineProfile, resolve
 from .errors import CheckpointError, ConversionRefused, Eagle3LensError, UsageError
-from .findings import Finding, to_jsonable
+from .findings import Finding, Severity, to_jsonable
 from .safetensors_header import read_header
 from .safewrite import copy_side_files, replace_dir
 
@@ -92,7 +92,11 @@ class ConvertResult:
             table.add_row("config", change)
         for why in self.forced:
             table.add_row("[red]forced[/]", why)
-        table.add_row("[green]verified[/]", "engine loads every tensor; every other byte identical to the source")
+        if self.forced:
+            table.add_row("[yellow]checked[/]", "every other byte identical to the source; NOT verified that the "
+                                                "engine uses the forced items above faithfully")
+        else:
+            table.add_row("[green]verified[/]", "engine loads every tensor; every other byte identical to the source")
         return table
 
 
@@ -141,11 +145,16 @@ def convert(ckpt_path: str | Path, to: str | None, out: str | Path | None, in_pl
         state.update(_verify(ckpt, tmp, plan, profile, overrides, force))
 
     backup = replace_dir(target, build, verify, in_place=in_place)
+    forced = tuple(Finding("convert/forced", Severity.WARNING, f"written with --force: {why}",
+                           f"{profile.spec} will not use this draft as trained; convert refused it and --force wrote it "
+                           "anyway, so the output is not verified for this item.",
+                           evidence={"engine": profile.spec, "reason": why, "out": str(target)})
+                   for why in plan.refusals)
     return ConvertResult(str(ckpt.path), str(target), profile.spec if profile else None,
                          {a: b for a, b in plan.names.items() if a != b and a in ckpt.tensors}, tuple(plan.omitted),
                          tuple(n for n in overrides if n in ckpt.tensors), tuple(added), tuple(plan.changes),
                          tuple(plan.refusals), str(backup) if backup else None, state.get("load"), state.get("diff"),
-                         notes=tuple(plan.notes))
+                         findings=forced, notes=tuple(plan.notes))
 
 
 def _single_file(ckpt: Checkpoint) -> bool:

@@ -175,3 +175,24 @@ def test_out_inside_or_equal_to_source_is_refused(spec_dir, where, capsys):
     assert _snapshot(spec_dir) == before
     assert main(["convert", str(spec_dir), "--to", "sglang==0.5.11", str(spec_dir / where)]) == 2
     assert "outside the source" in capsys.readouterr().err
+
+
+def test_force_is_reported_as_a_warning_per_forced_item(tmp_path, capsys):
+    cfg = {**speculators_config(), "norm_before_residual": True}
+    src = write(tmp_path / "nbr", draft_tensors("layers.0."), cfg)
+    result = convert(src, "sglang==0.5.11", tmp_path / "o", force=True, progress=False)
+    forced = [f for f in result.findings if f.code == "convert/forced"]
+    assert len(forced) == len(result.forced) == 1 and forced[0].severity.value == "warning"
+    assert "norm_before_residual" in forced[0].title
+    assert main(["convert", str(src), "--to", "sglang==0.5.11", str(tmp_path / "o2"), "--force",
+                 "--fail-on", "warning"]) == 1
+    out = capsys.readouterr().out
+    assert "convert/forced" in out and "engine loads every tensor" not in out
+    # without --force nothing is forced: no such finding, and the terminal says it verified
+    assert main(["convert", str(spec_dir_of(tmp_path)), "--to", "sglang==0.5.11", str(tmp_path / "o3")]) == 0
+    out = capsys.readouterr().out
+    assert "convert/forced" not in out and "engine loads every tensor" in out
+
+
+def spec_dir_of(tmp_path):
+    return write(tmp_path / "plain", draft_tensors("layers.0."), speculators_config())

@@ -59,8 +59,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                                              "eagle3lens convert demo/broken-d2t-missing --repair-d2t --target demo/target fixed/"))
     p.add_argument("paths", metavar="CKPT [OUT]", nargs="+", help="source checkpoint, then the new directory (must not exist)")
     p.add_argument("--to", metavar="E", help="target engine NAME[==VERSION]; omit with --repair-d2t to keep the layout")
-    p.add_argument("--in-place", action="store_true", help="replace CKPT, keeping the original as CKPT.orig")
-    p.add_argument("--force", action="store_true", help="write even what the engine will not use faithfully")
+    p.add_argument("--in-place", action="store_true", help="replace the CKPT directory, keeping the original as CKPT.orig (not for a single file)")
+    p.add_argument("--force", action="store_true", help="write even what the engine will not use faithfully (a convert/forced warning per item)")
     p.add_argument("--repair-d2t", action="store_true", help="also write the d2t repair the vocab probe proves")
     p.add_argument("--target", metavar="T", help="with --repair-d2t: target model whose lm_head rows the draft copies "
                                                  "(proves repairs that t2d alone cannot)")
