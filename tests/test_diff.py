@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from _keys_helpers import draft_tensors, speculators_config, write
@@ -63,3 +64,33 @@ def test_byte_comparison_across_chunks(tmp_path, monkeypatch):
     assert [c.name for c in result.changed] == ["w"] and result.renamed == (("v", "renamed.v"),)
     assert diff(a, Checkpoint.open(write(tmp_path / "c", {"w": base["w"], "renamed.v": base["v"]}, None)),
                 pairs={"w": "w", "v": "renamed.v"}).renames_only
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.int64, torch.bool])
+def test_value_changes_are_streamed_and_match_a_whole_tensor_reference(tmp_path, monkeypatch, dtype):
+    import eagle3lens.probes.diff as diff_mod
+
+    monkeypatch.setattr(diff_mod, "COMPARE_CHUNK", 1024)  # several chunks and a partial last one
+    torch.manual_seed(1)
+    base = (torch.randn(3001) * 4).to(dtype) if dtype != torch.bool else torch.rand(3001) > 0.5
+    other = base.clone()
+    if dtype == torch.bool:
+        other[[5, 2999]] = ~other[[5, 2999]]
+    else:
+        other[[5, 1500, 2999]] += torch.tensor([1, -3, 7]).to(dtype)
+        if dtype.is_floating_point:
+            base[10], other[10] = float("nan"), float("nan")  # NaN on both sides is no difference
+    a = Checkpoint.open(write(tmp_path / "a", {"w": base}, None))
+    b = Checkpoint.open(write(tmp_path / "b", {"w": other}, None))
+
+    def whole_read(*_):
+        raise AssertionError("diff loaded a tensor whole")
+
+    monkeypatch.setattr(Checkpoint, "read", whole_read)
+    (change,) = diff(a, b).changed
+    fa, fb = base.to(torch.float64), other.to(torch.float64)
+    delta = (fa - fb).abs()
+    want_abs = float(delta[torch.isfinite(delta)].max())
+    want_scale = float(fa.abs()[torch.isfinite(fa)].max())
+    assert change.max_abs == want_abs and change.max_rel == pytest.approx(want_abs / want_scale)
+    assert change.n_diff == (2 if dtype == torch.bool else 3)

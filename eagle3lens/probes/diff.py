@@ -3,18 +3,19 @@
 ``names_only=True`` reads headers only. Otherwise tensor bytes are streamed in chunks: paired tensors
 (same name, or a ``pairs`` mapping given by the caller) are compared byte for byte, unpaired ones are
 matched by a content hash. Value differences (max abs / max rel) are computed only for tensors whose
-bytes differ.
+bytes differ, chunk by chunk: no tensor is ever loaded whole.
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
-from ..checkpoint import Checkpoint
+from ..checkpoint import Checkpoint, _from_bytes
 from ..errors import CheckpointError
 from ..findings import Finding, to_jsonable
+from ..safetensors_header import DTYPE_BITS
 
 CHUNK = 16 << 20  # hashing unpaired tensors
 COMPARE_CHUNK = 1 << 20  # paired tensors: two 1 MiB buffers fit in L2, so memcmp runs from cache
@@ -152,15 +153,25 @@ def _same_bytes(a: Checkpoint, x: str, b: Checkpoint, y: str, buffers: tuple[byt
 
 
 def _value_change(a: Checkpoint, x: str, b: Checkpoint, y: str) -> ValueChange:
+    """Max abs / max rel difference and the count of differing elements, streamed chunk by chunk (bounded memory;
+    each chunk is widened to float64 on its own)."""
     import torch
 
-    ta, tb = a.read(x), b.read(y)
-    if ta.dtype == torch.bool:
-        ta, tb = ta.to(torch.int8), tb.to(torch.int8)
-    fa, fb = ta.to(torch.float64), tb.to(torch.float64)
-    delta = (fa - fb).abs()
-    finite = torch.isfinite(delta)
-    max_abs = float(delta[finite].max()) if bool(finite.any()) else float("nan")
-    scale = float(fa.abs()[torch.isfinite(fa)].max()) if bool(torch.isfinite(fa).any()) else 0.0
-    n_diff = int((~((fa == fb) | (torch.isnan(fa) & torch.isnan(fb)))).sum())
+    info = a.tensors[x]
+    max_abs, scale, n_diff, seen = 0.0, 0.0, 0, False
+    for raw_a, raw_b in zip(a.iter_chunks(x, COMPARE_CHUNK), b.iter_chunks(y, COMPARE_CHUNK)):
+        elems = len(raw_a) * 8 // DTYPE_BITS[info.dtype]
+        ta, tb = (_from_bytes(raw, replace(info, shape=(elems,))) for raw in (raw_a, raw_b))
+        if ta is None:  # a dtype torch cannot view: the bytes differ, the values are not computed
+            return ValueChange(x, y, float("nan"), float("nan"), -1)
+        fa, fb = ta.to(torch.float64), tb.to(torch.float64)  # bool, ints and floats alike
+        delta = (fa - fb).abs()
+        finite = torch.isfinite(delta)
+        if bool(finite.any()):
+            max_abs, seen = max(max_abs, float(delta[finite].max())), True
+        finite_a = torch.isfinite(fa)
+        if bool(finite_a.any()):
+            scale = max(scale, float(fa.abs()[finite_a].max()))
+        n_diff += int((~((fa == fb) | (torch.isnan(fa) & torch.isnan(fb)))).sum())
+    max_abs = max_abs if seen else float("nan")
     return ValueChange(x, y, max_abs, max_abs / scale if scale else float("inf") if max_abs else 0.0, n_diff)
