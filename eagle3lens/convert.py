@@ -189,7 +189,7 @@ def _plan(ckpt: Checkpoint, profile: EngineProfile) -> _Plan:
         refusals.append(f"{profile.spec} has a single decoder layer (midlayer); this draft has more")
     infos = {names[k]: replace(info, name=names[k]) for k, info in ckpt.tensors.items()}
     new_spec = build_spec(config, infos)
-    params = profile.parameters(new_spec)
+    params = profile.parameters(new_spec, ckpt.path)
     omitted = []
     for key, new in list(names.items()):
         route = profile.route(new, params, new_spec)

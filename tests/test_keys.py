@@ -156,3 +156,14 @@ def test_demo(demo_dir):
     eagle = Checkpoint.open(demo_dir / "eagle")
     assert simulate_load(eagle, "sglang==0.5.11").dropped == ()
     assert any(f.code == "vocab/d2t-missing" for f in simulate_load(Checkpoint.open(demo_dir / "broken-d2t-missing"), "vllm").findings)
+
+
+def test_incomplete_config_error_names_the_checkpoint(tmp_path, capsys):
+    from eagle3lens.errors import CheckpointError
+
+    cfg = {k: v for k, v in sglang_config().items() if k != "num_attention_heads"}
+    src = write(tmp_path / "nohead", draft_tensors("midlayer."), cfg)
+    with pytest.raises(CheckpointError, match=r"nohead.*does not give num_attention_heads"):
+        simulate_load(Checkpoint.open(src), "sglang==0.5.11")
+    assert main(["keys", str(src), "--engine", "vllm==0.33.0"]) == 2
+    assert str(src) in capsys.readouterr().err

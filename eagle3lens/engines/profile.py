@@ -9,6 +9,7 @@ version is adding a profile in ``sglang.py`` / ``vllm.py`` / ``training.py``, ne
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from ..checkpoint import DraftSpec
@@ -152,14 +153,16 @@ class EngineProfile:
     def _init(self, role: str, kind: str) -> str:
         return self.inits.get(role) or self.inits.get(kind) or ("ones" if kind == "norm" else "empty")
 
-    def parameters(self, spec: DraftSpec) -> dict[str, ParamSpec]:
-        """The parameters this engine's draft class creates for ``spec`` (names, shapes, init values)."""
-        H = _need(spec.hidden_size, "hidden_size")
-        V = _need(spec.vocab_size, "vocab_size")
-        heads = _need(spec.num_attention_heads, "num_attention_heads")
+    def parameters(self, spec: DraftSpec, source: str | Path | None = None) -> dict[str, ParamSpec]:
+        """The parameters this engine's draft class creates for ``spec`` (names, shapes, init values).
+
+        ``source``: the checkpoint ``spec`` was read from, named in the error when the config lacks a size."""
+        H = _need(spec.hidden_size, "hidden_size", source)
+        V = _need(spec.vocab_size, "vocab_size", source)
+        heads = _need(spec.num_attention_heads, "num_attention_heads", source)
         kv = spec.num_key_value_heads or heads
         d = spec.head_dim or H // heads
-        inter = _need(spec.intermediate_size, "intermediate_size")
+        inter = _need(spec.intermediate_size, "intermediate_size", source)
         N = spec.draft_vocab_size or V
         h_in = (spec.target_hidden_size_declared or H) if self.fc_hidden == "target" else H
         n_aux = self.num_aux(spec)
@@ -298,11 +301,12 @@ def _pad(v: Version) -> Version:
     return tuple(v) + (0,) * (4 - len(v))
 
 
-def _need(value: int | None, what: str) -> int:
+def _need(value: int | None, what: str, source: str | Path | None) -> int:
     if not value:
-        from ..errors import UsageError
+        from ..errors import CheckpointError, UsageError
 
-        raise UsageError(f"the draft config does not give {what}: cannot build the engine's parameter table")
+        problem = f"the draft config does not give {what}: cannot build the engine's parameter table"
+        raise CheckpointError(source, problem) if source is not None else UsageError(problem)
     return value
 
 

@@ -159,7 +159,7 @@ def simulate_load(ckpt: Checkpoint, engine: EngineProfile | str, num_target_laye
     """Run ``engine``'s key-to-parameter rule over ``ckpt``'s headers; findings for what goes wrong silently."""
     profile = resolve(engine)
     spec = ckpt.spec
-    params = profile.parameters(spec)
+    params = profile.parameters(spec, ckpt.path)
     fates: list[TensorFate] = []
     written: dict[str, list[tuple[str, str | None]]] = {}
     for info in ckpt.tensors.values():
