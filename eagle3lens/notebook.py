@@ -167,6 +167,26 @@ def demo(demo_dir: str | Path = "") -> Any:
 # ---------------------------------------------------------------- runner side
 
 
+def _nbformat() -> Any:
+    """nbformat, imported without the ``iri`` grammars of ``rfc3987_syntax``.
+
+    nbformat imports jsonschema, whose format checker compiles ~40 lark grammars of rfc3987_syntax at
+    import (1.5 s of every runner start) for ``iri`` formats that the notebook schema never uses. The import
+    is refused only while jsonschema loads; later imports of rfc3987_syntax work as usual.
+    """
+    if "jsonschema" in sys.modules or "rfc3987_syntax" in sys.modules:
+        import nbformat
+
+        return nbformat
+    sys.modules["rfc3987_syntax"] = None  # type: ignore[assignment]  # makes `import rfc3987_syntax` fail
+    try:
+        import nbformat
+    finally:
+        if sys.modules.get("rfc3987_syntax", False) is None:
+            del sys.modules["rfc3987_syntax"]
+    return nbformat
+
+
 def notebooks_dir() -> Path:
     """The walkthroughs: ``notebooks/`` of a source checkout, or ``share/eagle3lens/notebooks`` when installed."""
     candidates = [Path(__file__).resolve().parent.parent / "notebooks",
@@ -184,7 +204,7 @@ def walkthroughs() -> dict[str, Path]:
 
 def walkthrough_title(path: Path) -> str:
     """The first heading of a notebook's first markdown cell."""
-    import nbformat
+    nbformat = _nbformat()
 
     nb = nbformat.read(path, as_version=4)
     for cell in nb.cells:
@@ -237,7 +257,7 @@ def notebook_parameters(path: str | Path) -> tuple[str, ...] | None:
     """Names assigned in a notebook's ``parameters`` cell (None when it has no such cell)."""
     import ast
 
-    import nbformat
+    nbformat = _nbformat()
 
     nb = nbformat.read(str(path), as_version=4)
     cell = next((c for c in nb.cells if "parameters" in c.metadata.get("tags", [])), None)
@@ -333,7 +353,7 @@ def failed_cell(executed: Any) -> tuple[str, str, Any] | None:
 
 def _mark_failed(nb: Any, cell: Any, ename: str, evalue: str) -> None:
     """Record an error the kernel could not report (timeout, dead kernel) in ``cell`` of the partial notebook."""
-    import nbformat
+    nbformat = _nbformat()
 
     cell.outputs.append(nbformat.v4.new_output("error", ename=ename, evalue=evalue,
                                                traceback=[f"eagle3lens: error: {evalue}"]))
@@ -351,6 +371,7 @@ def run_notebook(name_or_path: str | Path, parameters: Mapping[str, Any] | None,
     seconds or kills the kernel (the partial notebook and its HTML are still written);
     :class:`UsageError` for an unknown parameter or kernel, or an output that cannot be written.
     """
+    _nbformat()
     import papermill
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
     from papermill.exceptions import PapermillExecutionError
@@ -400,7 +421,7 @@ def _cell_error(source: Path, executed: Path, html: Path, exc: Exception, timeou
         ename, evalue = exc.ename, exc.evalue
     else:
         ename, evalue = type(exc).__name__, "the kernel died while running the cell"
-    import nbformat
+    nbformat = _nbformat()
 
     nb = _read(executed) if executed.is_file() else None
     where = failed_cell(nb) if nb is not None else None
@@ -415,7 +436,7 @@ def _cell_error(source: Path, executed: Path, html: Path, exc: Exception, timeou
 
 
 def _read(notebook: Any) -> Any:
-    import nbformat
+    nbformat = _nbformat()
 
     return notebook if isinstance(notebook, nbformat.NotebookNode) else nbformat.read(str(notebook), as_version=4)
 
@@ -426,16 +447,17 @@ def export_html(executed: Any, html_path: str | Path) -> Path:
     Widget views and widget state are left out: they need the widget manager from a CDN, and every
     widget cell also renders its output statically.
     """
-    import copy
-
     import jinja2
     from nbconvert import HTMLExporter
 
-    nb = copy.deepcopy(_read(executed))
-    nb.metadata.pop("widgets", None)
-    for cell in nb.cells:
-        if cell.cell_type == "code":
-            cell.outputs = [o for o in cell.outputs if WIDGET_VIEW_MIME not in o.get("data", {})]
+    nbformat = _nbformat()
+    source = _read(executed)
+    # A shallow view (nbconvert deep-copies what it is given; the outputs hold megabytes of plotly.js).
+    nb = nbformat.NotebookNode({**source, "metadata": nbformat.NotebookNode(
+        {k: v for k, v in source.metadata.items() if k != "widgets"})})
+    nb.cells = [nbformat.NotebookNode({**cell, "outputs": [o for o in cell.outputs
+                                                           if WIDGET_VIEW_MIME not in o.get("data", {})]})
+                if cell.cell_type == "code" else cell for cell in source.cells]
     exporter = HTMLExporter(extra_loaders=[jinja2.DictLoader({"eagle3lens_offline.html.j2": _OFFLINE_TEMPLATE})],
                             template_file="eagle3lens_offline.html.j2")
     body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": Path(html_path).stem}})

@@ -143,8 +143,10 @@ def test_export_html_is_offline_and_drops_widget_views(tmp_path):
                                                                             "version_minor": 0}}
     path = tmp_path / "x.ipynb"
     nbformat.write(nb, path)
-    html = export_html(path, tmp_path / "x.html").read_text()
+    given = nbformat.read(path, as_version=4)
+    html = export_html(given, tmp_path / "x.html").read_text()
     assert "Plotly.newPlot" in html and "IntSlider" not in html
+    assert given == nbformat.read(path, as_version=4), "the notebook given is left as it was"
     assert not SCRIPT_SRC.search(html), "no script may load from a URL (require.js, MathJax, widget manager, CDN)"
 
 
@@ -390,3 +392,15 @@ def test_cli_stderr_holds_only_the_one_line_error(failing_notebook, tmp_path):
     assert slow.returncode == 2 and slow.stderr.count("\n") == 1
     assert slow.stderr.startswith(f"eagle3lens: error: {failing_notebook}: code cell 3 of 4 `import time` failed: "
                                   "CellTimeoutError")
+
+
+def test_runner_imports_nbformat_without_the_iri_grammars(probe_notebook):
+    """jsonschema (via nbformat) would compile rfc3987_syntax's grammars at import: 1.5 s of every run."""
+    import subprocess
+    import sys
+
+    code_ = (f"import sys\nfrom eagle3lens.notebook import notebook_parameters\n"
+             f"assert notebook_parameters({str(probe_notebook)!r}) == ('checkpoint', 'severity')\n"
+             "assert 'jsonschema' in sys.modules and 'rfc3987_syntax' not in sys.modules\n"
+             "import rfc3987_syntax  # still importable afterwards")
+    subprocess.run([sys.executable, "-c", code_], check=True)
