@@ -256,3 +256,23 @@ def test_cli_draft_or_unrecognized_dir_as_target_is_one_line(demo_dir, capsys, t
 def test_cli_target_given_as_draft_is_refused(demo_dir, capsys):
     err = _cli_error(capsys, "trace", "--target", str(demo_dir / "target"), "--draft", str(demo_dir / "target"))
     assert err.endswith(f"{demo_dir / 'target'}: not an EAGLE-3 draft (no fc.weight / decoder layer)")
+
+
+# -- the d2t stage of the flow figure ----------------------------------------------------------
+def test_d2t_stage_is_coloured_by_the_drafts_mapping(demo_dir, target):
+    from eagle3lens.plots.trace import BAD, OK, WARN, flow_stages
+    from eagle3lens.probes.wiring import d2t_state
+
+    ids = torch.randint(0, 2048, (1, 8), generator=torch.Generator().manual_seed(4))
+    for variant, state, colour in (("speculators", "valid", OK), ("broken-d2t-missing", "missing", BAD),
+                                   ("broken-d2t-double-subtracted", "invalid", BAD)):
+        result = check_wiring(target, Checkpoint.open(demo_dir / variant), "vllm==0.33.0", inputs=ids)
+        assert result.logits is not None and result.d2t_state == state == result.to_dict()["d2t_state"]
+        assert flow_stages(result)[-1][0] == "d2t"
+        d2t_box = result.figures()[0].layout.shapes[-1]
+        assert d2t_box.line.color == colour
+    assert d2t_state(torch.zeros(512, dtype=torch.long), True, 2048) == "identity"  # stored, all zero, N < V
+    assert d2t_state(torch.zeros(2048, dtype=torch.long), False, 2048) == "not-needed"
+    assert d2t_state(torch.zeros(512, dtype=torch.long, device="meta"), True, 2048) == "unknown"
+    identity = dataclasses.replace(result, d2t_state="identity")
+    assert identity.figures()[0].layout.shapes[-1].line.color == WARN

@@ -9,7 +9,13 @@ if TYPE_CHECKING:
     from ..probes.aux_layers import AuxResolution
     from ..probes.wiring import WiringResult
 
-OK, BAD, MUTED = "#2e7d32", "#c62828", "#757575"
+OK, BAD, WARN, MUTED = "#2e7d32", "#c62828", "#ef6c00", "#757575"
+# a stage's state -> (line colour, fill, rich style)
+STYLE = {"ok": (OK, "#e8f5e9", "green"), "bad": (BAD, "#ffebee", "bold red"), "warn": (WARN, "#fff3e0", "dark_orange"),
+         "unknown": (MUTED, "#f5f5f5", "dim")}
+D2T_STAGE = {"valid": ("ok", "N -> V ids"), "not-needed": ("ok", "N = V: ids as they are"),
+             "identity": ("warn", "all-zero d2t: ids kept as draft ids"), "missing": ("bad", "MISSING: N < V, no d2t"),
+             "invalid": ("bad", "INVALID: ids not increasing / outside V"), "unknown": ("unknown", "not read (meta)")}
 
 
 def records_figure(rows: list[dict[str, Any]], title: str | None = None):
@@ -23,8 +29,8 @@ def records_figure(rows: list[dict[str, Any]], title: str | None = None):
     return fig
 
 
-def flow_stages(result: "WiringResult") -> list[tuple[str, str, bool]]:
-    """(stage, annotation, ok) for each step of the hidden-state flow, left to right."""
+def flow_stages(result: "WiringResult") -> list[tuple[str, str, str]]:
+    """(stage, annotation, state: ok | bad | warn | unknown) for each step of the hidden-state flow, left to right."""
     r = result
     width = r.feature.shape[-1] if r.feature else 0
     layers = [k for k in r.layers_used if k >= 0]
@@ -34,7 +40,8 @@ def flow_stages(result: "WiringResult") -> list[tuple[str, str, bool]]:
     widths = " + ".join(str(m.shape[-1]) for _, m in r.captured) or "-"
     used = ", ".join(str(k) for k in layers) if layers else "final (post-norm)"
     n = r.logits.shape[-1] if r.logits else "?"
-    return [
+    d2t_state, d2t_note = D2T_STAGE.get(r.d2t_state, ("unknown", r.d2t_state))
+    stages = [
         ("target layers", f"{r.num_target_layers} layers<br>used: {used}<br>trained: "
                           f"{', '.join(map(str, r.resolution.trained_with))}", layers_ok),
         ("capture", f"{len(r.captured)} x [T, {r.target_hidden_size}]<br>{widths}", layers_ok),
@@ -44,8 +51,8 @@ def flow_stages(result: "WiringResult") -> list[tuple[str, str, bool]]:
         ("decoder layer", f"in {r.decoder_input.shape[-1] if r.decoder_input else '-'} (2H = {2 * r.hidden_size})",
          fed_ok),
         ("lm_head", f"{r.hidden_size} -> N = {n}", r.logits is not None),
-        ("d2t", "N -> V ids", r.logits is not None),
     ]
+    return [(name, note, "ok" if ok else "bad") for name, note, ok in stages] + [("d2t", d2t_note, d2t_state)]
 
 
 def wiring_figure(result: "WiringResult"):
@@ -54,10 +61,10 @@ def wiring_figure(result: "WiringResult"):
 
     stages = flow_stages(result)
     fig = go.Figure()
-    for i, (name, note, ok) in enumerate(stages):
-        color = OK if ok else BAD
+    for i, (name, note, state) in enumerate(stages):
+        color, fill, _ = STYLE[state]
         fig.add_shape(type="rect", x0=i * 1.3, x1=i * 1.3 + 1, y0=0, y1=1, line={"color": color, "width": 3},
-                      fillcolor="#e8f5e9" if ok else "#ffebee")
+                      fillcolor=fill)
         fig.add_annotation(x=i * 1.3 + 0.5, y=0.78, text=f"<b>{name}</b>", showarrow=False, font={"color": color})
         fig.add_annotation(x=i * 1.3 + 0.5, y=0.4, text=note, showarrow=False, font={"size": 10})
         if i:
@@ -77,14 +84,14 @@ def wiring_rich(result: "WiringResult"):
                   expand=False)
     table.add_column("stage")
     table.add_column("traced")
-    for name, note, ok in flow_stages(result):
-        table.add_row(f"[{'green' if ok else 'bold red'}]{name}[/]", note.replace("<br>", "; "))
+    for name, note, state in flow_stages(result):
+        table.add_row(f"[{STYLE[state][2]}]{name}[/]", note.replace("<br>", "; "))
     return table
 
 
 def wiring_html(result: "WiringResult") -> str:
-    rows = "".join(f"<tr><td style='color:{OK if ok else BAD};font-weight:bold'>{html.escape(name)}</td>"
-                   f"<td>{note}</td></tr>" for name, note, ok in flow_stages(result))
+    rows = "".join(f"<tr><td style='color:{STYLE[state][0]};font-weight:bold'>{html.escape(name)}</td>"
+                   f"<td>{note}</td></tr>" for name, note, state in flow_stages(result))
     return f"<table class='wiring'><tr><th>stage</th><th>traced</th></tr>{rows}</table>"
 
 

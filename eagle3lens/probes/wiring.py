@@ -51,6 +51,8 @@ class WiringResult:
     agreement: float | None
     draft_table: tuple[dict[str, Any], ...] = ()
     findings: tuple[Finding, ...] = field(default=())
+    d2t_state: str = "unknown"  # one of D2T_STATES: the draft's d2t as the check found it
+
 
     def to_dict(self) -> dict[str, Any]:
         return to_jsonable({
@@ -62,7 +64,7 @@ class WiringResult:
             "target_hidden_size": self.target_hidden_size, "fc_in_features": self.fc_in_features,
             "fc_ran": self.fc_ran, "decoder_input": self.decoder_input.to_dict() if self.decoder_input else None,
             "logits": self.logits.to_dict() if self.logits else None, "engine_error": self.engine_error,
-            "agreement": self.agreement, "draft_trace": list(self.draft_table),
+            "agreement": self.agreement, "draft_trace": list(self.draft_table), "d2t_state": self.d2t_state,
             "findings": [f.to_dict() for f in self.findings]})
 
     def figures(self) -> list[Any]:
@@ -298,7 +300,26 @@ def wire(model: nn.Module, module: Eagle3Draft, resolution: AuxResolution, profi
         feature=meta_of(feature) if feature is not None else None, hidden_size=H,
         target_hidden_size=module.cfg.target_hidden, fc_in_features=fc_in, fc_ran=fc_ran,
         decoder_input=decoder_input, logits=logits, engine_error=engine_error, agreement=agreement,
-        draft_table=table, findings=tuple(findings))
+        draft_table=table, findings=tuple(findings), d2t_state=d2t_state(module.d2t, has_d2t, module.cfg.vocab))
+
+
+# draft -> target id mapping: valid, not needed (N == V), identity (stored all-zero while N < V: suspicious),
+# missing (none stored while N < V), invalid (ids not strictly increasing or outside [0, V)), unknown (on meta)
+D2T_STATES = ("valid", "not-needed", "identity", "missing", "invalid", "unknown")
+
+
+def d2t_state(d2t: torch.Tensor, has_d2t: bool, vocab: int) -> str:
+    """The state of a draft's ``d2t`` buffer (see D2T_STATES)."""
+    from .vocab import is_valid
+
+    if not has_d2t:
+        return "not-needed" if d2t.numel() >= vocab else "missing"
+    if d2t.device.type == "meta":
+        return "unknown"
+    d2t = d2t.cpu()
+    if not is_valid(d2t, vocab):
+        return "invalid"
+    return "identity" if d2t.numel() < vocab and not bool(d2t.any()) else "valid"
 
 
 def engine_fc_gate(profile: Any) -> str:
