@@ -107,3 +107,19 @@ def test_recognition():
     assert resolve("sglang==0.5.11").recognises(flat) and not resolve("sglang").recognises(official)
     assert resolve("vllm").recognises(spec_cfg) and resolve("vllm").recognises(flat) and resolve("vllm").recognises(official)
     assert resolve("speculators").recognises(spec_cfg) and not resolve("speculators").recognises(flat)
+
+
+def test_engines_table_fits_80_columns():
+    from rich.console import Console
+
+    from eagle3lens.commands.engines import EnginesTable
+
+    console = Console(width=80, record=True, color_system=None)
+    console.print(EnginesTable())
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "…" not in text  # nothing cut off
+    flat = " ".join(text.split())
+    for p in all_profiles():
+        assert p.spec in text  # whole, on one line
+        assert " ".join(p.source.split()) in flat  # every source file, wrapped but complete

@@ -23,15 +23,9 @@ class EnginesTable:
                              "unknown_keys": p.unknown, "missing_d2t": p.missing_d2t} for p in self.profiles]}
 
     def __rich__(self):
-        from rich.table import Table
+        from ..plots.keys import engines_rich
 
-        table = Table(title="engine profiles", expand=False)
-        for col in ("--engine", "range", "unknown keys", "aux ids", "flags honoured", "read from"):
-            table.add_column(col)
-        for p in self.profiles:
-            ids = f"{' → '.join(p.aux_ids_sources) or 'hard-coded'} ({p.aux_id_convention}-of-layer)"
-            table.add_row(p.spec, p.label, p.unknown, ids, ", ".join(sorted(p.honoured_flags)) or "none", p.source)
-        return table
+        return engines_rich(self.profiles)
 
 
 def run(args: argparse.Namespace) -> int:

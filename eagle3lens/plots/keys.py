@@ -94,3 +94,35 @@ def diff_rich(result: Any):
     if result.unchecked:
         table.add_row("[dim]names only[/]", f"{len(result.unchecked)} tensors", "", "values not compared")
     return table
+
+
+def _versions(p: Any) -> str:
+    """The label's version range ("0.4.0–0.5.11", "0.9.x"); "any" for the unversioned EAGLE reference."""
+    prefix = f"{p.name} "
+    return p.label[len(prefix):] if p.versions is not None and p.label.lower().startswith(prefix) else "any"
+
+
+def _flags(p: Any) -> str:
+    flags = sorted(p.honoured_flags)
+    return "all four" if len(flags) == 4 else "\n".join(flags) or "none"
+
+
+def engines_rich(profiles: Any):
+    """Engine profiles in 80 columns: one row per profile, the (long) source files listed under the table."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title="engine profiles", expand=False)
+    table.add_column("--engine", no_wrap=True)
+    table.add_column("versions", no_wrap=True)
+    table.add_column("unknown\nkeys")
+    table.add_column("aux ids read from")
+    table.add_column("flags honoured")
+    for p in profiles:
+        ids = " → ".join(p.aux_ids_sources) or "hard-coded"
+        table.add_row(p.spec, _versions(p), p.unknown, f"{ids}\n[dim]{p.aux_id_convention}-of-layer[/]", _flags(p))
+    sources = Text("read from:\n", style="bold")
+    for p in profiles:
+        sources.append(f"{p.spec}", style="bold").append(f" ({p.label}): ", style="dim").append(p.source + "\n")
+    return Group(table, sources)
