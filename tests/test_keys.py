@@ -167,3 +167,11 @@ def test_incomplete_config_error_names_the_checkpoint(tmp_path, capsys):
         simulate_load(Checkpoint.open(src), "sglang==0.5.11")
     assert main(["keys", str(src), "--engine", "vllm==0.33.0"]) == 2
     assert str(src) in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("bad", ["-3", "0"])
+def test_target_layers_must_be_positive(tmp_path, capsys, bad):
+    src = write(tmp_path / "sg", draft_tensors("midlayer."), sglang_config())
+    assert main(["keys", str(src), "--engine", "sglang==0.5.11", "--target-layers", bad]) == 2
+    assert "--target-layers" in capsys.readouterr().err
+    assert main(["keys", str(src), "--engine", "sglang==0.5.11", "--target-layers", "10"]) == 0

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..checkpoint import Checkpoint, DraftSpec
 from ..engines import EngineProfile, ParamSpec, resolve
+from ..errors import UsageError
 from ..findings import Finding, Severity, to_jsonable
 
 CRITICAL_ROLES = ("decoder", "fc", "norm", "lm_head")
@@ -157,6 +158,8 @@ def role_of(name: str) -> str:
 
 def simulate_load(ckpt: Checkpoint, engine: EngineProfile | str, num_target_layers: int | None = None) -> LoadResult:
     """Run ``engine``'s key-to-parameter rule over ``ckpt``'s headers; findings for what goes wrong silently."""
+    if num_target_layers is not None and (not isinstance(num_target_layers, int) or num_target_layers < 1):
+        raise UsageError(f"--target-layers must be a positive number of target layers (got {num_target_layers})")
     profile = resolve(engine)
     spec = ckpt.spec
     params = profile.parameters(spec, ckpt.path)
