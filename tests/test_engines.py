@@ -123,3 +123,27 @@ def test_engines_table_fits_80_columns():
     for p in all_profiles():
         assert p.spec in text  # whole, on one line
         assert " ".join(p.source.split()) in flat  # every source file, wrapped but complete
+
+
+def test_engine_imports_are_declared_core_dependencies():
+    # the registry parses versions with `packaging`: it must be installed with eagle3lens itself, not by luck
+    import ast
+    import re
+    import sys
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    declared = {re.split(r"[<>=!~\[ ;]", r, maxsplit=1)[0].lower()
+                for r in tomllib.loads((root / "pyproject.toml").read_text())["project"]["dependencies"]}
+    imported = set()
+    for file in (root / "eagle3lens" / "engines").glob("*.py"):
+        for node in ast.walk(ast.parse(file.read_text())):
+            if isinstance(node, ast.Import):
+                imported |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                imported.add(node.module.split(".")[0])
+    third_party = {m for m in imported if m not in sys.stdlib_module_names and m != "__future__"}
+    assert "packaging" in third_party and third_party <= declared
+    assert resolve("sglang==0.5.11.post1").spec == "sglang==0.5.11.post1"
+    assert resolve("vllm==0.33.0rc1").label == "vllm 0.33.0"
