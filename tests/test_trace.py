@@ -239,3 +239,25 @@ def test_meta_trace_of_a_value_routed_model_names_the_fallback(how):
     assert message.startswith("toy (native): the forward cannot run on meta tensors")
     assert message.endswith("Fallback: trace the Llama stand-in instead") and len(message.splitlines()) == 1
     assert hook_count(target) == 0 and hook_count(draft) == 0
+
+
+def test_findings_name_the_raising_module_and_outputs_that_change_dtype():
+    model = nn.Sequential(nn.Linear(4, 4), Boom())
+    with pytest.raises(RuntimeError, match="boom"):
+        with Tracer(model) as tracer:
+            model(torch.zeros(1, 4))
+    [raised] = tracer.findings
+    assert raised.code == "trace/module-raised" and "inside 1 (call 0)" in raised.title
+    assert sorted(raised.evidence["raised"]) == ["1#0", "<root>#0"]  # 1.inner returned before the raise
+
+    layer = nn.Linear(4, 4)
+    with Tracer(layer) as clean:
+        layer(torch.zeros(1, 4))
+        layer(torch.zeros(2, 4))
+    assert clean.findings == ()
+    with Tracer(layer) as tracer:
+        layer(torch.zeros(1, 4))
+        layer.double()(torch.zeros(1, 4, dtype=torch.float64))
+    [varies] = tracer.findings
+    assert varies.code == "trace/output-varies" and varies.evidence == {"outputs": {"<root>": ["float32@cpu",
+                                                                                               "float64@cpu"]}}

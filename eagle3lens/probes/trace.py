@@ -8,6 +8,8 @@
 Hooks only read metadata (shape, dtype, device). Statistics (``stats=True``) are computed as
 device tensors and turned into numbers when read, after the forward (no host sync inside it).
 Tensors are kept only with ``keep=True``. Every hook is removed on exit, also when the forward raises.
+``findings`` (read from the records, after the forward): modules a raise went through, and modules whose
+output dtype or device changed from one call to the next.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from typing import Any, Callable, Iterable, Sequence
 
 import torch
 from torch import nn
+
+from ..findings import Finding, Severity
 
 Include = str | type | Callable[[str, nn.Module], bool]
 
@@ -163,6 +167,34 @@ class Tracer:
                 row.update(r.stats())
             rows.append(row)
         return rows
+
+    @property
+    def findings(self) -> tuple[Finding, ...]:
+        """``trace/module-raised`` for calls that never returned, ``trace/output-varies`` for modules whose
+        output dtype/device differs across calls (a cast or a device hop between calls)."""
+        found: list[Finding] = []
+        raised = [r for r in self.records if r.raised]
+        if raised:
+            deepest = max(raised, key=lambda r: r.path.count(".") + bool(r.path))  # where the raise started
+            found.append(Finding(
+                "trace/module-raised", Severity.WARNING,
+                f"the forward raised inside {deepest.path or '<root>'} (call {deepest.call})",
+                f"{len(raised)} traced call(s) never returned; their outputs are missing from the trace.",
+                evidence={"raised": [f"{r.path or '<root>'}#{r.call}" for r in raised]}))
+        seen: dict[str, set[tuple[str, str]]] = {}
+        for r in self.records:
+            out = r.first_output
+            if out is not None:
+                seen.setdefault(r.path, set()).add((out.dtype, out.device))
+        varies = {path or "<root>": sorted(f"{d}@{dev}" for d, dev in kinds)
+                  for path, kinds in seen.items() if len(kinds) > 1}
+        if varies:
+            found.append(Finding(
+                "trace/output-varies", Severity.INFO,
+                f"{len(varies)} module(s) returned different dtypes/devices across calls",
+                "The same module's output changed dtype or device between calls.",
+                evidence={"outputs": varies}))
+        return tuple(found)
 
     def figure(self, title: str | None = None):
         """Plotly table of the calls."""
