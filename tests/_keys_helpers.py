@@ -48,7 +48,7 @@ def speculators_config(ids=(2, 5, 7), **flags) -> dict:
         "architectures": ["Eagle3DraftModel"], "speculators_model_type": "eagle3", "draft_vocab_size": N,
         "eagle_aux_hidden_state_layer_ids": list(ids), "norm_before_residual": False, "target_hidden_size": None,
         "speculators_config": {"algorithm": "eagle3", "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 3}],
-                               "default_proposal_method": "greedy", "verifier": {"name_or_path": None, "architectures": ["LlamaForCausalLM"]}},
+                               "default_proposal_method": "greedy", "verifier": {"name_or_path": "org/target", "architectures": ["LlamaForCausalLM"]}},
         "transformer_layer_config": llama_fields(), **flags,
     }
 

@@ -105,8 +105,18 @@ def test_recognition():
     official = {"architectures": ["LlamaForCausalLM"], "draft_vocab_size": 10}
     assert not resolve("sglang==0.5.11").recognises(spec_cfg)
     assert resolve("sglang==0.5.11").recognises(flat) and not resolve("sglang").recognises(official)
-    assert resolve("vllm").recognises(spec_cfg) and resolve("vllm").recognises(flat) and resolve("vllm").recognises(official)
+    assert resolve("vllm").recognises(flat) and resolve("vllm").recognises(official)
     assert resolve("speculators").recognises(spec_cfg) and not resolve("speculators").recognises(flat)
+    # vLLM validates a speculators config: it needs the speculative token count and the verifier's name
+    assert resolve("vllm").speculators_missing(spec_cfg) == (
+        "speculators_config.proposal_methods[0].speculative_tokens", "speculators_config.verifier.name_or_path")
+    full = {**spec_cfg, "speculators_config": {"proposal_methods": [{"speculative_tokens": 5}],
+                                               "verifier": {"name_or_path": "org/target"}}}
+    assert resolve("vllm").recognises(full) and resolve("speculators").recognises(full)
+    no_verifier = {**full, "speculators_config": {**full["speculators_config"], "verifier": {"name_or_path": None}}}
+    assert not resolve("vllm").recognises(no_verifier) and resolve("speculators").recognises(no_verifier)
+    no_tokens = {**full, "speculators_config": {**full["speculators_config"], "proposal_methods": [{}]}}
+    assert not resolve("vllm").recognises(no_tokens)
 
 
 def test_engines_table_fits_80_columns():

@@ -175,3 +175,15 @@ def test_target_layers_must_be_positive(tmp_path, capsys, bad):
     assert main(["keys", str(src), "--engine", "sglang==0.5.11", "--target-layers", bad]) == 2
     assert "--target-layers" in capsys.readouterr().err
     assert main(["keys", str(src), "--engine", "sglang==0.5.11", "--target-layers", "10"]) == 0
+
+
+def test_vllm_needs_a_verifier_and_token_count_in_a_speculators_config(tmp_path):
+    cfg = speculators_config()
+    cfg["speculators_config"]["verifier"]["name_or_path"] = None
+    src = write(tmp_path / "nover", draft_tensors("layers.0."), cfg)
+    result = simulate_load(Checkpoint.open(src), "vllm==0.33.0", num_target_layers=10)
+    (finding,) = [f for f in result.findings if f.code == "config/unrecognized"]
+    assert not result.recognised and finding.evidence["missing"] == ["speculators_config.verifier.name_or_path"]
+    assert result.dropped == ()  # the weights themselves would load
+    # the training loader does not need a verifier name
+    assert simulate_load(Checkpoint.open(src), "speculators").recognised

@@ -62,6 +62,8 @@ class EngineProfile:
     arch_prefix: str | None = None  # vLLM: eagle3 method prefixes "Eagle3" to any other architecture
     speculators_types: frozenset[str] = frozenset()
     needs_speculators_config: bool = False
+    # vLLM: a speculators config must give proposal_methods[0].speculative_tokens and verifier.name_or_path
+    needs_speculators_fields: bool = False
     unrecognized_effect: str = ""
     # aux ids
     aux_ids_sources: tuple[str, ...] = ()
@@ -118,7 +120,7 @@ class EngineProfile:
         """Would this engine pick its EAGLE-3 draft class for ``config``?"""
         config = config or {}
         if config.get("speculators_model_type") is not None and isinstance(config.get("transformer_layer_config"), dict):
-            return config["speculators_model_type"] in self.speculators_types
+            return config["speculators_model_type"] in self.speculators_types and not self.speculators_missing(config)
         if self.needs_speculators_config:
             return False
         archs = [a for a in config.get("architectures") or () if isinstance(a, str)]
@@ -126,6 +128,24 @@ class EngineProfile:
             archs = [a if a.startswith(self.arch_prefix) or a.endswith(self.arch_prefix) else self.arch_prefix + a
                      for a in archs]
         return any(a in self.architectures for a in archs)
+
+    def speculators_missing(self, config: dict[str, Any]) -> tuple[str, ...]:
+        """The speculators_config fields this engine requires and ``config`` lacks (vLLM: the speculative token
+        count and the verifier's name, a string; ``SpeculatorsConfig.validate_speculators_config`` and
+        ``maybe_override_with_speculators``)."""
+        if not self.needs_speculators_fields:
+            return ()
+        block = config.get("speculators_config")
+        block = block if isinstance(block, dict) else {}
+        methods = block.get("proposal_methods")
+        first = methods[0] if isinstance(methods, list) and methods and isinstance(methods[0], dict) else {}
+        verifier = block.get("verifier") if isinstance(block.get("verifier"), dict) else {}
+        missing = []
+        if first.get("speculative_tokens") is None:
+            missing.append("speculators_config.proposal_methods[0].speculative_tokens")
+        if not isinstance(verifier.get("name_or_path"), str) or not verifier["name_or_path"]:
+            missing.append("speculators_config.verifier.name_or_path")
+        return tuple(missing)
 
     def default_aux_ids(self, num_target_layers: int) -> tuple[int, ...]:
         """HF ``hidden_states`` indices captured when the config names none: 2, L//2, L-3 everywhere."""

@@ -26,6 +26,7 @@ V0_33_0 = EngineProfile(
                              "Eagle3Qwen3vlForCausalLM"}),
     arch_prefix="Eagle3",
     speculators_types=frozenset({"eagle3"}),
+    needs_speculators_fields=True,
     unrecognized_effect=("vLLM maps config.architectures (with an 'Eagle3' prefix for method eagle3) to a model "
                          "class; an unknown one stops the server before any weight is read"),
     aux_ids_sources=("top-level", "dflash", "eagle_config"),

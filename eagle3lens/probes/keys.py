@@ -205,7 +205,16 @@ def _findings(ckpt: Checkpoint, profile: EngineProfile, spec: DraftSpec, fates: 
               sources: tuple[ParamSource, ...], recognised: bool, num_target_layers: int | None) -> list[Finding]:
     out: list[Finding] = []
     label, fix = profile.spec, _fix(ckpt, profile)
-    if not recognised:
+    missing = profile.speculators_missing(ckpt.config or {}) if spec.flavour == "speculators" else ()
+    if not recognised and missing:
+        out.append(Finding(
+            "config/unrecognized", Severity.CRITICAL,
+            f"{label} rejects this speculators config: it does not give {', '.join(missing)}",
+            "vLLM validates a speculators config before serving it and stops with 'Invalid speculators config "
+            "structure' (or 'Speculators verifier must name a remote model repository') when the speculative "
+            "token count or the verifier's name is missing.",
+            evidence={"flavour": spec.flavour, "missing": list(missing)}))
+    elif not recognised:
         archs = list(spec.architectures)
         out.append(Finding(
             "config/unrecognized", Severity.CRITICAL,
