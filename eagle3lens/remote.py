@@ -467,7 +467,9 @@ def describe_progress(notebook: Path) -> tuple[str, str | None] | None:
         cells = nb["cells"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    code_cells = [c for c in cells if c.get("cell_type") == "code"]
+    # numbered like eagle3lens.notebook.failed_cell: 1-based over the source notebook's code cells
+    code_cells = [c for c in cells if c.get("cell_type") == "code"
+                  and "injected-parameters" not in c.get("metadata", {}).get("tags", [])]
     ran = [(i, c) for i, c in enumerate(code_cells, 1)
            if c.get("metadata", {}).get("papermill", {}).get("status") in ("completed", "failed", "running")]
     if not ran:
@@ -478,14 +480,16 @@ def describe_progress(notebook: Path) -> tuple[str, str | None] | None:
     state = cell["metadata"]["papermill"]["status"]
     label = f"code cell {index} of {len(code_cells)}" + (" (running)" if state == "running" else "")
     if first:
-        label += f": {first[:60]}"
+        label += f" `{first[:60]}`"
     error = None
     for c_index, c in enumerate(code_cells, 1):
         if c.get("metadata", {}).get("papermill", {}).get("status") == "failed" or \
                 c.get("metadata", {}).get("papermill", {}).get("exception"):
             errs = [o for o in c.get("outputs", []) if o.get("output_type") == "error"]
             what = f"{errs[0].get('ename')}: {errs[0].get('evalue')}" if errs else "an exception"
-            error = f"code cell {c_index} of {len(code_cells)} failed with {what}"
+            source = "".join(c.get("source", "")) if isinstance(c.get("source"), list) else c.get("source", "")
+            first_line = next((line.strip() for line in source.splitlines() if line.strip()), "")
+            error = f"code cell {c_index} of {len(code_cells)} `{first_line[:60]}` failed: {what}"
             break
     return label, error
 

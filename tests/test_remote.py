@@ -136,8 +136,8 @@ def test_describe_progress_names_last_and_failed_cell(tmp_path: Path) -> None:
     nb.cells[1].outputs = [nbformat.v4.new_output("error", ename="ZeroDivisionError", evalue="division by zero")]
     nbformat.write(nb, tmp_path / "x.ipynb")
     last, error = describe_progress(tmp_path / "x.ipynb")
-    assert last == "code cell 2 of 3: b = a / 0"
-    assert error == "code cell 2 of 3 failed with ZeroDivisionError: division by zero"
+    assert last == "code cell 2 of 3 `b = a / 0`"
+    assert error == "code cell 2 of 3 `b = a / 0` failed: ZeroDivisionError: division by zero"
 
 
 # ------------------------------------------------------------------ host keys and authentication
@@ -272,7 +272,7 @@ def test_two_hosts_alias_and_proxyjump_run_with_verbatim_parameters(lab: Lab, tm
         assert host.preflight.eagle3lens and host.preflight.papermill and host.preflight.free_bytes > 0
         assert host.remote_dir_removed and not Path(host.remote_dir).exists()
         manifest = json.loads((out / "remote.json").read_text())
-        assert manifest["status"] == "ok" and manifest["last_cell"].startswith("code cell 4 of 4")
+        assert manifest["status"] == "ok" and manifest["last_cell"].startswith("code cell 3 of 3")
         fetched = all_text(out)
         assert not [s for s in lab.secrets() if s in fetched], "secret material in fetched files"
         assert any(h == host.host and line.startswith("cell ") for h, line in lines)
@@ -290,8 +290,8 @@ def test_failing_cell_reported_with_partial_notebook(lab: Lab, tmp_path: Path) -
                         known_hosts=lab.known_hosts, ssh_config=lab.ssh_config)
     (host,) = result.hosts
     assert host.status == "failed"
-    assert "code cell 2 of 3 failed with ValueError: boom from the remote cell" in host.error
-    assert host.last_cell == "code cell 2 of 3: raise ValueError('boom from the remote cell')"
+    assert "code cell 2 of 3 `raise ValueError('boom from the remote cell')` failed: ValueError: boom" in host.error
+    assert host.last_cell == "code cell 2 of 3 `raise ValueError('boom from the remote cell')`"
     executed = nbformat.read(tmp_path / "out" / "e3l-target" / "fails.ipynb", as_version=4)
     by_source = {c.source: c for c in executed.cells if c.cell_type == "code"}
     assert "first cell ran" in by_source["x = 41\nprint('first cell ran')"].outputs[0]["text"]
@@ -316,8 +316,9 @@ def test_timeout_kills_remote_process_group(lab: Lab, tmp_path: Path) -> None:
     assert not Path(host.remote_dir).exists() and result.exit_code() == 2
     if flag.exists():  # the kernel started (a loaded machine may take longer): the sleeping cell is named
         require_partial_notebook(host, "slow.ipynb")
-        assert host.last_cell.startswith("code cell 3 of 3 (running): import pathlib, time"), host.last_cell
-        assert "last cell that ran: code cell 3 of 3" in host.error
+        # numbered in the source notebook: papermill's injected parameters cell is not counted
+        assert host.last_cell.startswith("code cell 2 of 2 (running) `import pathlib, time"), host.last_cell
+        assert "last cell that ran: code cell 2 of 2" in host.error
 
 
 def test_cancel_stops_the_run_and_fetches_the_partial_notebook(lab: Lab, tmp_path: Path) -> None:
@@ -336,7 +337,7 @@ def test_cancel_stops_the_run_and_fetches_the_partial_notebook(lab: Lab, tmp_pat
     assert flag.exists() and host.status == "interrupted" and result.exit_code() == 130
     assert wait_gone(host.remote_dir, 5) == [] and not Path(host.remote_dir).exists()
     require_partial_notebook(host, "slow.ipynb")
-    assert host.last_cell.startswith("code cell 3 of 3 (running)")
+    assert host.last_cell.startswith("code cell 2 of 2 (running)")
 
 
 def require_partial_notebook(host, name: str) -> None:
@@ -387,8 +388,8 @@ def test_sshd_killed_mid_run_keeps_what_was_fetched(lab: Lab, tmp_path: Path) ->
         assert Path(host.remote_dir).is_dir() and not host.remote_dir_removed  # unreachable: left in place, said so
         shutil.rmtree(host.remote_dir)
         require_partial_notebook(host, "long.ipynb")
-        assert host.last_cell.startswith("code cell 4 of 4 (running)")
-        assert "last cell that ran: code cell 4 of 4 (running)" in host.error
+        assert host.last_cell.startswith("code cell 3 of 3 (running)")
+        assert "last cell that ran: code cell 3 of 3 (running)" in host.error
     finally:
         doomed.stop()
 
