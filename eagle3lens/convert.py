@@ -38,6 +38,7 @@ FILE_SIDE_FILES = frozenset({"generation_config.json", "tokenizer.json", "tokeni
                              "chat_template.jinja", "chat_template.json"})
 DECODER = re.compile(r"^(?:model\.)?(?:midlayer|layers\.(?P<i>\d+))\.")
 FLAGS = ("norm_before_residual", "norm_before_fc", "fc_norm", "norm_output")
+LAYER_ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM"}  # transformer_layer_config's own
 NOT_LLAMA = {"architectures", "draft_vocab_size", "eagle_config", "target_hidden_size", "eagle_aux_hidden_state_layer_ids",
              "speculators_model_type", "speculators_config", "transformer_layer_config", "speculators_version",
              "num_aux_hidden_states", "bias", *FLAGS}
@@ -229,11 +230,18 @@ def _convert_config(config: dict[str, Any], spec, profile: EngineProfile, ckpt: 
     hf_ids = _trained_hf_ids(spec)
     n = spec.draft_vocab_size or spec.lm_head_rows
     style = profile.config_style
+    carried = config.get("speculators_config") if isinstance(config.get("speculators_config"), dict) else None
     if style in ("vllm", "speculators") and spec.flavour == "speculators":
         new = json.loads(json.dumps(config))
-        if style == "vllm" and new.get("norm_before_residual") is None:
-            new["norm_before_residual"] = False
-            changes.append("norm_before_residual: false written explicitly (vLLM assumes true when absent)")
+        for flag in FLAGS:  # speculators' own default is false, vLLM reads an absent norm_before_residual as true
+            if new.get(flag) is None:
+                new[flag] = spec.flag(flag)
+                changes.append(f"{flag}: {str(new[flag]).lower()} written explicitly (absent; vLLM's default differs "
+                               "for norm_before_residual)")
+        missing = profile.speculators_missing(new)
+        if missing:
+            refusals.append(f"{profile.spec} rejects a speculators config without {', '.join(missing)} "
+                            "(set it in the source config.json first)")
     elif style == "vllm":
         new = json.loads(json.dumps(config))
         if not profile.recognises(new):
@@ -245,14 +253,24 @@ def _convert_config(config: dict[str, Any], spec, profile: EngineProfile, ckpt: 
         if n and "draft_vocab_size" not in new:
             new["draft_vocab_size"] = n
     elif style == "speculators":
+        layer = _flat_llama(config, spec)
+        if layer.get("model_type") in LAYER_ARCHITECTURES and "architectures" not in layer:
+            layer["architectures"] = [LAYER_ARCHITECTURES[layer["model_type"]]]
+        block = json.loads(json.dumps(carried)) if carried else {
+            "algorithm": "eagle3", "default_proposal_method": "greedy",
+            "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 3}],
+            "verifier": {"name_or_path": None, "architectures": []}}
         new = {"architectures": ["Eagle3DraftModel"], "speculators_model_type": "eagle3", "draft_vocab_size": n,
                "target_hidden_size": spec.target_hidden_size_declared,
                "eagle_aux_hidden_state_layer_ids": hf_ids,
-               "speculators_config": {"algorithm": "eagle3", "default_proposal_method": "greedy",
-                                      "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 3}],
-                                      "verifier": {"name_or_path": None, "architectures": []}},
-               "transformer_layer_config": _flat_llama(config, spec)}
-        changes.append("speculators config built from the flat Llama config (verifier path unknown: set it before training)")
+               **{flag: on for flag, on in wanted.items()},  # explicit: vLLM reads an absent norm_before_residual as true
+               "speculators_config": block, "transformer_layer_config": layer}
+        if carried:
+            changes.append("speculators config built from the flat Llama config; speculators_config (verifier, "
+                           "speculative_tokens) kept from the source")
+        else:
+            changes.append("speculators config built from the flat Llama config; verifier unknown: set "
+                           "speculators_config.verifier.name_or_path (vLLM requires it) and check speculative_tokens (3)")
     elif style == "sglang":
         new = {**_flat_llama(config, spec), "architectures": ["LlamaForCausalLMEagle3"], "draft_vocab_size": n,
                "tie_word_embeddings": False}
@@ -264,9 +282,11 @@ def _convert_config(config: dict[str, Any], spec, profile: EngineProfile, ckpt: 
             changes.append(f"eagle_config.eagle_aux_hidden_state_layer_ids {[i - 1 for i in hf_ids]} "
                            f"(SGLang output-of-layer convention for HF hidden_states {hf_ids})")
         changes.append("flat Llama config with architectures ['LlamaForCausalLMEagle3']")
+        _carry(new, carried, changes)
     else:  # eagle
         new = {**_flat_llama(config, spec), "architectures": ["LlamaForCausalLM"], "draft_vocab_size": n}
         changes.append("flat Llama config with architectures ['LlamaForCausalLM'] (EAGLE reference)")
+        _carry(new, carried, changes)
         if hf_ids is not None:
             notes.append(f"EAGLE hard-codes aux layers 2, L//2, L-3; this draft was trained on {hf_ids}")
     if style != "speculators" or spec.flavour != "speculators":
@@ -276,6 +296,15 @@ def _convert_config(config: dict[str, Any], spec, profile: EngineProfile, ckpt: 
                     new[flag] = on
                     changes.append(f"{flag}: {str(on).lower()}")
     return new, changes, refusals, notes
+
+
+def _carry(new: dict[str, Any], carried: dict[str, Any] | None, changes: list[str]) -> None:
+    """Keep a speculators source's ``speculators_config`` (verifier, speculative_tokens) in a flat config, which
+    the engines ignore, so that converting back restores it. Only beside a ``model_type``: without one vLLM
+    would take a config holding ``speculators_config`` for a speculators config."""
+    if carried is not None and new.get("model_type"):
+        new["speculators_config"] = json.loads(json.dumps(carried))
+        changes.append("speculators_config kept (ignored by the engine; restored when converting back to speculators)")
 
 
 # -- writing ----------------------------------------------------------------------------------
@@ -410,7 +439,7 @@ def _verify(ckpt: Checkpoint, tmp: Path, plan: _Plan, profile: EngineProfile | N
     load = None
     if profile is not None:
         load = simulate_load(out, profile)
-        if not load.recognised:
+        if not load.recognised and not force:
             problems.append(f"{profile.spec} would not recognise the written config")
         bad = [f.key for f in load.fates if f.fate in ("dropped", "raises") or f.shape_mismatch]
         if bad and not force:

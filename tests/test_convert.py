@@ -196,3 +196,56 @@ def test_force_is_reported_as_a_warning_per_forced_item(tmp_path, capsys):
 
 def spec_dir_of(tmp_path):
     return write(tmp_path / "plain", draft_tensors("layers.0."), speculators_config())
+
+
+VLLM_READS = ("speculators_model_type", "transformer_layer_config", "draft_vocab_size", "target_hidden_size",
+              "norm_before_residual", "norm_before_fc", "fc_norm", "norm_output", "eagle_aux_hidden_state_layer_ids")
+
+
+def _vllm_view(cfg):
+    """What vLLM 0.33.0 reads from a speculators config (update_eagle3 defaults included)."""
+    view = {k: cfg.get(k) for k in VLLM_READS}
+    view["norm_before_residual"] = cfg.get("norm_before_residual", True)
+    block = cfg["speculators_config"]
+    return view, block["proposal_methods"][0].get("speculative_tokens"), block["verifier"].get("name_or_path")
+
+
+def test_demo_speculators_sglang_speculators_round_trip_keeps_what_vllm_reads(demo_dir, tmp_path):
+    src = demo_dir / "speculators"
+    convert(src, "sglang==0.5.11", tmp_path / "sg", progress=False)
+    convert(tmp_path / "sg", "speculators", tmp_path / "back", progress=False)
+    original = json.loads((src / "config.json").read_text())
+    back = json.loads((tmp_path / "back" / "config.json").read_text())
+    assert _vllm_view(back) == _vllm_view(original)
+    assert back["speculators_config"] == original["speculators_config"]
+    load = simulate_load(Checkpoint.open(tmp_path / "back"), "vllm==0.33.0")
+    assert load.recognised and load.findings == ()
+
+
+def test_to_speculators_writes_every_flag_and_marks_a_missing_verifier(tmp_path):
+    src = write(tmp_path / "sg", draft_tensors("midlayer."), sglang_config())  # no flags, no verifier
+    convert(src, "speculators", tmp_path / "spec", progress=False)
+    cfg = json.loads((tmp_path / "spec" / "config.json").read_text())
+    assert {f: cfg[f] for f in ("norm_before_residual", "norm_before_fc", "fc_norm", "norm_output")} == dict.fromkeys(
+        ("norm_before_residual", "norm_before_fc", "fc_norm", "norm_output"), False)
+    load = simulate_load(Checkpoint.open(tmp_path / "spec"), "vllm==0.33.0", num_target_layers=10)
+    assert not [f for f in load.findings if f.code == "config/flag-ignored"]
+    (unrec,) = [f for f in load.findings if f.code == "config/unrecognized"]
+    assert unrec.evidence["missing"] == ["speculators_config.verifier.name_or_path"]
+    # a speculators source missing flags gets them written explicitly (vLLM would read norm_before_residual as true)
+    bare = {k: v for k, v in speculators_config().items() if k != "norm_before_residual"}
+    src2 = write(tmp_path / "bare", draft_tensors("layers.0."), bare)
+    assert [f.code for f in simulate_load(Checkpoint.open(src2), "vllm==0.33.0", num_target_layers=10).findings] \
+        == ["config/flag-ignored"]
+    convert(src2, "vllm==0.33.0", tmp_path / "v", progress=False)
+    assert simulate_load(Checkpoint.open(tmp_path / "v"), "vllm==0.33.0", num_target_layers=10).findings == ()
+
+
+def test_speculators_without_verifier_to_vllm_is_refused_unless_forced(tmp_path):
+    cfg = speculators_config()
+    cfg["speculators_config"]["verifier"]["name_or_path"] = None
+    src = write(tmp_path / "nover", draft_tensors("layers.0."), cfg)
+    with pytest.raises(ConversionRefused, match=r"verifier\.name_or_path"):
+        convert(src, "vllm==0.33.0", tmp_path / "v", progress=False)
+    result = convert(src, "vllm==0.33.0", tmp_path / "v", force=True, progress=False)
+    assert [f.code for f in result.findings] == ["convert/forced"]
