@@ -115,8 +115,14 @@ def diagnose(
     scenario: str | None = None,
     weights: bool = True,
     progress: bool | None = None,
+    device_map: str | None = None,
+    dtype: str = "float32",
 ) -> Report:
-    """Run the applicable probes on a draft and return a Report whose findings are ranked causes first."""
+    """Run the applicable probes on a draft and return a Report whose findings are ranked causes first.
+
+    ``device_map`` / ``dtype`` place the target for the wiring check (accelerate's ``auto`` spreads a large
+    target over GPUs and CPU; ``dtype="auto"`` keeps the checkpoint's dtype).
+    """
     from .engines import resolve
     from .probes.aux_layers import resolve_aux_layers
     from .probes.keys import simulate_load
@@ -155,7 +161,7 @@ def diagnose(
         if profile is None:
             report.notes.append(f"no --engine given: aux layers and wiring judged as {wiring_profile.spec} loads the draft")
         if tgt is not None:  # the wiring check resolves the aux layers itself and reports them
-            run("wiring", check_wiring, tgt, ckpt, wiring_profile, scenario=scenario)
+            run("wiring", check_wiring, tgt, ckpt, wiring_profile, scenario=scenario, device_map=device_map, dtype=dtype)
         else:
             run("aux_layers", resolve_aux_layers, ckpt.spec, None, wiring_profile, checkpoint=ckpt.path)
             skipped["wiring"] = "no --target given: wiring not checked"

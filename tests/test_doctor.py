@@ -203,3 +203,9 @@ def test_the_demo_manifest_tells_the_truth(demo_dir: Path) -> None:
         for engine, extra in variant["expected_findings_by_engine"].items():
             found = {f.code for f in diagnose(demo_dir / name, engine=engine).findings if f.severity.value != "info"}
             assert found == own | set(extra), (name, engine, found)
+
+
+def test_doctor_places_the_target_like_trace_does(demo_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, data = _doctor_json(capsys, str(demo_dir / "eagle"), "--engine", "sglang==0.5.11", "--target",
+                              str(demo_dir / "target"), "--dtype", "bfloat16", "--no-weights")
+    assert [f["code"] for f in data["findings"]] == ["trace/dtype-mismatch"] and code == 0

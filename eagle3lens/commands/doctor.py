@@ -29,7 +29,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--baseline-tps must be positive, got {args.baseline_tps}")
     report = diagnose(args.checkpoint, engine=args.engine, target=args.target, log=args.log,
                       baseline_tps=args.baseline_tps, num_draft_tokens=args.num_draft_tokens,
-                      scenario=args.scenario, weights=not args.no_weights, progress=False if args.json else None)
+                      scenario=args.scenario, weights=not args.no_weights, progress=False if args.json else None,
+                      device_map=args.device_map, dtype=args.dtype)
     if args.html:
         write_html(Path(args.html), report.to_html(title=f"eagle3lens doctor: {args.checkpoint}"))
     code = finish(report, args)
@@ -58,6 +59,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--num-draft-tokens", type=int, metavar="K", help="draft tokens per step, when the log cannot say")
     p.add_argument("--scenario", choices=["aux-off", "ids-shifted", "ids-ignored"],
                    help="reproduce an engine wiring fault in the wiring check")
+    p.add_argument("--device-map", metavar="MAP", help="place the target with accelerate for the wiring check (e.g. auto)")
+    p.add_argument("--dtype", default="float32", choices=("auto", "float32", "bfloat16", "float16"),
+                   help="target dtype for the wiring check (auto: as stored; default float32)")
     p.add_argument("--no-weights", action="store_true", help="skip weight statistics (reads every tensor byte)")
     p.add_argument("--html", metavar="OUT", help="also write a self-contained offline HTML report")
     add_output_options(p)
