@@ -26,12 +26,6 @@ NOTEBOOK = "00_triage"
 TARGET_OVERHEAD_S = 2.0
 
 
-def cli_has_host() -> bool:
-    helptext = subprocess.run([sys.executable, "-m", "eagle3lens", "notebook", "--help"],
-                              capture_output=True, text=True).stdout
-    return "--host" in helptext
-
-
 def timed(argv: list[str]) -> float:
     start = time.perf_counter()
     done = subprocess.run(argv, capture_output=True, text=True)
@@ -66,15 +60,7 @@ def main() -> int:
             base = [sys.executable, "-m", "eagle3lens", "notebook", NOTEBOOK, "--params-file", str(params), "--json"]
             remote_opts = ["--host", "bench-gpu", "--remote-python", sys.executable, "--ssh-config", str(config),
                            "--known-hosts", str(known)]
-            if cli_has_host():
-                remote_argv = [*base, "--out", str(root / "remote"), *remote_opts]
-            else:  # the CLI flag is not wired yet: the same run through the Python API in a fresh interpreter
-                print("note: `eagle3lens notebook --host` is not wired in the CLI yet; timing run_remote() instead")
-                remote_argv = [sys.executable, "-c", (
-                    "import json, sys; from eagle3lens.remote import run_remote; "
-                    "r = run_remote(sys.argv[1], json.load(open(sys.argv[2])), 'bench-gpu', sys.argv[3], "
-                    "remote_python=sys.executable, ssh_config=sys.argv[4], known_hosts=sys.argv[5]); "
-                    "sys.exit(0 if r.ok else 2)"), NOTEBOOK, str(params), str(root / "remote"), str(config), str(known)]
+            remote_argv = [*base, "--out", str(root / "remote"), *remote_opts]
             local_s, remote_s = [], []
             for _ in range(args.repeat):
                 local_s.append(timed([*base, "--out", str(root / "local")]))
