@@ -90,6 +90,23 @@ class Triage:
         return triage_html(self)
 
 
+# the probe that owns each finding area: when it reported a code, another probe's copy of that code is dropped
+AREA_OWNER = {"vocab": "vocab", "weights": "weights", "logs": "logs", "keys": "keys", "trace": "wiring"}
+
+
+def owned_findings_only(findings: list[Finding], results: dict[str, Any]) -> list[Finding]:
+    """Drop a finding another probe also reported when the probe owning its area reported the same code
+    (e.g. the load simulation's ``vocab/d2t-missing`` beside the vocab probe's own)."""
+    kept = []
+    for f in findings:
+        owner = results.get(AREA_OWNER.get(f.area, ""))
+        owned = getattr(owner, "findings", ())
+        if f.code in {g.code for g in owned} and f not in owned:
+            continue
+        kept.append(f)
+    return kept
+
+
 def rank_findings(findings: list[Finding]) -> list[Finding]:
     """Severity first, then causal order; stable otherwise."""
     return sorted(sort_findings(findings), key=lambda f: (-f.severity.rank, causal_rank(f.code)))
@@ -126,6 +143,7 @@ def diagnose(
     from .engines import resolve
     from .probes.aux_layers import resolve_aux_layers
     from .probes.keys import simulate_load
+    from .probes.logs import ENGINES as LOG_ENGINES
     from .probes.logs import parse_log
     from .probes.vocab import inspect_vocab
     from .probes.weights import weight_stats
@@ -168,13 +186,15 @@ def diagnose(
     else:
         skipped["aux_layers"] = skipped["wiring"] = "not a draft checkpoint"
     if log is not None:
-        run("logs", parse_log, log, engine=profile.name if profile else None,
-            num_draft_tokens=num_draft_tokens, baseline_tps=baseline_tps)
+        # the log's format and accept-rate formula depend on the serving engine's version; a trainer profile says nothing
+        log_engine = profile.spec if profile is not None and profile.name in LOG_ENGINES else None
+        run("logs", parse_log, log, engine=log_engine, num_draft_tokens=num_draft_tokens, baseline_tps=baseline_tps)
     else:
         skipped["logs"] = "no --log given: acceptance not read"
 
     # the log probe's own fix is "run the doctor": here the causes above are the fix
-    report.findings = rank_findings([replace(f, fix=None) if f.area == "logs" else f for f in report.findings])
+    findings = [replace(f, fix=None) if f.area == "logs" else f for f in report.findings]
+    report.findings = rank_findings(owned_findings_only(findings, report.results))
     triage = Triage(rank_causes(report.findings), tuple(ran), skipped)
     report.results = {"doctor": triage, **report.results}
     report.notes.extend(skipped.values())

@@ -209,3 +209,22 @@ def test_doctor_places_the_target_like_trace_does(demo_dir: Path, capsys: pytest
     code, data = _doctor_json(capsys, str(demo_dir / "eagle"), "--engine", "sglang==0.5.11", "--target",
                               str(demo_dir / "target"), "--dtype", "bfloat16", "--no-weights")
     assert [f["code"] for f in data["findings"]] == ["trace/dtype-mismatch"] and code == 0
+
+
+def test_a_code_reported_by_its_owning_probe_is_not_repeated(demo_dir: Path) -> None:
+    report = diagnose(demo_dir / "broken-d2t-missing", engine="sglang==0.5.11", weights=False)
+    assert [f.code for f in report.findings].count("vocab/d2t-missing") == 1
+    kept = next(f for f in report.findings if f.code == "vocab/d2t-missing")
+    assert kept in report.results["vocab"].findings  # the vocab probe's own, with its engine consequences
+
+
+def test_the_log_is_read_with_the_engine_version(demo_dir: Path, tmp_path: Path) -> None:
+    """accept rate 0.20 with accept len 1.00 is the 0.5.5 formula's floor: the version must reach the log probe."""
+    log = tmp_path / "old.log"
+    log.write_text("".join(
+        f"[2026-05-04 09:12:{10 + i:02d}] Decode batch, #running-req: 8, #token: 5120, token usage: 0.02, "
+        f"accept len: 1.00, accept rate: 0.20, cuda graph: True, gen throughput (token/s): 24.80, #queue-req: 0, \n"
+        for i in range(3)))
+    report = diagnose(demo_dir / "eagle", engine="sglang==0.5.5", log=log, weights=False)
+    assert report.results["logs"].inference.formula == "0.5.5"
+    assert diagnose(demo_dir / "eagle", engine="speculators", log=log, weights=False).results["logs"].engine == "sglang"
