@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import enum
 import json
+import os
+import shlex
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
@@ -69,6 +71,11 @@ class Finding:
             evidence=data.get("evidence", {}),
             fix=data.get("fix"),
         )
+
+
+def fix_command(*argv: "str | os.PathLike[str]") -> str:
+    """A shell-safe ``eagle3lens ...`` line for a finding's ``fix`` (user paths quoted; ``OUT`` stays as is)."""
+    return shlex.join(["eagle3lens", *map(str, argv)])
 
 
 def sort_findings(findings: Iterable[Finding]) -> list[Finding]:

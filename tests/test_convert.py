@@ -249,3 +249,14 @@ def test_speculators_without_verifier_to_vllm_is_refused_unless_forced(tmp_path)
         convert(src, "vllm==0.33.0", tmp_path / "v", progress=False)
     result = convert(src, "vllm==0.33.0", tmp_path / "v", force=True, progress=False)
     assert [f.code for f in result.findings] == ["convert/forced"]
+
+
+def test_rich_table_keeps_bracketed_names(spec_dir, tmp_path):
+    """Names in [brackets] are data, not rich markup: they are printed, not swallowed."""
+    from rich.console import Console
+
+    out = tmp_path / "out [v2]"
+    result = convert(spec_dir, "sglang==0.5.11", out, progress=False)
+    console = Console(width=300, record=True)
+    console.print(result)
+    assert "[v2]" in console.export_text()

@@ -187,3 +187,20 @@ def test_vllm_needs_a_verifier_and_token_count_in_a_speculators_config(tmp_path)
     assert result.dropped == ()  # the weights themselves would load
     # the training loader does not need a verifier name
     assert simulate_load(Checkpoint.open(src), "speculators").recognised
+
+
+def test_fix_commands_quote_hostile_checkpoint_paths(tmp_path):
+    """A path with spaces and shell syntax comes back from shlex.split exactly, never as shell code."""
+    import shlex
+
+    from eagle3lens.probes.aux_layers import resolve_aux_layers
+
+    hostile = tmp_path / "my draft;$(touch x)"
+    ckpt = Checkpoint.open(write(hostile, draft_tensors("layers.0."), speculators_config(ids=(3, 6, 8))))
+    result = simulate_load(ckpt, "sglang==0.5.11")
+    dropped = next(f for f in result.findings if f.code == "keys/dropped")
+    argv = shlex.split(dropped.fix)
+    assert argv == ["eagle3lens", "convert", str(hostile), "--to", "sglang==0.5.11", "OUT"]
+    shifted = resolve_aux_layers(ckpt.spec, 10, "sglang==0.5.11", checkpoint=ckpt.path)
+    fixes = [f.fix for f in shifted.findings if f.fix]
+    assert fixes and all(shlex.split(f)[2] == str(hostile) for f in fixes)

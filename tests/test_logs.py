@@ -327,3 +327,12 @@ def test_demo_logs_give_zero_acceptance(demo_dir):
         assert codes(r) == ["logs/zero-acceptance"]
         timed = [s.seconds for s in r.samples if s.accept_len is not None]
         assert None not in timed and timed == sorted(timed)  # every decode line carries a valid, increasing time
+
+
+def test_fix_quotes_a_hostile_log_path(tmp_path):
+    import shlex
+
+    log = tmp_path / "server log;$(touch x).log"
+    log.write_bytes((DATA / "sglang_0.4.10_dead.log").read_bytes())
+    fixes = [f.fix for f in parse_log(log).findings if f.fix]
+    assert fixes and all(shlex.split(f)[-2:] == ["--log", str(log)] for f in fixes)

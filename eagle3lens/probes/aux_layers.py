@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..checkpoint import DraftSpec
-from ..findings import Finding, Severity, to_jsonable
+from ..findings import Finding, Severity, fix_command, to_jsonable
 
 # Which convention each config source is written in (FACTS §5): dflash ids are output-of-layer (+1).
 SOURCE_CONVENTION = {"dflash": "output"}
@@ -159,7 +159,7 @@ def resolve_aux_layers(spec: DraftSpec, num_target_layers: int | None, engine: A
                else f" The draft was trained with {list(trained) or 'unknown layers'}."),
             evidence={"ids_by_source": written, "engine_reads": list(getattr(profile, "aux_ids_sources", ())),
                       "captured_hf": list(captured), "trained_with_hf": list(trained)},
-            fix=None if harmless else f"eagle3lens convert {checkpoint} --to {label} OUT"))
+            fix=None if harmless else fix_command("convert", checkpoint, "--to", label, "OUT")))
     if requested and requested != tuple(sorted(requested)):
         findings.append(Finding(
             "config/aux-ids-unsorted", Severity.INFO, "aux layer ids are not in layer order",
@@ -188,7 +188,7 @@ def resolve_aux_layers(spec: DraftSpec, num_target_layers: int | None, engine: A
                 f"trainer wrote them in the other convention ({trained_source}).",
                 evidence={"ids_read": list(ids_read), "source": source, "captured_hf": list(captured),
                           "trained_with_hf": list(trained)},
-                fix=f"eagle3lens convert {checkpoint} --to {label} OUT"))
+                fix=fix_command("convert", checkpoint, "--to", label, "OUT")))
     th, fc_in = spec.target_hidden_size, spec.fc_in_features
     known = source != "disabled" and (L is not None or source != "default")
     if th and fc_in and known and len(captured) * th != fc_in:

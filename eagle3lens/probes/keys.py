@@ -14,7 +14,7 @@ from typing import Any
 from ..checkpoint import Checkpoint, DraftSpec
 from ..engines import EngineProfile, ParamSpec, resolve
 from ..errors import UsageError
-from ..findings import Finding, Severity, to_jsonable
+from ..findings import Finding, Severity, fix_command, to_jsonable
 
 CRITICAL_ROLES = ("decoder", "fc", "norm", "lm_head")
 FATE_ORDER = ("raises", "dropped", "loaded-shard", "loaded", "converted", "skipped")
@@ -198,7 +198,7 @@ def _param_source(param: ParamSpec, writes: list[tuple[str, str | None]], profil
 
 # -- findings --------------------------------------------------------------------------------
 def _fix(ckpt: Checkpoint, profile: EngineProfile) -> str:
-    return f"eagle3lens convert {ckpt.path} --to {profile.spec} OUT"
+    return fix_command("convert", ckpt.path, "--to", profile.spec, "OUT")
 
 
 def _findings(ckpt: Checkpoint, profile: EngineProfile, spec: DraftSpec, fates: list[TensorFate],
@@ -330,7 +330,7 @@ def _d2t_findings(ckpt: Checkpoint, profile: EngineProfile, spec: DraftSpec, fix
         f"Under {profile.spec} {effect}; only ids below N can ever be proposed and almost none are right.",
         evidence={"draft_vocab_size": n, "vocab_size": v, "has_t2d": spec.has_t2d,
                   "engine_handling": profile.missing_d2t},
-        fix=(f"eagle3lens convert {ckpt.path} --repair-d2t OUT" if spec.has_t2d else None))]
+        fix=(fix_command("convert", ckpt.path, "--repair-d2t", "OUT") if spec.has_t2d else None))]
 
 
 def _aux_findings(ckpt: Checkpoint, profile: EngineProfile, num_target_layers: int | None) -> list[Finding]:

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from ..errors import Eagle3LensError, UsageError
-from ..findings import Finding, Severity, to_jsonable
+from ..findings import Finding, Severity, fix_command, to_jsonable
 
 ZERO_ACCEPT_LEN = 1.05  # ≤ 1 accepted draft token per 20 verify steps: "zero"
 EXPECTED_SHORTFALL = 0.5  # low when < half the accepted drafts the training promised
@@ -695,7 +695,7 @@ def classify(result: LogResult) -> list[Finding]:
     findings: list[Finding] = []
     engine = result.engine or "sglang"
     log = result.source if result.source != "<text>" else "SERVER_LOG"
-    fix = f"eagle3lens doctor DRAFT_CHECKPOINT --engine {engine} --log {log}"
+    fix = fix_command("doctor", "DRAFT_CHECKPOINT", "--engine", engine, "--log", log)
     evidence: dict[str, Any] = {
         "engine": result.engine, "formats": dict(result.formats), "acceptance_lines": s.acceptance_lines,
         "mean_accept_len": s.mean_accept_len, "median_accept_len": s.median_accept_len,

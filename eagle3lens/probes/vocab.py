@@ -22,7 +22,7 @@ import torch
 
 from ..checkpoint import Checkpoint
 from ..errors import ConversionRefused, UsageError
-from ..findings import Finding, Severity, to_jsonable
+from ..findings import Finding, Severity, fix_command, to_jsonable
 
 SHOW = 5  # offending indices quoted in evidence
 HEAD_BLOCK_ROWS = 4096  # target lm_head rows read at a time
@@ -478,7 +478,7 @@ class _Analysis:
                        "fails (ValueError from its weight loader); SGLang adds it as an identity. Training libraries "
                        "omit d2t/t2d for a full vocabulary.",
                 evidence={"tensor": self.d2t_key, "t2d": self.t2d_key, "draft_vocab_size": n, "vocab_size": v},
-                fix=f"eagle3lens convert {self.ckpt.path} --to vllm==0.33.0 OUT"))
+                fix=fix_command("convert", self.ckpt.path, "--to", "vllm", "OUT")))
             return "full-vocab", None, None
         if self.t2d is not None and not t2d_filled and not t2d_default:
             self._finding_t2d_count(t2d_sum)
@@ -561,8 +561,8 @@ class _Analysis:
         needs_target = (proof is not None and proof.matches_head and not proof.matches_t2d
                         and (proof.name == "from-head" or stored_valid))
         if needs_target and self.target is not None:  # only the target's lm_head proves it
-            return f"eagle3lens convert {self.ckpt.path} --repair-d2t --target {self.target.path} OUT"
-        return f"eagle3lens convert {self.ckpt.path} --repair-d2t OUT"
+            return fix_command("convert", self.ckpt.path, "--repair-d2t", "--target", self.target.path, "OUT")
+        return fix_command("convert", self.ckpt.path, "--repair-d2t", "OUT")
 
     def _finding_for(self, right: CandidateCheck, stored: CandidateCheck, t2d_default: bool, default: str | None) -> str:
         proof = " and ".join(p for p, ok in (("t2d", right.matches_t2d), ("the target lm_head rows", right.matches_head)) if ok)
