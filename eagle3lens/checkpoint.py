@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from .errors import CheckpointError
-from .safetensors_header import DTYPE_BITS, read_header
+from .safetensors_header import DTYPE_BITS, read_header, st_dtype, torch_dtype
 
 INDEX_NAMES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth")
@@ -392,14 +392,6 @@ def _load_weights_only(file: Path) -> dict[str, Any]:
     return obj
 
 
-_TORCH_TO_ST = {
-    "torch.bool": "BOOL", "torch.uint8": "U8", "torch.int8": "I8", "torch.int16": "I16", "torch.int32": "I32",
-    "torch.int64": "I64", "torch.float16": "F16", "torch.bfloat16": "BF16", "torch.float32": "F32",
-    "torch.float64": "F64", "torch.float8_e4m3fn": "F8_E4M3", "torch.float8_e5m2": "F8_E5M2",
-    "torch.complex64": "C64", "torch.uint16": "U16", "torch.uint32": "U32", "torch.uint64": "U64",
-}
-
-
 _PLAIN_READ_MAX = 1 << 20
 
 
@@ -409,8 +401,7 @@ def _from_bytes(raw: memoryview, info: TensorInfo):  # -> torch.Tensor | None
 
     import torch
 
-    name = next((t for t, st in _TORCH_TO_ST.items() if st == info.dtype), None)
-    dtype = getattr(torch, name.removeprefix("torch."), None) if name else None
+    dtype = torch_dtype(info.dtype)
     if dtype is None or sys.byteorder != "little":
         return None
     if not info.nbytes:
@@ -420,8 +411,8 @@ def _from_bytes(raw: memoryview, info: TensorInfo):  # -> torch.Tensor | None
 
 def _torch_dtype_name(file: Path, name: str, tensor: Any) -> str:
     try:
-        return _TORCH_TO_ST[str(tensor.dtype)]
-    except KeyError:
+        return st_dtype(tensor.dtype)
+    except ValueError:
         raise CheckpointError(file, f"tensor {name!r}: unsupported dtype {tensor.dtype}") from None
 
 

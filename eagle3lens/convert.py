@@ -27,7 +27,7 @@ from .checkpoint import INDEX_NAMES, Checkpoint, TensorInfo, build_spec
 from .engines import EngineProfile, resolve
 from .errors import CheckpointError, ConversionRefused, Eagle3LensError, UsageError
 from .findings import Finding, Severity, to_jsonable
-from .safetensors_header import read_header
+from .safetensors_header import read_header, st_dtype
 from .safewrite import copy_side_files, replace_dir
 
 CHUNK = 1 << 20  # userspace copies: a buffer that stays in L2
@@ -42,11 +42,6 @@ LAYER_ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM"}
 NOT_LLAMA = {"architectures", "draft_vocab_size", "eagle_config", "target_hidden_size", "eagle_aux_hidden_state_layer_ids",
              "speculators_model_type", "speculators_config", "transformer_layer_config", "speculators_version",
              "num_aux_hidden_states", "bias", *FLAGS}
-_ST_DTYPE = {"torch.bool": "BOOL", "torch.uint8": "U8", "torch.int8": "I8", "torch.int16": "I16", "torch.int32": "I32",
-             "torch.int64": "I64", "torch.float16": "F16", "torch.bfloat16": "BF16", "torch.float32": "F32",
-             "torch.float64": "F64"}
-
-
 @dataclass(frozen=True)
 class ConvertResult:
     """What convert wrote and the checks it passed."""
@@ -310,9 +305,10 @@ def _carry(new: dict[str, Any], carried: dict[str, Any] | None, changes: list[st
 
 # -- writing ----------------------------------------------------------------------------------
 def _override_info(name: str, tensor: Any) -> tuple[str, tuple[int, ...]]:
-    dtype = _ST_DTYPE.get(str(tensor.dtype))
-    if dtype is None:
-        raise UsageError(f"replacement tensor {name!r}: unsupported dtype {tensor.dtype}")
+    try:
+        dtype = st_dtype(tensor.dtype)
+    except ValueError:
+        raise UsageError(f"replacement tensor {name!r}: unsupported dtype {tensor.dtype}") from None
     return dtype, tuple(tensor.shape)
 
 

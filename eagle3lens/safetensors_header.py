@@ -25,6 +25,33 @@ DTYPE_BITS: dict[str, int] = {
     "C64": 64, "F64": 64, "I64": 64, "U64": 64,
 }
 
+# the one safetensors <-> torch dtype table; None: torch has no element type with this layout (F4 and F6 pack
+# several values per byte, torch's float4_e2m1fn_x2 counts pairs, so shapes would not match)
+_TORCH_NAMES: dict[str, str | None] = {
+    "BOOL": "bool", "U8": "uint8", "I8": "int8", "I16": "int16", "U16": "uint16", "F16": "float16",
+    "BF16": "bfloat16", "I32": "int32", "U32": "uint32", "F32": "float32", "C64": "complex64", "F64": "float64",
+    "I64": "int64", "U64": "uint64", "F8_E5M2": "float8_e5m2", "F8_E4M3": "float8_e4m3fn",
+    "F8_E4M3FNUZ": "float8_e4m3fnuz", "F8_E5M2FNUZ": "float8_e5m2fnuz", "F8_E8M0": "float8_e8m0fnu",
+    "F4": None, "F6_E2M3": None, "F6_E3M2": None,
+}
+_ST_NAMES = {torch_name: st for st, torch_name in _TORCH_NAMES.items() if torch_name}
+
+
+def torch_dtype(st_name: str):  # -> torch.dtype | None
+    """The torch dtype for a safetensors dtype name, or None when torch (this version) has none for it."""
+    import torch
+
+    name = _TORCH_NAMES.get(st_name)
+    return getattr(torch, name, None) if name else None
+
+
+def st_dtype(dtype) -> str:
+    """The safetensors dtype name for a torch dtype; ValueError when the format has none."""
+    try:
+        return _ST_NAMES[str(dtype).removeprefix("torch.")]
+    except KeyError:
+        raise ValueError(f"no safetensors dtype for {dtype}") from None
+
 
 @dataclass(frozen=True)
 class TensorEntry:

@@ -304,3 +304,23 @@ def test_unreadable_output_paths_are_one_line_errors(tmp_path: Path, capsys: pyt
     code = main(["convert", str(tmp_path), "--to", "vllm==0.33.0", str(tmp_path / "blocker" / "out")])
     err = capsys.readouterr().err.strip()
     assert code == 2 and err.startswith("eagle3lens: error:") and len(err.splitlines()) == 1
+
+
+def test_one_dtype_table_covers_every_format_dtype(tmp_path: Path) -> None:
+    """Every safetensors dtype torch has round-trips, sizes agree, and a hand-written FNUZ tensor reads back."""
+    from eagle3lens.safetensors_header import DTYPE_BITS, st_dtype, torch_dtype
+
+    for name, bits in DTYPE_BITS.items():
+        dtype = torch_dtype(name)
+        if dtype is None:
+            assert name in ("F4", "F6_E2M3", "F6_E3M2")
+            continue
+        assert st_dtype(dtype) == name and torch.empty(0, dtype=dtype).element_size() * 8 == bits
+    with pytest.raises(ValueError):
+        st_dtype(torch.quint8)
+    t = torch.tensor([0.5, -2.0, 3.0]).to(torch.float8_e4m3fnuz)
+    raw = t.view(torch.uint8).numpy().tobytes()
+    header = json.dumps({"x": {"dtype": "F8_E4M3FNUZ", "shape": [3], "data_offsets": [0, 3]}}).encode()
+    (tmp_path / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header + raw)
+    got = Checkpoint.open(tmp_path).read("x")
+    assert got.dtype == torch.float8_e4m3fnuz and got.float().tolist() == [0.5, -2.0, 3.0]

@@ -249,3 +249,34 @@ def test_demo_nan_lm_head(demo_dir):
 def test_demo_target_confirms_good_copies(demo_dir):
     r = weight_stats(Checkpoint.open(demo_dir / "speculators"), target=Checkpoint.open(demo_dir / "target"))
     assert [c.matches for c in r.copies] == [True, True] and codes(r) == []
+
+
+def _write_raw_safetensors(path, tensors: dict[str, tuple[str, list[int], bytes]]):
+    """A safetensors file written by hand, for dtypes safetensors.torch cannot save (F4, FNUZ...)."""
+    import struct
+
+    header, offset = {}, 0
+    for name, (dtype, shape, raw) in tensors.items():
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len(raw)]}
+        offset += len(raw)
+    blob = json.dumps(header).encode()
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "model.safetensors").write_bytes(struct.pack("<Q", len(blob)) + blob + b"".join(r for _, _, r in tensors.values()))
+    return Checkpoint.open(path)
+
+
+def test_fnuz_is_summarised_and_f4_skipped_with_notes(tmp_path, rng):
+    fnuz = torch.tensor([[0.5, -1.0], [2.0, 4.0]]).to(torch.float8_e4m3fnuz)
+    fnuz_raw = fnuz.view(torch.uint8).numpy().tobytes()
+    tensors = {"fc.weight": ("F8_E4M3FNUZ", [2, 2], fnuz_raw), "embed_tokens.weight": ("F4", [4, 4], bytes(range(8)))}
+    a = _write_raw_safetensors(tmp_path / "a", tensors)
+    b = _write_raw_safetensors(tmp_path / "b", {**tensors, "fc.weight": ("F8_E4M3FNUZ", [2, 2], fnuz_raw[::-1])})
+    r = weight_stats(a, against=b, chunk_bytes=CHUNK)
+    fc = r["fc.weight"].stats
+    assert (fc.kind, fc.min, fc.max, fc.mean) == ("float", -1.0, 4.0, 1.375)
+    assert r["embed_tokens.weight"].verdict == "unsupported"
+    assert [c.name for c in r.comparison.changes] == ["fc.weight"]
+    assert any("embed_tokens.weight" in n and "F4" in n and "not compared" in n for n in r.notes)
+    target = _write_raw_safetensors(tmp_path / "t", {"model.embed_tokens.weight": ("F4", [4, 4], bytes(8))})
+    r = weight_stats(a, target=target, chunk_bytes=CHUNK)
+    assert r.copies == () and any("embed_tokens copy not checked" in n for n in r.notes)

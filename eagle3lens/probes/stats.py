@@ -11,6 +11,7 @@ Integers and bool: min, max, zero count and distinct count (exact up to ``DISTIN
 
 from __future__ import annotations
 
+import functools
 import math
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from ..checkpoint import Checkpoint
-from ..safetensors_header import DTYPE_BITS
+from ..safetensors_header import DTYPE_BITS, torch_dtype
 
 DEFAULT_CHUNK_BYTES = 1048576
 HIST_SAMPLES_PER_CHUNK = 1 << 12
@@ -27,27 +28,30 @@ PENDING_SAMPLES = 1 << 20
 HIST_BINS = 64
 DISTINCT_CAP = 1 << 20
 
-_FLOAT_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
-                 "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
-_INT_DTYPES = {"BOOL": "bool", "U8": "uint8", "I8": "int8", "I16": "int16", "U16": "uint16", "I32": "int32",
-               "U32": "uint32", "I64": "int64", "U64": "uint64"}
 
-
-def torch_dtype(st_dtype: str):
-    """The torch dtype for a safetensors dtype name, or None when this module cannot read it (F4, F6, E8M0...)."""
+@functools.cache
+def dtype_kind(st_dtype: str) -> str:
+    """How a safetensors dtype is summarised: float, int, bool, or unsupported (no torch dtype, or complex)."""
     import torch
 
-    name = _FLOAT_DTYPES.get(st_dtype) or _INT_DTYPES.get(st_dtype)
-    return getattr(torch, name) if name else None
+    dtype = torch_dtype(st_dtype)
+    if dtype is None or dtype.is_complex:
+        return "unsupported"
+    if dtype == torch.bool:
+        return "bool"
+    return "float" if dtype.is_floating_point else "int"
 
 
 def as_tensor(raw: memoryview, st_dtype: str):
-    """Reinterpret little-endian bytes as a 1-D tensor (no copy)."""
+    """Reinterpret little-endian bytes as a 1-D tensor (no copy); ValueError for a dtype torch lacks."""
     import torch
 
+    dtype = torch_dtype(st_dtype)
+    if dtype is None:
+        raise ValueError(f"torch has no dtype for safetensors {st_dtype}")
     if len(raw) == 0:
-        return torch.empty(0, dtype=torch_dtype(st_dtype))
-    return torch.frombuffer(raw, dtype=torch_dtype(st_dtype))
+        return torch.empty(0, dtype=dtype)
+    return torch.frombuffer(raw, dtype=dtype)
 
 
 @dataclass(frozen=True)
@@ -142,11 +146,7 @@ class StreamingStats:
 
     @property
     def kind(self) -> str:
-        if self.dtype in _FLOAT_DTYPES:
-            return "float"
-        if self.dtype == "BOOL":
-            return "bool"
-        return "int" if self.dtype in _INT_DTYPES else "unsupported"
+        return dtype_kind(self.dtype)
 
     def update(self, raw: memoryview) -> None:
         """Add the next chunk of raw bytes (element-aligned)."""

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from ..findings import Finding, Severity
+from ..safetensors_header import st_dtype
 
 Include = str | type | Callable[[str, nn.Module], bool]
 
@@ -302,12 +303,12 @@ def _stats(output: Any) -> dict[str, torch.Tensor]:
         return {"norm": torch.linalg.vector_norm(t32), "mean": t32.mean()}
 
 
-_DTYPE_SHORT = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64": "f64", "int64": "i64",
-                "int32": "i32", "bool": "bool"}
-
-
 def _short_dtype(dtype: str) -> str:
-    return _DTYPE_SHORT.get(dtype, dtype)
+    """``float32`` -> ``f32``: the safetensors name in lower case (the torch name when the format has none)."""
+    try:
+        return st_dtype(dtype).lower()
+    except ValueError:
+        return dtype
 
 
 def _brief(meta: TensorMeta | None) -> str:

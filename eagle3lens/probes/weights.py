@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterable, Mapping
 from ..checkpoint import DECODER_KEY, Checkpoint, DraftSpec
 from ..errors import UsageError
 from ..findings import Finding, Severity, to_jsonable
+from ..safetensors_header import torch_dtype
 from .stats import DEFAULT_CHUNK_BYTES, TensorStats, iter_element_chunks, tensor_stats
 
 PROGRESS_MIN_BYTES = 100_000_000
@@ -268,7 +269,7 @@ def weight_stats(
         notes.append(f"{', '.join(derived_init)} look like an initialiser; drafters copy them from the target, so this "
                      "is expected only when the target is itself untrained" +
                      ("" if target is not None else ": run with --target to check the copy"))
-    comparison = compare(ckpt, against, selected, chunk_bytes) if against is not None else None
+    comparison = compare(ckpt, against, selected, chunk_bytes, notes) if against is not None else None
     findings = provenance_findings(reports, spec) + copy_findings(copies)
     return WeightsResult(str(ckpt.path), reports, modules, decoder, copies, comparison, tuple(findings), tuple(notes))
 
@@ -417,7 +418,8 @@ def check_copies(draft: Checkpoint, target: Checkpoint, chunk_bytes: int, notes:
     t_embed = _find(target, "embed_tokens.weight")
     d_embed = _find(draft, "embed_tokens.weight")
     if d_embed and t_embed:
-        checks.append(_compare_rows(draft, d_embed, target, t_embed, None, "all", chunk_bytes))
+        if not _unreadable(notes, "embed_tokens copy not checked", (draft, d_embed), (target, t_embed)):
+            checks.append(_compare_rows(draft, d_embed, target, t_embed, None, "all", chunk_bytes))
     elif d_embed:
         notes.append(f"target {target.path} has no embed_tokens: draft embeddings not checked")
     d_head = draft.tensors.get("lm_head.weight")
@@ -428,7 +430,7 @@ def check_copies(draft: Checkpoint, target: Checkpoint, chunk_bytes: int, notes:
             notes.append(f"target {target.path} has neither lm_head nor embed_tokens: lm_head not checked")
         elif problem:
             checks.append(CopyCheck("lm_head.weight", t_head, "t2d", d_head.shape, target.info(t_head).shape, problem=problem))
-        else:
+        elif not _unreadable(notes, "lm_head copy not checked", (draft, "lm_head.weight"), (target, t_head)):
             checks.append(_compare_rows(draft, "lm_head.weight", target, t_head, rows, "t2d", chunk_bytes))
     return checks
 
@@ -440,11 +442,23 @@ def _t2d_rows(draft: Checkpoint, n_rows: int, v: int | None):
     t2d = _find(draft, "t2d")
     if t2d is None:
         return (None, None) if n_rows == v else (None, f"no t2d and lm_head has {n_rows} rows, target {v}: rows unknown")
+    if torch_dtype(draft.info(t2d).dtype) is None:
+        return None, f"{t2d} has dtype {draft.info(t2d).dtype}, which torch cannot read: rows unknown"
     mask = torch.cat([c.to(torch.bool, copy=True) for _, c in iter_element_chunks(draft, t2d, 1 << 24)])
     rows = torch.nonzero(mask).flatten()
     if rows.numel() != n_rows or (v is not None and mask.numel() != v):
         return None, f"t2d selects {rows.numel()} of {mask.numel()} ids, lm_head has {n_rows} rows, target {v}"
     return rows, None
+
+
+def _unreadable(notes: list[str], consequence: str, *tensors: tuple[Checkpoint, str]) -> bool:
+    """True (and a note) when a tensor's dtype has no torch dtype (F4, F6...), so its values cannot be compared."""
+    for ckpt, name in tensors:
+        dtype = ckpt.info(name).dtype
+        if torch_dtype(dtype) is None:
+            notes.append(f"{name} in {ckpt.path} has dtype {dtype}, which torch cannot read: {consequence}")
+            return True
+    return False
 
 
 def _compare_rows(draft: Checkpoint, d_name: str, target: Checkpoint, t_name: str, rows, label: str,
@@ -520,11 +534,15 @@ def copy_findings(copies: Iterable[CopyCheck]) -> list[Finding]:
 
 
 # -- comparison -----------------------------------------------------------------------------
-def compare(ckpt: Checkpoint, against: Checkpoint, names: list[str], chunk_bytes: int) -> Comparison:
-    """Relative change ||a - b|| / ||b|| and cosine similarity of every common float tensor (b = ``against``)."""
+def compare(ckpt: Checkpoint, against: Checkpoint, names: list[str], chunk_bytes: int,
+            notes: list[str] | None = None) -> Comparison:
+    """Relative change ||a - b|| / ||b|| and cosine similarity of every common float tensor (b = ``against``);
+    tensors whose dtype torch lacks are skipped with a note in ``notes``."""
     changes, shape_differs = [], []
     for name in names:
         if name not in against:
+            continue
+        if _unreadable(notes if notes is not None else [], "not compared", (ckpt, name), (against, name)):
             continue
         a_info, b_info = ckpt.info(name), against.info(name)
         if a_info.shape != b_info.shape:
