@@ -365,6 +365,7 @@ def _read_config(root: Path, path: Path) -> dict[str, Any] | None:
 def _load_weights_only(file: Path) -> dict[str, Any]:
     """``torch.load(weights_only=True)``: refuses any pickle that would import or call code."""
     import pickle
+    import zipfile
 
     import torch
 
@@ -381,7 +382,7 @@ def _load_weights_only(file: Path) -> dict[str, Any]:
             what = blocked.group(1) or blocked.group(2)
             raise CheckpointError(file, f"refused: the pickle would import {what} on load (only plain tensors are accepted)") from None
         raise CheckpointError(file, "cannot read as a PyTorch weights file (not a plain tensor pickle)") from None
-    except Exception as exc:  # truncated zip, not a pickle at all, ...
+    except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile, KeyError, TypeError) as exc:  # truncated zip, not a pickle at all, ...
         raise CheckpointError(file, f"cannot read as a PyTorch weights file ({type(exc).__name__}: {str(exc)[:160]})") from None
     for key in ("state_dict", "module", "model"):
         if isinstance(obj, dict) and isinstance(obj.get(key), dict) and len(obj) <= 4:

@@ -276,3 +276,29 @@ def test_d2t_stage_is_coloured_by_the_drafts_mapping(demo_dir, target):
     assert d2t_state(torch.zeros(512, dtype=torch.long, device="meta"), True, 2048) == "unknown"
     identity = dataclasses.replace(result, d2t_state="identity")
     assert identity.figures()[0].layout.shapes[-1].line.color == WARN
+
+
+def test_only_the_engines_assert_is_reported_other_errors_propagate(demo_dir, target, monkeypatch):
+    """An OOM / device error in the draft forward is not a wiring finding: it reaches the caller."""
+    from eagle3lens.draft import Eagle3Draft
+
+    def boom(self, *args, **kwargs):
+        raise RuntimeError("CUDA out of memory")
+
+    monkeypatch.setattr(Eagle3Draft, "project", boom)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        check_wiring(target, Checkpoint.open(demo_dir / "speculators"), "vllm==0.33.0")
+
+
+def test_sglang_wrong_width_is_a_mismatch_not_a_crash(demo_dir, target):
+    """Two 64-wide states reach an fc that needs three: SGLang's fc would fail, it is not a silent bypass."""
+    from eagle3lens.probes.wiring import wire
+
+    ckpt = Checkpoint.open(demo_dir / "eagle")
+    res = resolve_aux_layers(ckpt.spec, 10, resolve("sglang==0.5.11"))
+    two = dataclasses.replace(res, captured=(2, 5))
+    module = load_draft_as(ckpt, "sglang==0.5.11")
+    result = wire(target, module, two, resolve("sglang==0.5.11"))
+    mismatch = next(f for f in result.findings if f.code == "trace/aux-width-mismatch")
+    assert mismatch.evidence["feature_width"] == 128 and mismatch.evidence["fc_in_features"] == 192
+    assert result.engine_error is None and not result.fc_ran and "trace/fc-bypassed" not in codes(result)

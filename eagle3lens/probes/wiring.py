@@ -266,7 +266,7 @@ def wire(model: nn.Module, module: Eagle3Draft, resolution: AuxResolution, profi
 
     findings: list[Finding] = list(resolution.findings) + device_findings(capture_desc, device)
     feature = torch.cat([f.to(device) for f in feats], dim=-1) if feats else None
-    engine_error = None
+    engine_error, out = None, None
     fc_ran, decoder_input, logits, agreement, table = False, None, None, None, ()
     if feature is not None:
         draft_param = next(module.parameters())
@@ -277,17 +277,18 @@ def wire(model: nn.Module, module: Eagle3Draft, resolution: AuxResolution, profi
                                     evidence={"feature": str(feature.dtype), "draft": str(draft_param.dtype)}))
             feature = feature.to(draft_param.dtype)
         ids, feat = inputs[:, 1:], feature[:, :-1]  # position t: token t+1 with the feature of t
-        with Tracer(module, include=["fc", "layers.0", "layers.0.self_attn.q_proj", "lm_head"]) as tracer:
-            try:
-                with torch.no_grad():
-                    out = module(ids, feat, fc_gate=gate)
-            except (AssertionError, RuntimeError) as exc:
-                engine_error = f"{type(exc).__name__}: {exc}".splitlines()[0]
-                out = None
-        fc_ran = any(r.path == "fc" and not r.raised for r in tracer.records)
-        decoder_input = next((r.first_input for r in tracer.records if r.path == "layers.0.self_attn.q_proj"), None)
-        logits = next((r.first_output for r in tracer.records if r.path == "lm_head" and not r.raised), None)
-        table = tuple(tracer.table())
+        if not _fc_shape_error(gate, feature.shape[-1], H, fc_in):  # else fc's matmul fails: reported below
+            with Tracer(module, include=["fc", "layers.0", "layers.0.self_attn.q_proj", "lm_head"]) as tracer:
+                try:
+                    with torch.no_grad():
+                        out = module(ids, feat, fc_gate=gate)
+                except AssertionError as exc:  # the engine's loud shape check (fc_gate "always-assert")
+                    engine_error = f"{type(exc).__name__}: {exc}".splitlines()[0]
+                    out = None
+            fc_ran = any(r.path == "fc" and not r.raised for r in tracer.records)
+            decoder_input = next((r.first_input for r in tracer.records if r.path == "layers.0.self_attn.q_proj"), None)
+            logits = next((r.first_output for r in tracer.records if r.path == "lm_head" and not r.raised), None)
+            table = tuple(tracer.table())
         if out is not None and not on_meta and target_logits is not None:
             mapped = map_to_target(out.logits.argmax(-1), module.d2t) if has_d2t else out.logits.argmax(-1)
             agreement = float((mapped == target_logits[:, 1:].argmax(-1).to(mapped.device)).float().mean())
@@ -395,6 +396,11 @@ def device_findings(captured: tuple[tuple[str, TensorMeta], ...], draft_device: 
                               "draft_device": str(draft_device)})]
 
 
+def _fc_shape_error(gate: str, width: int, H: int, fc_in: int) -> bool:
+    """fc would run on a feature it cannot take (outside the "always-assert" gate, which raises first)."""
+    return gate != "always-assert" and width != fc_in and (gate != "width-differs" or width != H)
+
+
 def _wiring_findings(label: str, scenario: str | None, gate: str, res: AuxResolution, used: tuple[int, ...],
                      width: int, H: int, fc_in: int, fc_ran: bool, engine_error: str | None, L: int) -> list[Finding]:
     findings: list[Finding] = []
@@ -407,6 +413,11 @@ def _wiring_findings(label: str, scenario: str | None, gate: str, res: AuxResolu
             f"The engine's shape check stops the draft ({engine_error}). Aux capture is not delivering "
             f"{fc_in // max(res.target_hidden_size or H, 1)} target layers.",
             evidence={**evidence, "engine_error": engine_error}))
+    elif _fc_shape_error(gate, width, H, fc_in):
+        findings.append(Finding(
+            "trace/aux-width-mismatch", Severity.CRITICAL,
+            f"the draft gets a {width}-wide feature, fc expects {fc_in}: {label}'s fc cannot run",
+            "fc's matrix product fails on a feature of the wrong width.", evidence=evidence))
     elif not fc_ran:
         findings.append(Finding(
             "trace/fc-bypassed", Severity.CRITICAL,
@@ -416,11 +427,6 @@ def _wiring_findings(label: str, scenario: str | None, gate: str, res: AuxResolu
             "features it never saw in training and acceptance collapses, without any error.",
             evidence=evidence, fix="enable aux hidden-state capture on the target (EAGLE-3 mode), "
                                    "e.g. --speculative-algorithm EAGLE3"))
-    elif width != fc_in:
-        findings.append(Finding(
-            "trace/aux-width-mismatch", Severity.CRITICAL,
-            f"the draft gets a {width}-wide feature, fc expects {fc_in}",
-            evidence=evidence))
     layers = tuple(k for k in used if k != FINAL)
     if used and layers != tuple(sorted(set(res.trained_with))):
         findings.append(Finding(
