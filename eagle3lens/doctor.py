@@ -193,8 +193,8 @@ def diagnose(
         skipped["logs"] = "no --log given: acceptance not read"
 
     # the log probe's own fix is "run the doctor": here the causes above are the fix
-    findings = [replace(f, fix=None) if f.area == "logs" else f for f in report.findings]
-    report.findings = rank_findings(owned_findings_only(findings, report.results))
+    findings = owned_findings_only(report.findings, report.results)
+    report.findings = rank_findings([replace(f, fix=None) if f.area == "logs" else f for f in findings])
     triage = Triage(rank_causes(report.findings), tuple(ran), skipped)
     report.results = {"doctor": triage, **report.results}
     report.notes.extend(skipped.values())

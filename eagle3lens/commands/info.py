@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from rich.markup import escape
+
 import argparse
 
 from ..checkpoint import Checkpoint
@@ -30,12 +32,12 @@ class InfoResult:
                              overflow="fold" if col == "name" else "ellipsis", no_wrap=col != "name")
         for t in self.ckpt.tensors.values():
             span = f"{t.begin}–{t.end}" if t.begin is not None else f"{t.nbytes} (pickled)"
-            table.add_row(t.name, t.dtype, str(list(t.shape)), t.file.name, span)
+            table.add_row(escape(t.name), t.dtype, str(list(t.shape)), escape(t.file.name), span)
         summary = Table.grid(padding=(0, 2))
         for key in ("flavour", "architectures", "hidden_size", "target_hidden_size", "num_aux", "aux_layer_ids",
                     "aux_ids_source", "draft_vocab_size", "vocab_size", "decoder_prefix", "num_decoder_layers",
                     "flags", "has_d2t", "has_t2d", "has_embed_tokens", "has_input_norm", "fc_in_features"):
-            summary.add_row(key, str(getattr(spec, key)))
+            summary.add_row(key, escape(str(getattr(spec, key))))
         from rich.console import Group
 
         return Group(summary, table)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from rich.markup import escape
+
 import html
 from typing import TYPE_CHECKING
 
@@ -23,7 +25,8 @@ def triage_table(triage: "Triage"):
         table.add_column(col)
     for c in triage.causes:
         style = "bold red" if c.finding.severity.value == "critical" else "yellow"
-        table.add_row(str(c.rank), f"[{style}]{c.finding.code}[/]\n{c.finding.title}", c.explains, c.finding.fix or "")
+        table.add_row(str(c.rank), f"[{style}]{c.finding.code}[/]\n{escape(c.finding.title)}", c.explains,
+                      escape(c.finding.fix or ""))
     skipped = [Text(f"not run: {name}: {why}", style="dim") for name, why in triage.skipped.items()]
     return Group(table, *skipped)
 

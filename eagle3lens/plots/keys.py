@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from rich.markup import escape
+
 import html
 from typing import Any
 
@@ -33,7 +35,7 @@ def load_rich(result: Any):
         table.add_column(col)
     for f in _ordered(result):
         shape = str(list(f.shape)) + (f" ≠ {list(f.expected_shape)}" if f.shape_mismatch else "")
-        table.add_row(f"[{FATE_STYLE[f.fate]}]{f.fate}[/]", f.key, shape, _target(f))
+        table.add_row(f"[{FATE_STYLE[f.fate]}]{f.fate}[/]", escape(f.key), shape, escape(_target(f)))
     parts: list[Any] = [table]
     unwritten = [p for p in result.params if p.status != "loaded"]
     if unwritten:
@@ -44,7 +46,7 @@ def load_rich(result: Any):
             style = "bold red" if p.status in ("left-at-init", "partial") else "dim"
             holds = p.by_design if p.status == "by-design" else f"init: {p.param.init}" + (
                 f" (shards {', '.join(p.missing_shards)})" if p.missing_shards else "")
-            ptable.add_row(p.param.name, str(list(p.param.shape)), f"[{style}]{p.status}[/]", holds)
+            ptable.add_row(escape(p.param.name), str(list(p.param.shape)), f"[{style}]{p.status}[/]", escape(holds))
         parts.append(ptable)
     return Group(*parts)
 
@@ -76,20 +78,20 @@ def load_figures(result: Any) -> list[Any]:
 def diff_rich(result: Any):
     from rich.table import Table
 
-    table = Table(title=f"{result.a} ⇄ {result.b}" + ("  [green](renames only, bytes identical)[/]" if result.renames_only else ""),
+    table = Table(title=f"{escape(str(result.a))} ⇄ {escape(str(result.b))}" + ("  [green](renames only, bytes identical)[/]" if result.renames_only else ""),
                   expand=False)
     for col in ("change", "A", "B", "detail"):
         table.add_column(col)
     for name in result.only_in_a:
-        table.add_row("[red]only in A[/]", name, "", "")
+        table.add_row("[red]only in A[/]", escape(name), "", "")
     for name in result.only_in_b:
-        table.add_row("[red]only in B[/]", "", name, "")
+        table.add_row("[red]only in B[/]", "", escape(name), "")
     for c in result.layout_changes:
-        table.add_row("[yellow]dtype/shape[/]", c.name, c.name, f"{c.a} → {c.b}")
+        table.add_row("[yellow]dtype/shape[/]", escape(c.name), escape(c.name), escape(f"{c.a} → {c.b}"))
     for c in result.changed:
-        table.add_row("[yellow]values[/]", c.name, c.b_name, f"max abs {c.max_abs:.3g}, max rel {c.max_rel:.3g}, {c.n_diff} differ")
+        table.add_row("[yellow]values[/]", escape(c.name), escape(c.b_name), f"max abs {c.max_abs:.3g}, max rel {c.max_rel:.3g}, {c.n_diff} differ")
     for a, b in result.renamed:
-        table.add_row("[cyan]renamed[/]", a, b, "same bytes")
+        table.add_row("[cyan]renamed[/]", escape(a), escape(b), "same bytes")
     table.add_row("identical", f"{len(result.identical)} tensors", "", "")
     if result.unchecked:
         table.add_row("[dim]names only[/]", f"{len(result.unchecked)} tensors", "", "values not compared")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from rich.markup import escape
+
 import html
 from typing import TYPE_CHECKING, Any
 
@@ -159,7 +161,7 @@ def summary_rich(result: "LogResult") -> Any:
     table.add_column("what", style="bold")
     table.add_column("value", overflow="fold")
     for label, value in summary_rows(result):
-        table.add_row(label, value)
+        table.add_row(label, escape(value))
     return table
 
 

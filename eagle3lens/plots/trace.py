@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from rich.markup import escape
+
 import html
 from typing import TYPE_CHECKING, Any
 
@@ -85,7 +87,7 @@ def wiring_rich(result: "WiringResult"):
     table.add_column("stage")
     table.add_column("traced")
     for name, note, state in flow_stages(result):
-        table.add_row(f"[{STYLE[state][2]}]{name}[/]", note.replace("<br>", "; "))
+        table.add_row(f"[{STYLE[state][2]}]{escape(name)}[/]", escape(note.replace("<br>", "; ")))
     return table
 
 
@@ -105,5 +107,5 @@ def aux_resolution_rich(res: "AuxResolution"):
     table.add_column("trained with")
     trained = set(res.trained_with)
     for k, what in zip(res.captured, res.captured_as_inputs()):
-        table.add_row(str(k), what, "[green]yes[/]" if k in trained else "[bold red]no[/]")
+        table.add_row(str(k), escape(what), "[green]yes[/]" if k in trained else "[bold red]no[/]")
     return table

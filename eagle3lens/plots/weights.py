@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from rich.markup import escape
+
 import html
 from typing import TYPE_CHECKING, Any
 
@@ -97,31 +99,31 @@ def weights_rich(result: "WeightsResult") -> Any:
         modules.add_column(col)
     for m in result.modules:
         style = "green" if m.trained_share == 1 else "red" if m.trained_share == 0 else "yellow"
-        modules.add_row(m.module, str(m.tensors), f"{m.params:,}", f"[{style}]{m.trained_share:.0%}[/]",
+        modules.add_row(escape(m.module), str(m.tensors), f"{m.params:,}", f"[{style}]{m.trained_share:.0%}[/]",
                         ", ".join(f"{k} {v}" for k, v in m.verdicts.items()))
     tensors = Table(title="tensors", expand=False)
     for col in _COLUMNS:
         tensors.add_column(col)
     for row in _tensor_rows(result):
-        tensors.add_row(*row)
+        tensors.add_row(*(escape(cell) for cell in row))
     parts: list[Any] = [modules, tensors]
     if result.copies:
         copies = Table(title="copies of the target", expand=False)
         for col in ("draft", "target", "rows", "result"):
             copies.add_column(col)
         for c in result.copies:
-            verdict = ("[green]identical[/]" if c.matches else f"[red]{c.problem}[/]" if c.problem else
+            verdict = ("[green]identical[/]" if c.matches else f"[red]{escape(c.problem)}[/]" if c.problem else
                        f"[red]{c.mismatched_rows} rows differ, rel L2 {c.rel_l2:.3g}, max |diff| {c.max_abs_diff:.3g}[/]")
-            copies.add_row(c.draft, c.target, c.rows, verdict)
+            copies.add_row(escape(c.draft), escape(c.target), escape(str(c.rows)), verdict)
         parts.append(copies)
     if result.comparison is not None:
         comp = Table(title=f"against {result.comparison.against}", expand=False)
         for col in ("name", "relative change", "cosine", "max |diff|"):
             comp.add_column(col)
         for c in result.comparison.changes:
-            comp.add_row(c.name, _fmt(c.rel_change, ".3g"), _fmt(c.cosine, ".6f"), _fmt(c.max_abs_diff, ".3g"))
+            comp.add_row(escape(c.name), _fmt(c.rel_change, ".3g"), _fmt(c.cosine, ".6f"), _fmt(c.max_abs_diff, ".3g"))
         parts.append(comp)
-    parts.extend(f"[dim]note: {n}[/]" for n in result.notes)
+    parts.extend(f"[dim]note: {escape(n)}[/]" for n in result.notes)
     return Group(*parts)
 
 
