@@ -7,7 +7,6 @@ pickles are opened with ``torch.load(weights_only=True)`` only.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import stat
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from .errors import CheckpointError
+from .jsonio import read_json
 from .safetensors_header import DTYPE_BITS, read_header, st_dtype, torch_dtype
 
 INDEX_NAMES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
@@ -166,12 +166,7 @@ class Checkpoint:
     @classmethod
     def _open_sharded(cls, root: Path, index_path: Path, config: dict[str, Any] | None) -> "Checkpoint":
         _inside(root, index_path, what=index_path.name)
-        try:
-            index = json.loads(index_path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise CheckpointError(index_path, f"invalid index JSON ({exc})") from None
-        except RecursionError:
-            raise CheckpointError(index_path, "index JSON is nested too deeply") from None
+        index = read_json(index_path, "index JSON", CheckpointError)
         weight_map = index.get("weight_map") if isinstance(index, dict) else None
         if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
             raise CheckpointError(index_path, "index has no weight_map of tensor name -> shard file")
@@ -349,14 +344,7 @@ def _read_config(root: Path, path: Path) -> dict[str, Any] | None:
     if not path.exists() and not path.is_symlink():
         return None
     _inside(root, path, what="config.json")
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CheckpointError(path, f"invalid config JSON ({exc})") from None
-    except RecursionError:
-        raise CheckpointError(path, "config JSON is nested too deeply") from None
-    except OSError as exc:
-        raise CheckpointError(path, f"cannot read config ({exc.strerror or exc})") from None
+    config = read_json(path, "config JSON", CheckpointError)
     if not isinstance(config, dict):
         raise CheckpointError(path, "config must be a JSON object")
     return config

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
 from ..findings import Report
+from ..jsonio import read_json
 from . import add_output_options, example_epilog, finish
 
 
@@ -26,12 +25,7 @@ def parse_value(text: str) -> Any:
 
 def read_params_file(path: str) -> dict[str, Any]:
     """Parameters from a JSON object file (the remote runner passes them this way, never on a command line)."""
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read parameters file ({exc.strerror})") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{path}: parameters file is not valid JSON ({exc})") from None
+    data = read_json(path, "parameters file")
     if not isinstance(data, dict):
         raise UsageError(f"{path}: parameters file must hold a JSON object of name -> value")
     return data

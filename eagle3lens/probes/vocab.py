@@ -11,7 +11,6 @@ the candidate the evidence singles out.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -23,6 +22,7 @@ import torch
 from ..checkpoint import Checkpoint
 from ..errors import ConversionRefused, UsageError
 from ..findings import Finding, Severity, fix_command, to_jsonable
+from ..jsonio import read_json
 
 SHOW = 5  # offending indices quoted in evidence
 HEAD_BLOCK_ROWS = 4096  # target lm_head rows read at a time
@@ -762,10 +762,7 @@ def load_token_counts(source: Any, vocab_size: int | None) -> tuple[torch.Tensor
             except (ValueError, OSError) as exc:
                 raise UsageError(f"{path}: not a numeric .npy array ({exc})") from None
         else:
-            try:
-                source = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-                raise UsageError(f"{path}: token counts must be a JSON list or {{id: count}} object ({exc})") from None
+            source = read_json(path, "token counts file (a JSON list or {id: count} object)")
     if isinstance(source, Mapping) and "counts" in source:  # {"counts": [...], ...metadata}
         source = source["counts"]
     if isinstance(source, Mapping):

@@ -1,0 +1,28 @@
+"""Reading a JSON file a user points at: every way it can fail becomes one line naming the file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from .errors import CheckpointError, Eagle3LensError, UsageError
+
+
+def read_json(path: str | Path, what: str, error: type[Eagle3LensError] = UsageError) -> Any:
+    """The parsed contents of ``path``; an unreadable file, bad UTF-8, invalid JSON or nesting too deep for the
+    parser raises ``error`` (CheckpointError for checkpoint files, UsageError otherwise) as
+    ``"<path>: <problem with <what>>"``."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        problem = f"cannot read {what} ({exc.strerror or exc})"
+    except UnicodeDecodeError:
+        problem = f"invalid {what}: not UTF-8 text"
+    except json.JSONDecodeError as exc:
+        problem = f"invalid {what}: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
+    except RecursionError:
+        problem = f"{what} is nested too deeply"
+    if issubclass(error, CheckpointError):
+        raise error(path, problem)
+    raise error(f"{path}: {problem}")
