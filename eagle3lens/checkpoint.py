@@ -76,6 +76,7 @@ class DraftSpec:
     head_dim: int | None = None
     rms_norm_eps: float | None = None
     initializer_range: float | None = None
+    rope_theta: float | None = None  # rope_theta or rope_parameters.rope_theta; None: not in config
     fc_bias_config: bool = False  # SGLang's config.bias
     attention_bias: bool = False
     flags: dict[str, bool | None] = field(default_factory=dict)  # None: not in config
@@ -508,6 +509,10 @@ def build_spec(config: dict[str, Any] | None, tensors: dict[str, TensorInfo]) ->
         head_dim=head_dim,
         rms_norm_eps=text_cfg.get("rms_norm_eps"),
         initializer_range=text_cfg.get("initializer_range"),
+        rope_theta=next((float(v) for c in (text_cfg, layer_cfg, config)
+                         for v in ((c["rope_parameters"].get("rope_theta") if isinstance(c.get("rope_parameters"), dict)
+                                    else None), c.get("rope_theta"))
+                         if isinstance(v, (int, float)) and not isinstance(v, bool)), None),
         fc_bias_config=bool(config.get("bias", False)),
         attention_bias=bool(text_cfg.get("attention_bias", False)),
         flags={name: (config[name] if isinstance(config.get(name), bool) else None) for name in FLAG_NAMES},

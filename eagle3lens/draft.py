@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import torch
 import torch.nn.functional as F
@@ -60,7 +60,7 @@ class DraftConfig:
     norm_output: bool = False
 
     @classmethod
-    def from_spec(cls, spec: "DraftSpec", rope_theta: float = 10000.0) -> "DraftConfig":
+    def from_spec(cls, spec: "DraftSpec") -> "DraftConfig":
         """Sizes from a checkpoint's DraftSpec (flags also switched on by the tensors that need them)."""
         missing = [name for name in ("hidden_size", "intermediate_size", "num_attention_heads", "vocab_size")
                    if getattr(spec, name) is None]
@@ -78,7 +78,7 @@ class DraftConfig:
             draft_vocab=spec.draft_vocab_size or spec.lm_head_rows or spec.vocab_size,
             vocab=spec.vocab_size,
             rms_eps=float(spec.rms_norm_eps or 1e-6),
-            rope_theta=float(rope_theta),
+            rope_theta=float(spec.rope_theta or 10000.0),
             initializer_range=float(spec.initializer_range or 0.02),
             norm_before_residual=spec.flag("norm_before_residual"),
             norm_before_fc=spec.flag("norm_before_fc") or spec.has_input_norm,
@@ -273,7 +273,7 @@ class Eagle3Draft(nn.Module):
         without it such a draft keeps a NaN table, so nothing silently runs on random embeddings.
         Absent ``d2t``/``t2d`` stay zero (identity mapping). Unknown keys or shape mismatches raise.
         """
-        cfg = DraftConfig.from_spec(ckpt.spec, rope_theta=_rope_theta(ckpt.config))
+        cfg = DraftConfig.from_spec(ckpt.spec)
         model = cls(cfg)
         state = {canonical_key(name): ckpt.read(name) for name in ckpt.tensors}
         if embed_tokens is not None:
@@ -307,15 +307,3 @@ def canonical_key(name: str) -> str:
 def map_to_target(draft_ids: torch.Tensor, d2t: torch.Tensor) -> torch.Tensor:
     """Target-vocab ids of draft-vocab ids: ``target = i + d2t[i]``."""
     return draft_ids + d2t[draft_ids]
-
-
-def _rope_theta(config: dict[str, Any] | None) -> float:
-    config = config or {}
-    layer = config.get("transformer_layer_config")
-    for cfg in (layer if isinstance(layer, dict) else {}, config):
-        params = cfg.get("rope_parameters")
-        if isinstance(params, dict) and isinstance(params.get("rope_theta"), (int, float)):
-            return float(params["rope_theta"])
-        if isinstance(cfg.get("rope_theta"), (int, float)):
-            return float(cfg["rope_theta"])
-    return 10000.0

@@ -238,3 +238,20 @@ def test_rollout_chains_steps_like_an_explicit_forward_loop(demo_dir: Path, demo
     assert torch.any(draft.d2t != 0)  # the mapping really took part above
     with pytest.raises(ValueError, match="steps"):
         draft.rollout(ids, aux, steps=0)
+
+
+@pytest.mark.parametrize("config, theta", [
+    ({"rope_theta": 500.0}, 500.0),
+    ({"rope_parameters": {"rope_type": "default", "rope_theta": 250000.0}}, 250000.0),
+    ({}, None),
+])
+def test_spec_reads_rope_theta_and_the_draft_uses_it(config, theta) -> None:
+    from eagle3lens.checkpoint import build_spec
+
+    flat = {"architectures": ["LlamaForCausalLMEagle3"], "hidden_size": 32, "intermediate_size": 48,
+            "num_attention_heads": 4, "vocab_size": 100, **config}
+    nested = {"speculators_model_type": "eagle3", "transformer_layer_config": flat}
+    for cfg in (flat, nested):
+        spec = build_spec(cfg, {})
+        assert spec.rope_theta == theta
+        assert DraftConfig.from_spec(spec).rope_theta == (theta or 10000.0)

@@ -14,7 +14,7 @@ def run(args: argparse.Namespace) -> int:
     from ..probes.meta_trace import PRESETS, trace_full_size
     from ..probes.wiring import check_wiring
 
-    engine = args.engine or "vllm==0.33.0"
+    engine = args.engine or "vllm"
     if args.preset:
         if args.target or args.draft:
             raise UsageError("--preset builds its own target and draft: drop --target/--draft")
@@ -65,7 +65,7 @@ def register(sub: argparse._SubParsersAction) -> None:
             "eagle3lens trace --preset kimi-k2.5 --device meta          # 3 x 7168 = 21504 into fc, no weights"))
     p.add_argument("--target", metavar="T", help="HF target model directory")
     p.add_argument("--draft", metavar="D", help="draft checkpoint directory or file")
-    p.add_argument("--engine", metavar="E", help="engine NAME[==VERSION] whose wiring to reproduce (default vllm==0.33.0)")
+    p.add_argument("--engine", metavar="E", help="engine NAME[==VERSION] whose wiring to reproduce (default vllm: its newest profile)")
     p.add_argument("--device", choices=("cpu", "cuda", "meta"), default="cpu",
                    help="where to run the target (meta: shapes only, no weights read)")
     p.add_argument("--device-map", metavar="MAP",

@@ -149,8 +149,7 @@ class EngineProfile:
 
     def default_aux_ids(self, num_target_layers: int) -> tuple[int, ...]:
         """HF ``hidden_states`` indices captured when the config names none: 2, L//2, L-3 everywhere."""
-        L = num_target_layers
-        return (2, L // 2, L - 3)
+        return default_aux_ids(num_target_layers)
 
     # -- the parameter table ------------------------------------------------------------
     def num_aux(self, spec: DraftSpec) -> int:
@@ -315,6 +314,12 @@ class EngineProfile:
             if last == suffix or (suffix == "#" and last.isdigit()):
                 return cls
         return "Module"
+
+
+def default_aux_ids(num_target_layers: int) -> tuple[int, ...]:
+    """The default shared by EAGLE, speculators, vLLM and SGLang: HF ``hidden_states`` indices 2, L//2, L-3."""
+    L = num_target_layers
+    return (2, L // 2, L - 3)
 
 
 def _pad(v: Version) -> Version:

@@ -7,21 +7,17 @@ outside ``0 .. L-1`` captures nothing.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..checkpoint import DraftSpec
+from ..engines import EngineProfile, resolve
+from ..engines.profile import default_aux_ids
 from ..findings import Finding, Severity, fix_command, to_jsonable
 
 # Which convention each config source is written in (FACTS §5): dflash ids are output-of-layer (+1).
 SOURCE_CONVENTION = {"dflash": "output"}
-
-
-def default_ids(num_layers: int) -> tuple[int, ...]:
-    """The shared default (EAGLE, speculators, vLLM, SGLang): HF indices 2, L//2, L-3."""
-    return (2, num_layers // 2, num_layers - 3)
 
 
 def describe_layer(index: int, num_layers: int | None) -> str:
@@ -77,45 +73,24 @@ class AuxResolution:
         return aux_resolution_rich(self)
 
 
-def engine_profile(engine: Any):
-    """An EngineProfile from a profile or a ``NAME[==VERSION]`` string."""
-    if isinstance(engine, str):
-        from ..engines import resolve
+def trained_with(spec: DraftSpec, num_layers: int | None) -> tuple[tuple[int, ...], str]:
+    """HF indices the draft was trained with, inferred from the convention of the tool that wrote its config.
 
-        return resolve(engine)
-    return engine
-
-
-def engine_label(engine: Any) -> str:
-    for attr in ("spec", "label", "key"):
-        value = getattr(engine, attr, None)
-        if isinstance(value, str):
-            return value
-    name, version = getattr(engine, "name", None), getattr(engine, "version", None)
-    if isinstance(name, str):
-        return f"{name}=={version}" if version and "==" not in name else name
-    return str(engine)
-
-
-def trained_with(spec: DraftSpec, num_layers: int) -> tuple[tuple[int, ...], str]:
-    """HF indices the draft was trained with, inferred from the convention of the tool that wrote its config."""
+    ``num_layers`` None (no target at hand): () where the trainers' default 2, L//2, L-3 applied.
+    """
     ids = spec.aux_layer_ids
-    if spec.flavour == "eagle":
-        return default_ids(num_layers), "EAGLE reference: hard-coded 2, L//2, L-3"
-    if ids is None:
-        return default_ids(num_layers), "no ids in the config: the trainers' shared default 2, L//2, L-3"
+    if spec.flavour == "eagle" or ids is None:
+        if num_layers is None:
+            return (), "the trainers' default 2, L//2, L-3 (L unknown: no target given)"
+        if spec.flavour == "eagle":
+            return default_aux_ids(num_layers), "EAGLE reference: hard-coded 2, L//2, L-3"
+        return default_aux_ids(num_layers), "no ids in the config: the trainers' shared default 2, L//2, L-3"
     if spec.aux_ids_source == "eagle_config":
         return tuple(i + 1 for i in ids), "eagle_config ids in SGLang/SpecForge convention (output of layer id, +1)"
     return tuple(ids), f"{spec.aux_ids_source} ids in speculators convention (input of layer id)"
 
 
-def _trained_without_target(spec: DraftSpec) -> tuple[tuple[int, ...], str]:
-    if spec.flavour == "eagle" or spec.aux_layer_ids is None:
-        return (), "the trainers' default 2, L//2, L-3 (L unknown: no target given)"
-    return trained_with(spec, 0)
-
-
-def resolve_aux_layers(spec: DraftSpec, num_target_layers: int | None, engine: Any,
+def resolve_aux_layers(spec: DraftSpec, num_target_layers: int | None, engine: EngineProfile | str,
                        checkpoint: str | Path = "CKPT") -> AuxResolution:
     """The target layers ``engine`` captures for a draft described by ``spec``, with findings.
 
@@ -124,17 +99,17 @@ def resolve_aux_layers(spec: DraftSpec, num_target_layers: int | None, engine: A
     ``num_target_layers`` None (no target at hand): defaults and range checks cannot be computed,
     only the ids the engine reads and the convention it reads them in.
     """
-    profile = engine_profile(engine)
-    label = engine_label(profile)
+    profile = resolve(engine)
+    label = profile.spec
     L = num_target_layers
     findings: list[Finding] = []
-    trained, trained_source = trained_with(spec, L) if L is not None else _trained_without_target(spec)
+    trained, trained_source = trained_with(spec, L)
 
-    source, ids_read, convention = "default", (), str(getattr(profile, "aux_id_convention", "input"))
+    source, ids_read, convention = "default", (), profile.aux_id_convention
     if spec.use_aux_hidden_state is False:
         source, requested = "disabled", ()
     else:
-        for candidate in getattr(profile, "aux_ids_sources", ()):
+        for candidate in profile.aux_ids_sources:
             if candidate in spec.aux_ids_by_source:
                 source, ids_read = candidate, tuple(spec.aux_ids_by_source[candidate])
                 convention = SOURCE_CONVENTION.get(candidate, convention)
@@ -153,11 +128,11 @@ def resolve_aux_layers(spec: DraftSpec, num_target_layers: int | None, engine: A
             Severity.INFO if harmless else Severity.WARNING if L is None else Severity.CRITICAL,
             f"{label} ignores the aux layer ids in this config and captures its default layers",
             f"The config writes ids in {', '.join(written)}; {label} reads only "
-            f"{', '.join(getattr(profile, 'aux_ids_sources', ())) or 'no config field'} and falls back to "
+            f"{', '.join(profile.aux_ids_sources) or 'no config field'} and falls back to "
             + (f"{list(captured)}." if L is not None else "its default (target layer count unknown).")
             + (" The default happens to match the trained layers." if harmless
                else f" The draft was trained with {list(trained) or 'unknown layers'}."),
-            evidence={"ids_by_source": written, "engine_reads": list(getattr(profile, "aux_ids_sources", ())),
+            evidence={"ids_by_source": written, "engine_reads": list(profile.aux_ids_sources),
                       "captured_hf": list(captured), "trained_with_hf": list(trained)},
             fix=None if harmless else fix_command("convert", checkpoint, "--to", label, "OUT")))
     if requested and requested != tuple(sorted(requested)):

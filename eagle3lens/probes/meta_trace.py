@@ -24,7 +24,9 @@ import torch
 from ..checkpoint import DraftSpec
 from ..draft import DraftConfig, Eagle3Draft
 from ..errors import Eagle3LensError, UsageError
-from .aux_layers import default_ids, engine_profile, resolve_aux_layers
+from ..engines import EngineProfile, resolve
+from ..engines.profile import default_aux_ids
+from .aux_layers import AuxResolution, resolve_aux_layers
 from .wiring import WiringResult, wire
 
 
@@ -101,29 +103,30 @@ def draft_spec(preset: Preset, num_layers: int | None = None) -> DraftSpec:
 
     With ``num_layers`` other than the preset's, the aux ids are the defaults for that many layers.
     """
-    aux_ids = preset.aux_ids if num_layers in (None, preset.layers) else default_ids(num_layers)
+    aux_ids = preset.aux_ids if num_layers in (None, preset.layers) else default_aux_ids(num_layers)
     return DraftSpec(
         flavour="speculators", hidden_size=preset.hidden, target_hidden_size=preset.hidden, num_aux=3,
         aux_layer_ids=aux_ids, aux_ids_source="top-level", aux_ids_by_source={"top-level": aux_ids},
         draft_vocab_size=preset.draft_vocab, vocab_size=preset.vocab, num_hidden_layers=1, num_decoder_layers=1,
         decoder_prefix="layers.0.", intermediate_size=preset.intermediate, num_attention_heads=preset.heads,
         num_key_value_heads=preset.kv_heads, head_dim=preset.hidden // preset.heads, rms_norm_eps=1e-5,
+        rope_theta=preset.rope_theta,
         has_fc=True, has_d2t=True, fc_in_features=3 * preset.hidden, fc_out_features=preset.hidden)
 
 
-def trace_full_size(preset: str = "kimi-k2.5", engine: Any = "vllm==0.33.0", scenario: str | None = None,
+def trace_full_size(preset: str = "kimi-k2.5", engine: EngineProfile | str = "vllm", scenario: str | None = None,
                     arch: str = "llama", seq_len: int = 8, num_layers: int | None = None) -> WiringResult:
     """Shape-only wiring trace of a full-size target and draft on the meta device."""
     try:
         p = PRESETS[preset]
     except KeyError:
         raise UsageError(f"unknown preset {preset!r}: use one of {', '.join(PRESETS)}") from None
-    profile = engine_profile(engine)
+    profile = resolve(engine)
     spec = draft_spec(p, num_layers)
     target = build_target(p, arch, num_layers)
     layers = num_layers or p.layers
     with torch.device("meta"):
-        draft = Eagle3Draft(DraftConfig.from_spec(spec, rope_theta=p.rope_theta)).to(torch.bfloat16).eval()
+        draft = Eagle3Draft(DraftConfig.from_spec(spec)).to(torch.bfloat16).eval()
     resolution = resolve_aux_layers(spec, layers, profile)
     fallback = (f"trace_full_size({preset!r}, arch='llama') keeps every width on a Llama stand-in that runs on meta; "
                 f"or real small weights at the same widths with fewer layers: wire(build_target(PRESETS[{preset!r}], "
@@ -131,7 +134,7 @@ def trace_full_size(preset: str = "kimi-k2.5", engine: Any = "vllm==0.33.0", sce
     return wire_on_meta(target, draft, resolution, profile, f"{p.name} ({arch})", fallback, scenario, seq_len)
 
 
-def wire_on_meta(target: Any, draft: Eagle3Draft, resolution: Any, profile: Any, what: str, fallback: str,
+def wire_on_meta(target: Any, draft: Eagle3Draft, resolution: AuxResolution, profile: EngineProfile | str, what: str, fallback: str,
                  scenario: str | None = None, seq_len: int = 8) -> WiringResult:
     """:func:`wire` on meta tensors; a forward that needs values raises :class:`MetaTraceUnsupported` naming
     ``fallback``."""

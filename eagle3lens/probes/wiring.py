@@ -17,10 +17,11 @@ import torch
 from torch import nn
 
 from ..checkpoint import Checkpoint
-from ..draft import FC_GATES, Eagle3Draft, canonical_key, map_to_target
+from ..draft import Eagle3Draft, canonical_key, map_to_target
 from ..errors import CheckpointError, UsageError
 from ..findings import Finding, Severity, to_jsonable
-from .aux_layers import AuxResolution, default_ids, describe_layer, engine_label, engine_profile, resolve_aux_layers
+from ..engines import EngineProfile, resolve
+from .aux_layers import AuxResolution, describe_layer, resolve_aux_layers
 from .trace import TensorMeta, Tracer, first_tensor, meta_of
 
 SCENARIOS = ("aux-off", "ids-shifted", "ids-ignored")
@@ -177,16 +178,16 @@ def draft_device(model: nn.Module) -> torch.device:
 
 
 # -- the draft as an engine loads it ------------------------------------------------------------
-def load_draft_as(ckpt: Checkpoint, engine: Any = None, seed: int = 0) -> Eagle3Draft:
+def load_draft_as(ckpt: Checkpoint, engine: EngineProfile | str | None = None, seed: int = 0) -> Eagle3Draft:
     """The reference draft holding only the tensors ``engine`` would load; the rest stays at init.
 
     Without an engine every tensor loads (the trainer's view). Init is the module's HF-style init
     (normal(0, initializer_range), norms 1.0), a deterministic stand-in for the engines' ``torch.empty``.
     """
-    from ..draft import DraftConfig, _rope_theta
+    from ..draft import DraftConfig
 
     torch.manual_seed(seed)
-    draft = Eagle3Draft(DraftConfig.from_spec(ckpt.spec, rope_theta=_rope_theta(ckpt.config)))
+    draft = Eagle3Draft(DraftConfig.from_spec(ckpt.spec))
     own = draft.state_dict()
     keys = list(ckpt.tensors) if engine is None else loaded_keys(ckpt, engine)
     state = {}
@@ -198,17 +199,17 @@ def load_draft_as(ckpt: Checkpoint, engine: Any = None, seed: int = 0) -> Eagle3
     return draft.eval()
 
 
-def loaded_keys(ckpt: Checkpoint, engine: Any) -> list[str]:
+def loaded_keys(ckpt: Checkpoint, engine: EngineProfile | str) -> list[str]:
     """Checkpoint keys the engine writes into a parameter (``simulate_load(...).mapping``)."""
     from .keys import simulate_load
 
-    mapping = simulate_load(ckpt, engine_profile(engine)).mapping
+    mapping = simulate_load(ckpt, engine).mapping
     return [key for key in ckpt.tensors if key in mapping]
 
 
-def _share_embedding(module: Eagle3Draft, model: nn.Module, ckpt: Checkpoint, profile: Any) -> None:
+def _share_embedding(module: Eagle3Draft, model: nn.Module, ckpt: Checkpoint, profile: EngineProfile) -> None:
     """Engines that share the target's embedding install it when the draft's did not load."""
-    if "embed" not in getattr(profile, "shared_from_target", {}):
+    if "embed" not in profile.shared_from_target:
         return
     loaded = {canonical_key(k) for k in loaded_keys(ckpt, profile)}
     from accelerate.utils import align_module_device
@@ -221,7 +222,7 @@ def _share_embedding(module: Eagle3Draft, model: nn.Module, ckpt: Checkpoint, pr
 
 
 # -- the check ----------------------------------------------------------------------------------
-def check_wiring(target: Any, draft: Checkpoint | str | Path, engine: Any, inputs: torch.Tensor | None = None,
+def check_wiring(target: Any, draft: Checkpoint | str | Path, engine: EngineProfile | str, inputs: torch.Tensor | None = None,
                  scenario: str | None = None, device: str = "cpu", seq_len: int = 16,
                  device_map: str | dict[str, Any] | None = None,
                  dtype: torch.dtype | str = torch.float32) -> WiringResult:
@@ -234,7 +235,7 @@ def check_wiring(target: Any, draft: Checkpoint | str | Path, engine: Any, input
     ckpt = draft if isinstance(draft, Checkpoint) else Checkpoint.open(draft)
     if not (ckpt.spec.has_fc and ckpt.spec.decoder_prefix):
         raise CheckpointError(ckpt.path, "not an EAGLE-3 draft (no fc.weight / decoder layer)")
-    profile = engine_profile(engine)
+    profile = resolve(engine)
     model = load_target(target, device, device_map=device_map, dtype=dtype)
     _, layers = find_decoder_layers(model)
     resolution = resolve_aux_layers(ckpt.spec, len(layers), profile, checkpoint=ckpt.path)
@@ -244,13 +245,13 @@ def check_wiring(target: Any, draft: Checkpoint | str | Path, engine: Any, input
                 seq_len=seq_len)
 
 
-def wire(model: nn.Module, module: Eagle3Draft, resolution: AuxResolution, profile: Any, scenario: str | None = None,
+def wire(model: nn.Module, module: Eagle3Draft, resolution: AuxResolution, profile: EngineProfile | str, scenario: str | None = None,
          inputs: torch.Tensor | None = None, has_d2t: bool = True, seq_len: int = 16) -> WiringResult:
     """The wiring check on an already built target and draft (both may live on the meta device)."""
-    label = engine_label(profile)
+    profile = resolve(profile)
+    label, gate = profile.spec, profile.fc_gate
     decoder_path, layers = find_decoder_layers(model)
     L = len(layers)
-    gate = engine_fc_gate(profile)
     H, fc_in = module.cfg.hidden, module.fc.in_features
 
     used = _layers_for(scenario, resolution, profile, L)
@@ -260,7 +261,7 @@ def wire(model: nn.Module, module: Eagle3Draft, resolution: AuxResolution, profi
         gen = torch.Generator().manual_seed(0)
         inputs = torch.randint(0, vocab, (1, seq_len), generator=gen)
     inputs = inputs.to(input_device(model))
-    feats, captured, target_logits = _run_target(model, decoder_path, layers, used, inputs, on_meta)
+    feats, captured, target_logits = _run_target(model, decoder_path, used, inputs, on_meta)
     capture_desc = tuple((_what(k, L), meta_of(f)) for k, f in zip(used, feats))  # where the target left them
     device = next(module.parameters()).device
 
@@ -323,27 +324,16 @@ def d2t_state(d2t: torch.Tensor, has_d2t: bool, vocab: int) -> str:
     return "identity" if d2t.numel() < vocab and not bool(d2t.any()) else "valid"
 
 
-def engine_fc_gate(profile: Any) -> str:
-    """The draft's ``fc_gate`` for an engine profile ("width-differs" SGLang, "always-assert" vLLM)."""
-    gate = getattr(profile, "fc_gate", None)
-    gate = str(getattr(gate, "value", gate)) if gate is not None else None
-    if gate in FC_GATES:
-        return gate
-    label = engine_label(profile).lower()
-    return "width-differs" if "sglang" in label else "always-assert" if "vllm" in label else "always"
-
-
 FINAL = -1  # the target's final (post-norm) hidden state, fed when aux capture is off
 
 
-def _layers_for(scenario: str | None, res: AuxResolution, profile: Any, L: int) -> tuple[int, ...]:
+def _layers_for(scenario: str | None, res: AuxResolution, profile: EngineProfile, L: int) -> tuple[int, ...]:
     if scenario == "aux-off":
         return (FINAL,)
     if scenario == "ids-shifted":
         return tuple(k + 1 for k in res.captured if k + 1 < L)
     if scenario == "ids-ignored":
-        ids = getattr(profile, "default_aux_ids", None)
-        return tuple(sorted(set(ids(L) if callable(ids) else default_ids(L))))
+        return tuple(sorted(set(profile.default_aux_ids(L))))
     return res.captured
 
 
@@ -351,7 +341,7 @@ def _what(k: int, L: int) -> str:
     return "final hidden state (post-norm)" if k == FINAL else f"hidden_states[{k}]: {describe_layer(k, L)}"
 
 
-def _run_target(model: nn.Module, decoder_path: str, layers: nn.ModuleList, used: tuple[int, ...],
+def _run_target(model: nn.Module, decoder_path: str, used: tuple[int, ...],
                 inputs: torch.Tensor, on_meta: bool) -> tuple[list[torch.Tensor], Any, torch.Tensor | None]:
     """Forward the target once; hooks keep the inputs of the decoder layers in ``used`` (and the final norm)."""
     paths = {k: f"{decoder_path}.{k}" for k in used if k != FINAL}
