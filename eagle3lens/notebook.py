@@ -325,30 +325,55 @@ def _check_kernel(kernel_name: str) -> None:
         raise UsageError(f"no Jupyter kernel named {kernel_name!r} (available: {', '.join(sorted(specs)) or 'none'})")
 
 
-def _is_injected(cell: Any) -> bool:
-    return "injected-parameters" in cell.metadata.get("tags", [])
+# Cell helpers over plain dicts (a NotebookNode is one), shared with eagle3lens.remote which reads JSON.
+def code_cells(nb: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The code cells of an executed notebook, papermill's injected parameters cell included."""
+    return [c for c in nb.get("cells", []) if c.get("cell_type") == "code"]
+
+
+def papermill_state(cell: Mapping[str, Any]) -> Mapping[str, Any]:
+    """What papermill recorded about a cell (status, exception, start_time...)."""
+    return cell.get("metadata", {}).get("papermill", {})
+
+
+def cell_failed(cell: Mapping[str, Any]) -> bool:
+    state = papermill_state(cell)
+    return bool(state.get("exception")) or state.get("status") == "failed"
+
+
+def first_line(cell: Mapping[str, Any]) -> str:
+    """The cell's first non-blank source line, stripped ("" for an empty cell)."""
+    source = cell.get("source", "")
+    source = "".join(source) if isinstance(source, list) else source
+    return next((line.strip() for line in source.splitlines() if line.strip()), "")
+
+
+def is_injected(cell: Mapping[str, Any]) -> bool:
+    """Papermill's injected parameters cell (not part of the source notebook)."""
+    return "injected-parameters" in cell.get("metadata", {}).get("tags", [])
+
+
+def cell_label(cells: list[Mapping[str, Any]], cell: Mapping[str, Any]) -> str:
+    """``code cell n of N`` for ``cell`` among ``cells`` (from :func:`code_cells`): 1-based over the source
+    notebook's code cells, so papermill's injected parameters cell is not counted."""
+    counted = [c for c in cells if not is_injected(c)]
+    number = next((n for n, c in enumerate(counted, 1) if c is cell), None)
+    return f"code cell {number} of {len(counted)}" if number else "the injected parameters cell"
 
 
 def failed_cell(executed: Any) -> tuple[str, str, Any] | None:
     """``("code cell n of N", first source line, cell)`` of the cell that failed or was running last.
 
-    ``n``/``N`` are 1-based and count the code cells of the source notebook (papermill's injected
-    parameters cell is not counted). The failed cell is the one papermill marked as failed, else the
+    Numbered as :func:`cell_label`. The failed cell is the one papermill marked as failed, else the
     last one that started (a cell timeout or a dead kernel leaves no mark). None when no cell ran.
     """
-    nb = _read(executed)
-    cells = [c for c in nb.cells if c.cell_type == "code"]
-    meta = [c.metadata.get("papermill", {}) for c in cells]
-    failed = [c for c, m in zip(cells, meta) if m.get("exception") or m.get("status") == "failed"]
-    started = [c for c, m in zip(cells, meta) if m.get("start_time")]
+    cells = code_cells(_read(executed))
+    failed = [c for c in cells if cell_failed(c)]
+    started = [c for c in cells if papermill_state(c).get("start_time")]
     cell = failed[0] if failed else started[-1] if started else None
     if cell is None:
         return None
-    first = next((line.strip() for line in cell.source.splitlines() if line.strip()), "")
-    counted = [c for c in cells if not _is_injected(c)]
-    number = next((n for n, c in enumerate(counted, 1) if c is cell), None)
-    label = f"code cell {number} of {len(counted)}" if number else "the injected parameters cell"
-    return label, first, cell
+    return cell_label(cells, cell), first_line(cell), cell
 
 
 def _mark_failed(nb: Any, cell: Any, ename: str, evalue: str) -> None:

@@ -31,6 +31,7 @@ from typing import Any, Callable, Mapping, Sequence
 from . import __version__
 from .errors import UsageError
 from .findings import Finding, Severity, to_jsonable
+from .notebook import cell_failed, cell_label, code_cells, first_line, is_injected, papermill_state
 from .remote_ssh import RemoteError, SshConnection, SshTarget, connect, load_ssh_config, resolve_host
 
 Progress = Callable[[str, str], None]
@@ -463,35 +464,23 @@ class _HostWorker:
 def describe_progress(notebook: Path) -> tuple[str, str | None] | None:
     """Name the last cell papermill ran in an executed notebook and the error of a failed cell, if any."""
     try:
-        nb = json.loads(notebook.read_text())
-        cells = nb["cells"]
-    except (OSError, ValueError, KeyError, TypeError):
+        cells = code_cells(json.loads(notebook.read_text()))
+    except (OSError, ValueError, AttributeError, TypeError):
         return None
-    # numbered like eagle3lens.notebook.failed_cell: 1-based over the source notebook's code cells
-    code_cells = [c for c in cells if c.get("cell_type") == "code"
-                  and "injected-parameters" not in c.get("metadata", {}).get("tags", [])]
-    ran = [(i, c) for i, c in enumerate(code_cells, 1)
-           if c.get("metadata", {}).get("papermill", {}).get("status") in ("completed", "failed", "running")]
+    ran = [c for c in cells if not is_injected(c)
+           and papermill_state(c).get("status") in ("completed", "failed", "running")]
     if not ran:
-        return f"no cell ran (0 of {len(code_cells)} code cells)", None
-    index, cell = ran[-1]
-    source = "".join(cell.get("source", "")) if isinstance(cell.get("source"), list) else cell.get("source", "")
-    first = next((line.strip() for line in source.splitlines() if line.strip()), "")
-    state = cell["metadata"]["papermill"]["status"]
-    label = f"code cell {index} of {len(code_cells)}" + (" (running)" if state == "running" else "")
-    if first:
-        label += f" `{first[:60]}`"
-    error = None
-    for c_index, c in enumerate(code_cells, 1):
-        if c.get("metadata", {}).get("papermill", {}).get("status") == "failed" or \
-                c.get("metadata", {}).get("papermill", {}).get("exception"):
-            errs = [o for o in c.get("outputs", []) if o.get("output_type") == "error"]
-            what = f"{errs[0].get('ename')}: {errs[0].get('evalue')}" if errs else "an exception"
-            source = "".join(c.get("source", "")) if isinstance(c.get("source"), list) else c.get("source", "")
-            first_line = next((line.strip() for line in source.splitlines() if line.strip()), "")
-            error = f"code cell {c_index} of {len(code_cells)} `{first_line[:60]}` failed: {what}"
-            break
-    return label, error
+        return f"no cell ran (0 of {sum(not is_injected(c) for c in cells)} code cells)", None
+    cell = ran[-1]
+    label = cell_label(cells, cell) + (" (running)" if papermill_state(cell)["status"] == "running" else "")
+    if first_line(cell):
+        label += f" `{first_line(cell)[:60]}`"
+    failed = next((c for c in cells if cell_failed(c)), None)
+    if failed is None:
+        return label, None
+    errs = [o for o in failed.get("outputs", []) if o.get("output_type") == "error"]
+    what = f"{errs[0].get('ename')}: {errs[0].get('evalue')}" if errs else "an exception"
+    return label, f"{cell_label(cells, failed)} `{first_line(failed)[:60]}` failed: {what}"
 
 
 def _read_findings(out: Path, files: Sequence[str]) -> tuple[Finding, ...]:

@@ -140,6 +140,26 @@ def test_describe_progress_names_last_and_failed_cell(tmp_path: Path) -> None:
     assert error == "code cell 2 of 3 `b = a / 0` failed: ZeroDivisionError: division by zero"
 
 
+def test_describe_progress_and_failed_cell_number_cells_alike(tmp_path: Path) -> None:
+    """The injected parameters cell is never counted, a running cell is marked, and the local error names the
+    same cell as the remote progress line."""
+    from eagle3lens.notebook import failed_cell
+
+    nb = nbformat.v4.new_notebook()
+    injected = code("x = 1", papermill={"status": "completed", "start_time": "t"})
+    injected.metadata["tags"] = ["injected-parameters"]
+    nb.cells = [code("a = 1", papermill={"status": "completed", "start_time": "t"}), injected,
+                code(["\n", "  slow()  \n", "more()"], papermill={"status": "running", "start_time": "t"}),
+                code("c = 3", papermill={"status": "pending"})]
+    path = tmp_path / "x.ipynb"
+    path.write_text(json.dumps(nb))
+    assert describe_progress(path) == ("code cell 2 of 3 (running) `slow()`", None)
+    label, first, _ = failed_cell(nbformat.read(path, as_version=4))
+    assert (label, first) == ("code cell 2 of 3", "slow()")
+    path.write_text(json.dumps({"cells": [injected]}))
+    assert describe_progress(path) == ("no cell ran (0 of 0 code cells)", None)
+
+
 # ------------------------------------------------------------------ host keys and authentication
 
 def test_unknown_host_key_refused_without_opt_in_and_recorded_with_it(lab: Lab, tmp_path: Path) -> None:
