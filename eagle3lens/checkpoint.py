@@ -23,7 +23,6 @@ INDEX_NAMES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth")
 DECODER_KEY = re.compile(r"^(?P<prefix>(?:model\.)?(?:midlayer|layers\.(?P<index>\d+))\.)")
 FLAG_NAMES = ("norm_before_residual", "norm_before_fc", "fc_norm", "norm_output")
-LAYOUTS = ("speculators", "eagle", "hf", "unknown")
 
 
 @dataclass(frozen=True)

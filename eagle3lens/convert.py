@@ -16,17 +16,17 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import struct
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from .checkpoint import INDEX_NAMES, Checkpoint, TensorInfo, build_spec
-from .engines import EngineProfile, resolve
+from .checkpoint import DECODER_KEY, FLAG_NAMES, INDEX_NAMES, Checkpoint, TensorInfo, build_spec
+from .engines import EngineProfile, all_profiles, resolve
 from .errors import CheckpointError, ConversionRefused, Eagle3LensError, UsageError
 from .findings import Finding, Severity, to_jsonable
+from .probes.aux_layers import trained_with
 from .safetensors_header import read_header, st_dtype
 from .safewrite import copy_side_files, replace_dir
 
@@ -36,12 +36,10 @@ PAGE = 4096
 FILE_SIDE_FILES = frozenset({"generation_config.json", "tokenizer.json", "tokenizer_config.json", "tokenizer.model",
                              "special_tokens_map.json", "added_tokens.json", "vocab.json", "merges.txt",
                              "chat_template.jinja", "chat_template.json"})
-DECODER = re.compile(r"^(?:model\.)?(?:midlayer|layers\.(?P<i>\d+))\.")
-FLAGS = ("norm_before_residual", "norm_before_fc", "fc_norm", "norm_output")
 LAYER_ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM"}  # transformer_layer_config's own
 NOT_LLAMA = {"architectures", "draft_vocab_size", "eagle_config", "target_hidden_size", "eagle_aux_hidden_state_layer_ids",
              "speculators_model_type", "speculators_config", "transformer_layer_config", "speculators_version",
-             "num_aux_hidden_states", "bias", *FLAGS}
+             "num_aux_hidden_states", "bias", *FLAG_NAMES}
 @dataclass(frozen=True)
 class ConvertResult:
     """What convert wrote and the checks it passed."""
@@ -169,20 +167,20 @@ def _check_out(ckpt: Checkpoint, out: Path, single_file: bool) -> None:
 # -- planning ---------------------------------------------------------------------------------
 def _canonical(key: str, profile: EngineProfile) -> str:
     """The name ``profile``'s native layout gives a checkpoint key."""
-    m = DECODER.match(key)
+    m = DECODER_KEY.match(key)
     if m:
-        i = int(m.group("i") or 0)
+        i = int(m.group("index") or 0)
         return profile.native_decoder.format(i=i) + key[m.end():]
     return key[len("model."):] if key.startswith("model.") else key
 
 
 def _plan(ckpt: Checkpoint, profile: EngineProfile) -> _Plan:
     spec = ckpt.spec
-    config, changes, refusals, notes = _convert_config(ckpt.config or {}, spec, profile, ckpt)
+    config, changes, refusals, notes = _convert_config(ckpt.config or {}, spec, profile)
     names = {k: _canonical(k, profile) for k in ckpt.tensors}
     if len(set(names.values())) != len(names):
         raise ConversionRefused(f"{ckpt.path}: two tensors would get the same name under {profile.spec}")
-    if profile.decoder == "midlayer" and any((m := DECODER.match(k)) and m.group("i") not in (None, "0") for k in ckpt.tensors):
+    if profile.decoder == "midlayer" and any((m := DECODER_KEY.match(k)) and m.group("index") not in (None, "0") for k in ckpt.tensors):
         refusals.append(f"{profile.spec} has a single decoder layer (midlayer); this draft has more")
     infos = {names[k]: replace(info, name=names[k]) for k, info in ckpt.tensors.items()}
     new_spec = build_spec(config, infos)
@@ -201,12 +199,9 @@ def _plan(ckpt: Checkpoint, profile: EngineProfile) -> _Plan:
     return _Plan(names, omitted, config, changes, refusals, notes)
 
 
-def _trained_hf_ids(spec) -> list[int] | None:
-    """The aux layers the draft was trained on, as HF hidden_states indices (input-of-layer)."""
-    if spec.aux_layer_ids is None:
-        return None
-    offset = 1 if spec.aux_ids_source == "eagle_config" else 0
-    return [i + offset for i in spec.aux_layer_ids]
+def _other_defaults(flag: str, value: bool) -> list[str]:
+    """Engine versions that read ``flag`` as something other than ``value`` when a speculators config omits it."""
+    return [p.spec for p in all_profiles() if p.flag_defaults.get(flag, value) != value]
 
 
 def _flat_llama(config: dict[str, Any], spec) -> dict[str, Any]:
@@ -214,26 +209,28 @@ def _flat_llama(config: dict[str, Any], spec) -> dict[str, Any]:
     return {k: v for k, v in dict(layer or {}).items() if k not in NOT_LLAMA}
 
 
-def _convert_config(config: dict[str, Any], spec, profile: EngineProfile, ckpt: Checkpoint):
+def _convert_config(config: dict[str, Any], spec, profile: EngineProfile):
     changes: list[str] = []
     refusals: list[str] = []
     notes: list[str] = []
     implied = {"norm_before_fc": spec.has_input_norm, "fc_norm": spec.has_fc_norm}
-    wanted = {f: bool(spec.flag(f) or implied.get(f)) for f in FLAGS}
+    wanted = {f: bool(spec.flag(f) or implied.get(f)) for f in FLAG_NAMES}
     for flag, on in wanted.items():
         if on and flag not in profile.honoured_flags:
             refusals.append(f"{flag} is used by this draft but {profile.spec} does not implement it")
-    hf_ids = _trained_hf_ids(spec)
+    hf_ids = list(trained_with(spec, None)[0]) or None  # HF indices; None where the trainers' default applied
     n = spec.draft_vocab_size or spec.lm_head_rows
     style = profile.config_style
     carried = config.get("speculators_config") if isinstance(config.get("speculators_config"), dict) else None
     if style in ("vllm", "speculators") and spec.flavour == "speculators":
         new = json.loads(json.dumps(config))
-        for flag in FLAGS:  # speculators' own default is false, vLLM reads an absent norm_before_residual as true
+        for flag in FLAG_NAMES:  # engines read some absent flags differently (EngineProfile.flag_defaults)
             if new.get(flag) is None:
                 new[flag] = spec.flag(flag)
-                changes.append(f"{flag}: {str(new[flag]).lower()} written explicitly (absent; vLLM's default differs "
-                               "for norm_before_residual)")
+                readers = _other_defaults(flag, new[flag])
+                changes.append(f"{flag}: {str(new[flag]).lower()} written explicitly (absent"
+                               + (f"; {', '.join(readers)} would read it as {str(not new[flag]).lower()})" if readers
+                                  else ")"))
         missing = profile.speculators_missing(new)
         if missing:
             refusals.append(f"{profile.spec} rejects a speculators config without {', '.join(missing)} "
@@ -259,7 +256,7 @@ def _convert_config(config: dict[str, Any], spec, profile: EngineProfile, ckpt: 
         new = {"architectures": ["Eagle3DraftModel"], "speculators_model_type": "eagle3", "draft_vocab_size": n,
                "target_hidden_size": spec.target_hidden_size_declared,
                "eagle_aux_hidden_state_layer_ids": hf_ids,
-               **{flag: on for flag, on in wanted.items()},  # explicit: vLLM reads an absent norm_before_residual as true
+               **{flag: on for flag, on in wanted.items()},  # explicit: see EngineProfile.flag_defaults
                "speculators_config": block, "transformer_layer_config": layer}
         if carried:
             changes.append("speculators config built from the flat Llama config; speculators_config (verifier, "

@@ -204,3 +204,19 @@ def test_fix_commands_quote_hostile_checkpoint_paths(tmp_path):
     shifted = resolve_aux_layers(ckpt.spec, 10, "sglang==0.5.11", checkpoint=ckpt.path)
     fixes = [f.fix for f in shifted.findings if f.fix]
     assert fixes and all(shlex.split(f)[2] == str(hostile) for f in fixes)
+
+
+def test_engine_behaviour_comes_from_profile_data(speculators_ckpt):
+    """Flag defaults and target sharing are profile fields: a profile that sets them changes the findings."""
+    from dataclasses import replace
+
+    from eagle3lens.engines import resolve
+
+    base = resolve("sglang==0.5.23")
+    assert not any(f.code == "config/flag-ignored" for f in simulate_load(speculators_ckpt, base).findings)
+    reads_on = replace(base, flag_defaults={"norm_output": True})
+    finding = next(f for f in simulate_load(speculators_ckpt, reads_on).findings if f.code == "config/flag-ignored")
+    assert finding.evidence == {"flag": "norm_output", "config_value": None, "engine_default": True}
+    spec = speculators_ckpt.spec  # draft_vocab_size given: SGLang does not install the target head
+    assert base.shared("lm_head", spec) is None and replace(base, shared_unless={}).shared("lm_head", spec)
+    assert resolve("vllm").shared("lm_head", spec)

@@ -10,15 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Mapping
 
 from ..checkpoint import DraftSpec
 
 Version = tuple[int, ...]
-FLAGS = ("norm_before_residual", "norm_before_fc", "fc_norm", "norm_output")
 STACKED = ((".q_proj", ".qkv_proj", "q"), (".k_proj", ".qkv_proj", "k"), (".v_proj", ".qkv_proj", "v"),
            (".gate_proj", ".gate_up_proj", "gate"), (".up_proj", ".gate_up_proj", "up"))
-SHARDS = {".qkv_proj": ("q", "k", "v"), ".gate_up_proj": ("gate", "up")}
 
 
 @dataclass(frozen=True)
@@ -70,9 +68,12 @@ class EngineProfile:
     aux_id_convention: Literal["output", "input"] = "input"
     # options and gates
     honoured_flags: frozenset[str] = frozenset()
+    flag_defaults: Mapping[str, bool] = field(default_factory=dict)  # value read when a speculators config omits a flag
     fc_gate: Literal["width-differs", "always-assert", "always"] = "always"
     d2t_handling: Literal["hot_token_id", "draft_id_to_target_id", "buffer"] = "buffer"
     missing_d2t: Literal["raw-index", "identity"] = "identity"
+    d2t_use: str = ""  # what the engine does with a d2t at decode time, in words
+    missing_d2t_use: str = ""  # what it does when the checkpoint has none, in words
     # parameter table
     param_prefix: str = ""  # "model." for the serving classes (lm_head stays outside)
     decoder: str = "layers.{i}"  # or "midlayer"
@@ -103,6 +104,9 @@ class EngineProfile:
     shape_message: str = "shape {got} does not match parameter {want}"
     # sharing from the target after load: role -> condition
     shared_from_target: dict[str, str] = field(default_factory=dict)
+    # role -> config condition under which the engine does NOT share it: "draft_vocab_size" (the config gives one),
+    # "target_hidden_size-differs" (a declared target_hidden_size other than hidden_size)
+    shared_unless: dict[str, Literal["draft_vocab_size", "target_hidden_size-differs"]] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     # conversion: preferred decoder key prefix and config flavour to write
     native_decoder: str = "layers.{i}."
@@ -150,6 +154,15 @@ class EngineProfile:
     def default_aux_ids(self, num_target_layers: int) -> tuple[int, ...]:
         """HF ``hidden_states`` indices captured when the config names none: 2, L//2, L-3 everywhere."""
         return default_aux_ids(num_target_layers)
+
+    def shared(self, role: str, spec: DraftSpec) -> str | None:
+        """How the engine fills a ``role`` parameter from the target after load, or None if it does not for ``spec``."""
+        unless = self.shared_unless.get(role)
+        if unless == "draft_vocab_size" and spec.draft_vocab_size is not None:
+            return None
+        if unless == "target_hidden_size-differs" and spec.target_hidden_size_declared not in (None, spec.hidden_size):
+            return None
+        return self.shared_from_target.get(role)
 
     # -- the parameter table ------------------------------------------------------------
     def num_aux(self, spec: DraftSpec) -> int:

@@ -25,6 +25,9 @@ _COMMON = dict(
     fc_gate="width-differs",
     d2t_handling="hot_token_id",
     missing_d2t="raw-index",
+    d2t_use="SGLang: hot_token_id = d2t + arange(N); a draft top-k id i is proposed as target id i + d2t[i]",
+    missing_d2t_use=("SGLang: hot_token_id is None, so draft ids are used raw (draft id i proposed as target id i), "
+                     "no vocab check"),
     param_prefix="model.",
     fc_bias="config.bias",
     inits={"fc": "kaiming-uniform", "linear": "empty", "embed": "empty", "norm": "ones"},
@@ -34,6 +37,7 @@ _COMMON = dict(
     shared_from_target={"embed": "the worker replaces the draft embedding with the target's (set_embed) "
                                  "unless target_hidden_size is set and differs from hidden_size",
                         "lm_head": "installed from the target when the config has no draft_vocab_size"},
+    shared_unless={"lm_head": "draft_vocab_size", "embed": "target_hidden_size-differs"},
     config_style="sglang",
 )
 

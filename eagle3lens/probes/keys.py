@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..checkpoint import Checkpoint, DraftSpec
+from ..checkpoint import FLAG_NAMES, Checkpoint, DraftSpec
 from ..engines import EngineProfile, ParamSpec, resolve
 from ..errors import UsageError
 from ..findings import Finding, Severity, fix_command, to_jsonable
@@ -186,11 +186,7 @@ def _param_source(param: ParamSpec, writes: list[tuple[str, str | None]], profil
                   spec: DraftSpec) -> ParamSource:
     keys = tuple(k for k, _ in writes)
     missing = tuple(s for s in param.shards if s not in {sh for _, sh in writes}) if param.shards and writes else ()
-    by_design = profile.shared_from_target.get(param.role)
-    if param.role == "lm_head" and profile.name == "sglang" and spec.draft_vocab_size is not None:
-        by_design = None  # SGLang installs the target head only when draft_vocab_size is absent
-    if param.role == "embed" and profile.name == "sglang" and spec.target_hidden_size_declared not in (None, spec.hidden_size):
-        by_design = None
+    by_design = profile.shared(param.role, spec)
     if param.role == "vocab":
         by_design = by_design or "reported as vocab/d2t-missing when the mapping is needed"
     return ParamSource(param, keys, missing, by_design)
@@ -241,7 +237,7 @@ def _findings(ckpt: Checkpoint, profile: EngineProfile, spec: DraftSpec, fates: 
         out.append(Finding(
             "keys/dropped", Severity.CRITICAL if severe else Severity.WARNING,
             f"{label} silently drops {len(dropped)} tensor{'s' if len(dropped) != 1 else ''}"
-            + (f" ({', '.join(sorted({f.role for f in dropped}))})" if dropped else ""),
+            + f" ({', '.join(sorted({f.role for f in dropped}))})",
             "These weights never reach the engine; the parameters they were meant for keep their init values "
             "and nothing is logged.",
             evidence={"tensors": [f.key for f in dropped], "reasons": {f.key: f.reason for f in dropped}},
@@ -266,14 +262,14 @@ def _findings(ckpt: Checkpoint, profile: EngineProfile, spec: DraftSpec, fates: 
             evidence={"tensors": {f.key: {"checkpoint": list(f.shape), "engine": list(f.expected_shape or ()),
                                           "param": f.param, "shard": f.shard} for f in mismatched},
                       "num_aux_engine": profile.num_aux(spec), "target_hidden_size": spec.target_hidden_size}))
-    out += _vocab_shape_findings(ckpt, spec, label)
+    out += _vocab_shape_findings(ckpt, spec)
     out += _flag_findings(ckpt, profile, spec, fates, fix)
-    out += _d2t_findings(ckpt, profile, spec, fix)
+    out += _d2t_findings(ckpt, profile, spec)
     out += _aux_findings(ckpt, profile, num_target_layers)
     return out
 
 
-def _vocab_shape_findings(ckpt: Checkpoint, spec: DraftSpec, label: str) -> list[Finding]:
+def _vocab_shape_findings(ckpt: Checkpoint, spec: DraftSpec) -> list[Finding]:
     out = []
     n, v = spec.draft_vocab_size or spec.lm_head_rows, spec.vocab_size
     for leaf, want, what in (("d2t", n, "draft vocab N"), ("t2d", v, "target vocab V")):
@@ -290,7 +286,7 @@ def _vocab_shape_findings(ckpt: Checkpoint, spec: DraftSpec, label: str) -> list
 def _flag_findings(ckpt: Checkpoint, profile: EngineProfile, spec: DraftSpec, fates: list[TensorFate],
                    fix: str) -> list[Finding]:
     out = []
-    for flag in ("norm_before_residual", "norm_before_fc", "fc_norm", "norm_output"):
+    for flag in FLAG_NAMES:
         marker = FLAG_TENSORS.get(flag)
         tensors = [k for k in ckpt.tensors if marker and (k.endswith(marker) if marker.endswith("weight") else marker in k)]
         on = spec.flag(flag) or bool(tensors)
@@ -308,26 +304,28 @@ def _flag_findings(ckpt: Checkpoint, profile: EngineProfile, spec: DraftSpec, fa
             evidence={"flag": flag, "config_value": spec.flags.get(flag), "tensors": tensors, "dropped": dropped,
                       "honoured_flags": sorted(profile.honoured_flags)},
             fix=fix if flag in profile.honoured_flags else None))
-    if (profile.name == "vllm" and spec.flavour == "speculators" and spec.flags.get("norm_before_residual") is None):
+    for flag, default in profile.flag_defaults.items():
+        if spec.flavour != "speculators" or spec.flags.get(flag) is not None or default == spec.flag(flag):
+            continue
         out.append(Finding(
             "config/flag-ignored", Severity.WARNING,
-            f"norm_before_residual is absent: {profile.spec} reads it as true",
-            "vLLM defaults norm_before_residual to true for speculators configs; the speculators class default is false.",
-            evidence={"flag": "norm_before_residual", "config_value": None, "engine_default": True},
+            f"{flag} is absent: {profile.spec} reads it as {str(default).lower()}",
+            f"{profile.spec} defaults {flag} to {str(default).lower()} for speculators configs; the speculators "
+            f"class default is {str(spec.flag(flag)).lower()}.",
+            evidence={"flag": flag, "config_value": None, "engine_default": default},
             fix=fix))
     return out
 
 
-def _d2t_findings(ckpt: Checkpoint, profile: EngineProfile, spec: DraftSpec, fix: str) -> list[Finding]:
+def _d2t_findings(ckpt: Checkpoint, profile: EngineProfile, spec: DraftSpec) -> list[Finding]:
     n, v = spec.draft_vocab_size or spec.lm_head_rows, spec.vocab_size
     if spec.has_d2t or not n or not v or n >= v:
         return []
-    effect = {"raw-index": "draft index i is proposed as target token i (no translation, no vocab check)",
-              "identity": "the mapping stays all zero: draft index i becomes target token i"}[profile.missing_d2t]
     return [Finding(
         "vocab/d2t-missing", Severity.CRITICAL,
         f"draft vocab N={n} < V={v} but the checkpoint has no d2t",
-        f"Under {profile.spec} {effect}; only ids below N can ever be proposed and almost none are right.",
+        f"Under {profile.spec}: {profile.missing_d2t_use or profile.missing_d2t}; only ids below N can ever be "
+        "proposed and almost none are right.",
         evidence={"draft_vocab_size": n, "vocab_size": v, "has_t2d": spec.has_t2d,
                   "engine_handling": profile.missing_d2t},
         fix=(fix_command("convert", ckpt.path, "--repair-d2t", "OUT") if spec.has_t2d else None))]

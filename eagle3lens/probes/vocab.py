@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from ..checkpoint import Checkpoint
+from ..engines import all_profiles, resolve
 from ..errors import ConversionRefused, UsageError
 from ..findings import Finding, Severity, fix_command, to_jsonable
 from ..jsonio import read_json
@@ -27,16 +28,10 @@ from ..jsonio import read_json
 SHOW = 5  # offending indices quoted in evidence
 HEAD_BLOCK_ROWS = 4096  # target lm_head rows read at a time
 
-ENGINE_USE = {
-    "sglang": "SGLang: hot_token_id = d2t + arange(N); a draft top-k id i is proposed as target id i + d2t[i]",
-    "vllm": "vLLM: the N draft logits are scattered into a -inf row of width V at arange(N) + d2t",
-    "eagle": "EAGLE reference: decode maps topk + d2t[topk]",
-}
-NO_D2T_USE = {
-    "sglang": "SGLang: hot_token_id is None, so draft ids are used raw (draft id i proposed as target id i), no vocab check",
-    "vllm": "vLLM: draft_id_to_target_id keeps its zero init, so draft id i maps to target id i (identity)",
-    "eagle": "EAGLE reference: identity, draft id i is target id i",
-}
+# what each engine family (its newest profile) does with a d2t, and without one
+_NEWEST = {p.name: resolve(p.name) for p in all_profiles()}
+ENGINE_USE = {name: p.d2t_use for name, p in _NEWEST.items() if p.d2t_use}
+NO_D2T_USE = {name: p.missing_d2t_use for name, p in _NEWEST.items() if p.missing_d2t_use}
 CANDIDATES = {
     "stored": "d2t as stored",
     "double-subtracted": "d2t + arange(N) (arange was subtracted twice)",
@@ -474,9 +469,9 @@ class _Analysis:
             self.notes.append(f"full vocabulary (N = V = {n}): identity mapping, all-zero d2t is expected")
             self.findings.append(Finding(
                 "vocab/unneeded-mapping", Severity.WARNING, f"{self.d2t_key} is shipped although N = V = {n}",
-                detail="vLLM 0.33.0 creates no draft_id_to_target_id parameter when N = V, so loading this key "
-                       "fails (ValueError from its weight loader); SGLang adds it as an identity. Training libraries "
-                       "omit d2t/t2d for a full vocabulary.",
+                detail=f"{_NEWEST['vllm'].label} creates no {_NEWEST['vllm'].d2t_handling} parameter when N = V, so "
+                       "loading this key fails (ValueError from its weight loader); SGLang adds it as an identity. "
+                       "Training libraries omit d2t/t2d for a full vocabulary.",
                 evidence={"tensor": self.d2t_key, "t2d": self.t2d_key, "draft_vocab_size": n, "vocab_size": v},
                 fix=fix_command("convert", self.ckpt.path, "--to", "vllm", "OUT")))
             return "full-vocab", None, None
