@@ -404,3 +404,18 @@ def test_runner_imports_nbformat_without_the_iri_grammars(probe_notebook):
              "assert 'jsonschema' in sys.modules and 'rfc3987_syntax' not in sys.modules\n"
              "import rfc3987_syntax  # still importable afterwards")
     subprocess.run([sys.executable, "-c", code_], check=True)
+
+
+def test_relative_path_parameters_are_read_from_where_the_command_runs(tmp_path, monkeypatch, capsys):
+    """The kernel runs in the notebook's own folder; `-p checkpoint demo/x` means ./demo/x of the caller."""
+    nb_dir, work = tmp_path / "nbs", tmp_path / "work"
+    nb_dir.mkdir()
+    (work / "data").mkdir(parents=True)
+    (work / "data" / "hello.txt").write_text("hello from the caller's folder")
+    nbformat.write(new_notebook([code("path = ''", tags=["parameters"]), code("print(open(path).read())")]),
+                   nb_dir / "read.ipynb")
+    monkeypatch.chdir(work)
+    assert cli.main(["notebook", str(nb_dir / "read.ipynb"), "-p", "path", "data/hello.txt", "--out", "out",
+                     "--no-progress"]) == 0
+    executed = nbformat.read(work / "out" / "read.ipynb", as_version=4)
+    assert "hello from the caller's folder" in executed.cells[-1].outputs[0]["text"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
@@ -29,6 +30,13 @@ def read_params_file(path: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise UsageError(f"{path}: parameters file must hold a JSON object of name -> value")
     return data
+
+
+def absolute_paths(parameters: dict[str, Any], base: Path) -> dict[str, Any]:
+    """Relative paths that exist from where the command runs become absolute: the kernel runs in the notebook's folder."""
+    return {key: str((base / value).resolve())
+            if isinstance(value, str) and value and not Path(value).is_absolute() and (base / value).exists() else value
+            for key, value in parameters.items()}
 
 
 def list_walkthroughs() -> int:
@@ -78,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
         return run_from_args(args, args.name, parameters)
     if args.timeout is not None:
         raise UsageError("--timeout is the wall-clock limit of a --host run; use --cell-timeout for a local run")
+    parameters = absolute_paths(parameters, Path.cwd())
     result = run_notebook(args.name, parameters, args.out, progress=not args.no_progress,
                           kernel_name=args.kernel, timeout=args.cell_timeout)
     report = Report(checkpoint={}, findings=list(result.findings))
