@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .checkpoint import Checkpoint
+from .errors import CheckpointError
 from .findings import Finding, Report, Severity, sort_findings
 
 # code prefixes in causal order; the first matching entry gives a finding's place
@@ -22,6 +23,7 @@ CAUSAL_ORDER: tuple[tuple[str, str], ...] = (
     ("keys/dropped", "weights the engine never loads"),
     ("trace/fc-bypassed", "the target's aux states never reach fc"),
     ("keys/shape-mismatch", "weights whose shape the engine rejects"),
+    ("config/missing", "no config.json: nothing can build the draft"),
     ("config/unrecognized", "the engine does not recognise the draft's config"),
     ("keys/raises", "the engine refuses to load the checkpoint"),
     ("trace/aux-width-mismatch", "the aux feature has the wrong width"),
@@ -150,6 +152,9 @@ def diagnose(
     from .probes.wiring import check_wiring
 
     ckpt = checkpoint if isinstance(checkpoint, Checkpoint) else Checkpoint.open(checkpoint)
+    if not ckpt.spec.is_draft:
+        raise CheckpointError(ckpt.path, f"not an EAGLE-3 draft ({ckpt.layout} layout, no fc.weight): give the draft, "
+                                         "and the target with --target")
     tgt = None if target is None else target if isinstance(target, Checkpoint) else Checkpoint.open(target)
     profile = resolve(engine) if engine else None
     report = Report(checkpoint=ckpt.summary(), engine=profile.spec if profile else None)
@@ -161,30 +166,34 @@ def diagnose(
         report.add(name, fn(*args, **kwargs))
         ran.append(name)
 
-    if profile is not None:
+    if ckpt.config is None:
+        report.findings.append(Finding(
+            "config/missing", Severity.CRITICAL, "no config.json beside the weights",
+            "Engines build the draft module from config.json (architecture, sizes, vocab sizes, aux layer ids); "
+            "without it no engine can load this draft and none of the config checks can run.",
+            evidence={"files": [f.name for f in ckpt.files]},
+            fix="copy the training run's config.json next to the weights"))
+        skipped["keys"] = skipped["aux_layers"] = skipped["wiring"] = "no config.json: nothing to build the draft from"
+    elif profile is not None:
         run("keys", simulate_load, ckpt, profile, num_target_layers=num_target_layers)
     else:
         skipped["keys"] = "no --engine given: load simulation not run"
-    if ckpt.spec.is_draft:
-        run("vocab", inspect_vocab, ckpt, target=tgt)
-    else:
-        skipped["vocab"] = "not a draft checkpoint"
+    run("vocab", inspect_vocab, ckpt, target=tgt)
     if weights:
         run("weights", weight_stats, ckpt, target=tgt, progress=progress)
     else:
         skipped["weights"] = "weights statistics switched off"
-    if ckpt.spec.is_draft:
+    if ckpt.config is not None:
         # without --engine, aux layers and wiring are judged as the loader the layout is written for
         wiring_profile = profile or resolve(OWN_LOADER.get(ckpt.spec.flavour, "vllm"))
         if profile is None:
             report.notes.append(f"no --engine given: aux layers and wiring judged as {wiring_profile.spec} loads the draft")
         if tgt is not None:  # the wiring check resolves the aux layers itself and reports them
-            run("wiring", check_wiring, tgt, ckpt, wiring_profile, scenario=scenario, device_map=device_map, dtype=dtype)
+            run("wiring", check_wiring, tgt, ckpt, wiring_profile, scenario=scenario, device_map=device_map,
+                dtype=dtype)
         else:
             run("aux_layers", resolve_aux_layers, ckpt.spec, None, wiring_profile, checkpoint=ckpt.path)
             skipped["wiring"] = "no --target given: wiring not checked"
-    else:
-        skipped["aux_layers"] = skipped["wiring"] = "not a draft checkpoint"
     if log is not None:
         # the log's format and accept-rate formula depend on the serving engine's version; a trainer profile says nothing
         log_engine = profile.spec if profile is not None and profile.name in LOG_ENGINES else None
@@ -197,5 +206,4 @@ def diagnose(
     report.findings = rank_findings([replace(f, fix=None) if f.area == "logs" else f for f in findings])
     triage = Triage(rank_causes(report.findings), tuple(ran), skipped)
     report.results = {"doctor": triage, **report.results}
-    report.notes.extend(skipped.values())
     return report

@@ -31,6 +31,8 @@ from torch import nn
 from .errors import CheckpointError
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from .checkpoint import Checkpoint, DraftSpec
 
 FcGate = Literal["width-differs", "always", "always-assert"]
@@ -60,12 +62,16 @@ class DraftConfig:
     norm_output: bool = False
 
     @classmethod
-    def from_spec(cls, spec: "DraftSpec") -> "DraftConfig":
-        """Sizes from a checkpoint's DraftSpec (flags also switched on by the tensors that need them)."""
+    def from_spec(cls, spec: DraftSpec, source: str | Path = "draft") -> DraftConfig:
+        """Sizes from a checkpoint's DraftSpec (flags also switched on by the tensors that need them).
+
+        ``source`` names the checkpoint in the error raised when its config does not give the sizes.
+        """
         missing = [name for name in ("hidden_size", "intermediate_size", "num_attention_heads", "vocab_size")
                    if getattr(spec, name) is None]
         if missing:
-            raise ValueError(f"DraftSpec lacks {', '.join(missing)}: cannot build a draft module")
+            raise CheckpointError(source, f"the config does not give {', '.join(missing)} (no config.json beside "
+                                          "the weights?): cannot build the draft")
         hidden = spec.hidden_size
         return cls(
             hidden=hidden,
@@ -273,7 +279,7 @@ class Eagle3Draft(nn.Module):
         without it such a draft keeps a NaN table, so nothing silently runs on random embeddings.
         Absent ``d2t``/``t2d`` stay zero (identity mapping). Unknown keys or shape mismatches raise.
         """
-        cfg = DraftConfig.from_spec(ckpt.spec)
+        cfg = DraftConfig.from_spec(ckpt.spec, ckpt.path)
         model = cls(cfg)
         state = {canonical_key(name): ckpt.read(name) for name in ckpt.tensors}
         if embed_tokens is not None:

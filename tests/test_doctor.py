@@ -121,9 +121,27 @@ def test_skipped_probes_say_why(demo_dir: Path) -> None:
 def test_info_and_doctor_json_on_every_demo_checkpoint(demo_dir: Path, name: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["info", str(demo_dir / name), "--json"]) == 0
     jsonschema.validate(json.loads(capsys.readouterr().out), REPORT_SCHEMA)
+    if name == "target":  # the target is no draft: refused in one line instead of "90 tensors dropped"
+        assert main(["doctor", str(demo_dir / name), "--engine", "vllm==0.33.0"]) == 2
+        assert "not an EAGLE-3 draft" in capsys.readouterr().err
+        return
     code, data = _doctor_json(capsys, str(demo_dir / name), "--engine", "vllm==0.33.0", "--no-weights")
     assert code in (0, 1)
     assert data["engine"] == "vllm==0.33.0"
+
+
+def test_a_draft_without_config_is_reported_not_a_traceback(demo_dir: Path, tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    shutil.copy(demo_dir / "eagle" / "model.safetensors", bare / "model.safetensors")
+    code, data = _doctor_json(capsys, str(bare), "--engine", "sglang==0.5.11", "--target", str(demo_dir / "target"),
+                              "--no-weights")
+    assert code == 1 and data["findings"][0]["code"] == "config/missing"
+    assert set(data["results"]["doctor"]["skipped"]) >= {"keys", "wiring"}
+    assert main(["trace", "--draft", str(bare), "--target", str(demo_dir / "target")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "no config.json beside the weights?" in err and len(err.splitlines()) == 1
 
 
 def test_fail_on_gates(demo_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:

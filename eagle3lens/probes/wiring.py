@@ -187,7 +187,7 @@ def load_draft_as(ckpt: Checkpoint, engine: EngineProfile | str | None = None, s
     from ..draft import DraftConfig
 
     torch.manual_seed(seed)
-    draft = Eagle3Draft(DraftConfig.from_spec(ckpt.spec))
+    draft = Eagle3Draft(DraftConfig.from_spec(ckpt.spec, ckpt.path))
     own = draft.state_dict()
     keys = list(ckpt.tensors) if engine is None else loaded_keys(ckpt, engine)
     state = {}
