@@ -25,6 +25,7 @@ from typing import Any, Iterable, Iterator, Mapping
 
 from .errors import Eagle3LensError, UsageError
 from .findings import Finding, Report, to_jsonable
+from .safewrite import write_text_atomic
 
 FINDINGS_MIME = "application/vnd.eagle3lens.findings+json"
 """Mimetype of the display output that carries a walkthrough's findings."""
@@ -429,8 +430,8 @@ def run_notebook(name_or_path: str | Path, parameters: Mapping[str, Any] | None,
         executed_nb = _read(executed)
         export_html(executed_nb, html)
         findings = tuple(collect_findings(executed_nb))
-        findings_json.write_text(json.dumps({"notebook": str(source), "parameters": to_jsonable(parameters),
-                                             "findings": [f.to_dict() for f in findings]}, indent=2) + "\n")
+        write_text_atomic(findings_json, json.dumps({"notebook": str(source), "parameters": to_jsonable(parameters),
+                                                     "findings": [f.to_dict() for f in findings]}, indent=2) + "\n")
     return NotebookRun(source, executed, html, findings_json, parameters, findings,
                        time.perf_counter() - start)
 
@@ -486,9 +487,7 @@ def export_html(executed: Any, html_path: str | Path) -> Path:
     exporter = HTMLExporter(extra_loaders=[jinja2.DictLoader({"eagle3lens_offline.html.j2": _OFFLINE_TEMPLATE})],
                             template_file="eagle3lens_offline.html.j2")
     body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": Path(html_path).stem}})
-    path = Path(html_path)
-    path.write_text(body, encoding="utf-8")
-    return path
+    return write_text_atomic(Path(html_path), body)
 
 
 def collect_findings(executed_ipynb: Any) -> list[Finding]:

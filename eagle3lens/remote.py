@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import select
 import shlex
@@ -33,6 +32,8 @@ from .errors import UsageError
 from .findings import Finding, Severity, to_jsonable
 from .notebook import cell_failed, cell_label, code_cells, first_line, is_injected, papermill_state
 from .remote_ssh import RemoteError, SshConnection, SshTarget, connect, load_ssh_config, resolve_host
+from .remote_supervisor import EXIT_KILLED, EXIT_TIMEOUT
+from .safewrite import replacing, write_text_atomic
 
 Progress = Callable[[str, str], None]
 
@@ -40,7 +41,6 @@ MIN_FREE_BYTES = 200 * 1024 * 1024
 REFRESH_S = 2.0  # how often a growing executed notebook is fetched during the run
 LOCAL_GRACE_S = 15.0  # the remote supervisor enforces --timeout; the local side steps in after this grace
 SUPERVISOR = Path(__file__).with_name("remote_supervisor.py")
-EXIT_TIMEOUT, EXIT_KILLED, EXIT_DISCONNECTED = 124, 143, 129
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _TQDM = re.compile(r"Executing:.*?\|\s*(\d+)/(\d+)\s*\[")
 
@@ -396,7 +396,7 @@ class _HostWorker:
         while stack:
             path, rel = stack.pop()
             for entry in sftp.listdir_attr(path):
-                child_rel = f"{rel}{entry.filename}"
+                child_rel = f"{rel}{_safe_name(entry.filename)}"
                 if stat.S_ISDIR(entry.st_mode or 0) and rel.count("/") < 4:
                     stack.append((f"{path}/{entry.filename}", child_rel + "/"))
                 elif stat.S_ISREG(entry.st_mode or 0):
@@ -407,11 +407,10 @@ class _HostWorker:
         signature = (entry.st_size or 0, entry.st_mtime or 0)  # SFTP mtimes are whole seconds: a hint only
         if self.fetched.get(rel) == signature and not force:
             return
-        local = self.out / rel
+        local = local_path(self.out, rel)
         local.parent.mkdir(parents=True, exist_ok=True)
-        part = local.with_name(f".{local.name}.part")
-        self.conn.sftp().get(f"{self.run_dir}/out/{rel}", str(part))
-        os.replace(part, local)
+        with replacing(local) as part:
+            self.conn.sftp().get(f"{self.run_dir}/out/{rel}", str(part))
         self.fetched[rel] = signature
 
     def fetch_partial(self) -> None:
@@ -459,6 +458,23 @@ class _HostWorker:
         return HostRun(host=self.host, status=status, out_dir=self.out, files=files, findings=findings,
                        remote_dir=self.run_dir, remote_dir_removed=self.cleaned,
                        seconds=time.monotonic() - started, **kw)
+
+
+def _safe_name(name: str) -> str:
+    """A file name from the host's SFTP listing, refused when it could climb out of the local folder."""
+    if not name or "/" in name or "\\" in name or "\0" in name or name in (".", ".."):
+        raise RemoteError(f"the host listed a file named {name!r}, which could lead outside the output folder")
+    return name
+
+
+def local_path(out: Path, rel: str) -> Path:
+    """Where the remote file ``rel`` (``/``-separated names from the host) is written under ``out``;
+    RemoteError when any name is unsafe or the path (symlinks resolved) would land outside ``out``."""
+    local = out.joinpath(*(_safe_name(part) for part in rel.split("/")))
+    root = out.resolve()
+    if root not in local.resolve().parents:
+        raise RemoteError(f"remote file {rel!r} would be written outside {out}")
+    return local
 
 
 def describe_progress(notebook: Path) -> tuple[str, str | None] | None:
@@ -574,10 +590,7 @@ def _write_manifest(run: HostRun, notebook: str, secrets: Sequence[str]) -> None
     run.out_dir.mkdir(parents=True, exist_ok=True)
     data = {"tool": "eagle3lens", "version": __version__, "notebook": notebook, **run.to_dict()}
     data.pop("findings")
-    text = _redact(json.dumps(data, indent=2), secrets)
-    part = run.out_dir / ".remote.json.part"
-    part.write_text(text + "\n")
-    os.replace(part, run.out_dir / "remote.json")
+    write_text_atomic(run.out_dir / "remote.json", _redact(json.dumps(data, indent=2), secrets) + "\n")
 
 
 # -- CLI glue for ``eagle3lens notebook NAME --host HOST`` (commands/notebook.py calls these) --------

@@ -9,8 +9,9 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
+from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from .errors import CheckpointError, ConversionRefused
 
@@ -54,6 +55,33 @@ def replace_dir(target: Path, build: Callable[[Path], None], verify: Callable[[P
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+@contextmanager
+def replacing(path: Path) -> Iterator[Path]:
+    """Yield a temporary path beside ``path`` to write; when the block succeeds it is renamed onto ``path``
+    (readers never see half a file), when it fails it is removed and ``path`` is untouched."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        with suppress(OSError):
+            tmp.unlink()
+        raise
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> Path:
+    """Write ``data`` to ``path`` through a temporary file beside it (see :func:`replacing`)."""
+    with replacing(path) as tmp:
+        tmp.write_bytes(data)
+    return Path(path)
+
+
+def write_text_atomic(path: Path, text: str, encoding: str = "utf-8") -> Path:
+    """Write ``text`` to ``path`` through a temporary file beside it (see :func:`replacing`)."""
+    return write_bytes_atomic(path, text.encode(encoding))
 
 
 def copy_side_files(src_root: Path, dst: Path, skip: set[str], only: frozenset[str] | None = None) -> list[str]:

@@ -260,3 +260,16 @@ def test_rich_table_keeps_bracketed_names(spec_dir, tmp_path):
     console = Console(width=300, record=True)
     console.print(result)
     assert "[v2]" in console.export_text()
+
+
+def test_atomic_write_replaces_whole_or_leaves_the_old_file(tmp_path):
+    from eagle3lens.safewrite import replacing, write_text_atomic
+
+    target = tmp_path / "report.html"
+    target.write_text("old")
+    assert write_text_atomic(target, "new ✓") == target and target.read_text(encoding="utf-8") == "new ✓"
+    with pytest.raises(RuntimeError), replacing(target) as tmp:
+        tmp.write_text("half")
+        raise RuntimeError("failed mid-write")
+    assert target.read_text(encoding="utf-8") == "new ✓"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.html"]  # no temporary left behind

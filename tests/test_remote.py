@@ -140,6 +140,21 @@ def test_describe_progress_names_last_and_failed_cell(tmp_path: Path) -> None:
     assert error == "code cell 2 of 3 `b = a / 0` failed: ZeroDivisionError: division by zero"
 
 
+def test_fetched_names_cannot_leave_the_output_folder(tmp_path: Path) -> None:
+    from eagle3lens.remote import local_path
+
+    out = tmp_path / "out" / "gpu1"
+    out.mkdir(parents=True)
+    assert local_path(out, "nb.ipynb") == out / "nb.ipynb"
+    assert local_path(out, "figs/a.png") == out / "figs" / "a.png"
+    for hostile in ("../x", "../../x", "a/../../x", "..", ".", "a//b", "/etc/passwd", "a\\..\\x", "a\0b"):
+        with pytest.raises(RemoteError):
+            local_path(out, hostile)
+    (out / "link").symlink_to(tmp_path)  # a link left in the folder must not carry a write out of it
+    with pytest.raises(RemoteError, match="outside"):
+        local_path(out, "link/x")
+
+
 def test_describe_progress_and_failed_cell_number_cells_alike(tmp_path: Path) -> None:
     """The injected parameters cell is never counted, a running cell is marked, and the local error names the
     same cell as the remote progress line."""

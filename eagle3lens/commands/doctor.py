@@ -3,24 +3,20 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 from pathlib import Path
 
 from ..doctor import diagnose
 from ..errors import UsageError
+from ..safewrite import write_text_atomic
 from . import add_output_options, example_epilog, finish
 
 
 def write_html(out: Path, page: str) -> None:
     """Write beside the destination, then rename: a failed write never leaves half a report."""
-    tmp = out.with_name(f".{out.name}.tmp")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(page, encoding="utf-8")
-        tmp.replace(out)
+        write_text_atomic(out, page)
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
         raise UsageError(f"{out}: cannot write the HTML report ({exc.strerror or exc})") from None
 
 
