@@ -271,6 +271,13 @@ class Checkpoint:
             yield self.read_bytes(name, start, start + chunk, out=buf)
 
     # -- what it is -------------------------------------------------------------------------
+    def require_draft(self) -> "Checkpoint":
+        """This checkpoint, or a one-line error when it is no EAGLE-3 draft (e.g. the target given as the draft)."""
+        if not self.spec.is_draft:
+            raise CheckpointError(self.path, f"not an EAGLE-3 draft ({self.layout} layout, no fc.weight): give the "
+                                             "draft checkpoint (the target goes to --target)")
+        return self
+
     @cached_property
     def spec(self) -> DraftSpec:
         return build_spec(self.config, self.tensors)

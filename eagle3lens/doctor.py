@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from .checkpoint import Checkpoint
-from .errors import CheckpointError
 from .findings import Finding, Report, Severity, sort_findings
 
 # code prefixes in causal order; the first matching entry gives a finding's place
@@ -151,10 +150,7 @@ def diagnose(
     from .probes.weights import weight_stats
     from .probes.wiring import check_wiring
 
-    ckpt = checkpoint if isinstance(checkpoint, Checkpoint) else Checkpoint.open(checkpoint)
-    if not ckpt.spec.is_draft:
-        raise CheckpointError(ckpt.path, f"not an EAGLE-3 draft ({ckpt.layout} layout, no fc.weight): give the draft, "
-                                         "and the target with --target")
+    ckpt = (checkpoint if isinstance(checkpoint, Checkpoint) else Checkpoint.open(checkpoint)).require_draft()
     tgt = None if target is None else target if isinstance(target, Checkpoint) else Checkpoint.open(target)
     profile = resolve(engine) if engine else None
     report = Report(checkpoint=ckpt.summary(), engine=profile.spec if profile else None)

@@ -220,3 +220,11 @@ def test_engine_behaviour_comes_from_profile_data(speculators_ckpt):
     spec = speculators_ckpt.spec  # draft_vocab_size given: SGLang does not install the target head
     assert base.shared("lm_head", spec) is None and replace(base, shared_unless={}).shared("lm_head", spec)
     assert resolve("vllm").shared("lm_head", spec)
+
+
+def test_keys_refuses_the_target_given_as_the_draft(demo_dir, capsys):
+    from eagle3lens.cli import main
+
+    assert main(["keys", str(demo_dir / "target"), "--engine", "sglang==0.5.11"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "not an EAGLE-3 draft" in err and len(err.splitlines()) == 1

@@ -14,7 +14,7 @@ def run(args: argparse.Namespace) -> int:
     from ..probes.keys import simulate_load
 
     profile = resolve(args.engine)
-    ckpt = Checkpoint.open(args.checkpoint)
+    ckpt = Checkpoint.open(args.checkpoint).require_draft()
     report = Report(checkpoint=ckpt.summary(), engine=profile.spec)
     report.add("keys", simulate_load(ckpt, profile, num_target_layers=args.target_layers))
     return finish(report, args)
