@@ -419,8 +419,8 @@ class _HostWorker:
             for rel, entry in self._remote_files(f"{self.run_dir}/out"):
                 if rel.endswith(".ipynb"):
                     self._fetch(rel, entry)
-        except (OSError, EOFError):
-            pass  # the connection is going away; the main loop notices
+        except (OSError, EOFError, RemoteError):
+            pass  # the connection is going away (the main loop notices), or an unsafe name (fetch_all says so)
 
     def fetch_all(self) -> None:
         if self.conn is None or not self.conn.alive or self.run_dir is None:
@@ -428,7 +428,7 @@ class _HostWorker:
         try:
             for rel, entry in self._remote_files(f"{self.run_dir}/out"):
                 self._fetch(rel, entry, force=True)
-        except (OSError, EOFError) as exc:
+        except (OSError, EOFError, RemoteError) as exc:
             self.say(f"fetch stopped: {exc}")
 
     def read_back(self) -> tuple[str | None, str | None]:
