@@ -246,3 +246,29 @@ def test_the_log_is_read_with_the_engine_version(demo_dir: Path, tmp_path: Path)
     report = diagnose(demo_dir / "eagle", engine="sglang==0.5.5", log=log, weights=False)
     assert report.results["logs"].inference.formula == "0.5.5"
     assert diagnose(demo_dir / "eagle", engine="speculators", log=log, weights=False).results["logs"].engine == "sglang"
+
+
+@pytest.mark.parametrize("option,value", [("--num-draft-tokens", "0"), ("--num-draft-tokens", "-3"),
+                                          ("--baseline-tps", "0"), ("--baseline-tps", "nan"),
+                                          ("--scenario", "aux-on"), ("--dtype", "float8")])
+def test_bad_option_values_are_refused_like_logs_and_trace_refuse_them(tmp_path: Path, option: str, value: str,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "x").mkdir()
+    with pytest.raises(SystemExit) as exc:
+        main(["doctor", str(tmp_path / "x"), option, value])
+    assert exc.value.code == 2 and option in capsys.readouterr().err
+
+
+def test_doctor_offers_the_scenarios_and_dtypes_trace_offers() -> None:
+    import argparse
+
+    from eagle3lens.commands import doctor, trace
+
+    choices = {}
+    for module in (doctor, trace):
+        parser = argparse.ArgumentParser()
+        module.register(parser.add_subparsers())
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        (cmd,) = sub.choices.values()
+        choices[module] = {a.dest: a.choices for a in cmd._actions if a.dest in ("scenario", "dtype")}
+    assert choices[doctor] == choices[trace] == {"scenario": trace.SCENARIO_NAMES, "dtype": trace.DTYPE_NAMES}

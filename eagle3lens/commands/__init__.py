@@ -29,5 +29,21 @@ def finish(report: Report, args: argparse.Namespace, console: Any = None) -> int
     return 1 if report.fails(args.fail_on) else 0
 
 
+def positive_int(text: str) -> int:
+    """argparse ``type=`` for counts that must be at least 1."""
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """argparse ``type=`` for rates and lengths that must be above 0 (NaN refused)."""
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return value
+
+
 def example_epilog(*lines: str) -> str:
     return "examples:\n" + "\n".join(f"  {line}" for line in lines)

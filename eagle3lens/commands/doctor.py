@@ -8,7 +8,8 @@ from pathlib import Path
 from ..doctor import diagnose
 from ..errors import UsageError
 from ..safewrite import write_text_atomic
-from . import add_output_options, example_epilog, finish
+from . import add_output_options, example_epilog, finish, positive_float, positive_int
+from .trace import DTYPE_NAMES, SCENARIO_NAMES
 
 
 def write_html(out: Path, page: str) -> None:
@@ -21,8 +22,6 @@ def write_html(out: Path, page: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.baseline_tps is not None and args.baseline_tps <= 0:
-        raise UsageError(f"--baseline-tps must be positive, got {args.baseline_tps}")
     report = diagnose(args.checkpoint, engine=args.engine, target=args.target, log=args.log,
                       baseline_tps=args.baseline_tps, num_draft_tokens=args.num_draft_tokens,
                       scenario=args.scenario, weights=not args.no_weights, progress=False if args.json else None,
@@ -51,12 +50,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--engine", metavar="E", help="serving engine, NAME[==VERSION], e.g. sglang==0.5.11, vllm==0.33.0")
     p.add_argument("--target", metavar="T", help="target model checkpoint (HF layout): copies, wiring, aux layers")
     p.add_argument("--log", metavar="FILE", help="server log with acceptance lines (SGLang or vLLM)")
-    p.add_argument("--baseline-tps", type=float, metavar="X", help="decode tok/s without speculation, for break-even")
-    p.add_argument("--num-draft-tokens", type=int, metavar="K", help="draft tokens per step, when the log cannot say")
-    p.add_argument("--scenario", choices=["aux-off", "ids-shifted", "ids-ignored"],
+    p.add_argument("--baseline-tps", type=positive_float, metavar="X", help="decode tok/s without speculation, for break-even")
+    p.add_argument("--num-draft-tokens", type=positive_int, metavar="K", help="draft tokens per step, when the log cannot say")
+    p.add_argument("--scenario", choices=SCENARIO_NAMES,
                    help="reproduce an engine wiring fault in the wiring check")
     p.add_argument("--device-map", metavar="MAP", help="place the target with accelerate for the wiring check (e.g. auto)")
-    p.add_argument("--dtype", default="float32", choices=("auto", "float32", "bfloat16", "float16"),
+    p.add_argument("--dtype", default="float32", choices=DTYPE_NAMES,
                    help="target dtype for the wiring check (auto: as stored; default float32)")
     p.add_argument("--no-weights", action="store_true", help="skip weight statistics (reads every tensor byte)")
     p.add_argument("--html", metavar="OUT", help="also write a self-contained offline HTML report")

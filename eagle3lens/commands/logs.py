@@ -11,21 +11,7 @@ import argparse
 
 from ..findings import Report
 from ..probes.logs import parse_log
-from . import add_output_options, example_epilog, finish
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
-    return value
+from . import add_output_options, example_epilog, finish, positive_float, positive_int
 
 
 def run(args: argparse.Namespace) -> int:
@@ -51,12 +37,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("file", metavar="FILE", help="server log (SGLang or vLLM stdout/stderr)")
     p.add_argument("--engine", metavar="E",
                    help="sglang or vllm, optionally ==VERSION (fixes SGLang's accept-rate formula); default: detect")
-    p.add_argument("--num-draft-tokens", type=_positive_int, metavar="K",
+    p.add_argument("--num-draft-tokens", type=positive_int, metavar="K",
                    help="SGLang --speculative-num-draft-tokens, or vLLM num_speculative_tokens "
                         "(default: inferred from the log when it can be)")
-    p.add_argument("--baseline-tps", type=_positive_float, metavar="X",
+    p.add_argument("--baseline-tps", type=positive_float, metavar="X",
                    help="tokens/s of the same server without speculative decoding")
-    p.add_argument("--expected-accept-len", type=_positive_float, metavar="X",
+    p.add_argument("--expected-accept-len", type=positive_float, metavar="X",
                    help="accept length the draft's training metrics promise (bonus token included)")
     add_output_options(p)
     p.set_defaults(func=run)
