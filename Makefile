@@ -25,7 +25,6 @@ demo: install
 	$(BIN)/eagle3lens demo $(DEMO_DIR)
 	$(BIN)/eagle3lens doctor $(DEMO_DIR)/speculators --engine sglang==0.5.11 --log $(DEMO_DIR)/sglang.log \
 		--target $(DEMO_DIR)/target --html $(REPORT); rc=$$?; [ $$rc -le 1 ] || exit $$rc
-	@echo "report: $(REPORT)"
 
 # Debian packages the test suite drives for real: OpenSSH server (remote runs) and Chromium (browser test).
 system-deps:

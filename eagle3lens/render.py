@@ -24,13 +24,15 @@ def verdict(report: Report) -> str:
     first = next(f for f in report.findings if f.severity == worst)
     counts = {s: sum(f.severity == s for f in report.findings) for s in Severity}
     tally = ", ".join(f"{counts[s]} {s.value}" for s in (Severity.CRITICAL, Severity.WARNING, Severity.INFO) if counts[s])
-    return f"{worst.value.upper()}: {first.title} ({tally})"
+    return f"{worst.value.upper()}: {first.title} · {tally}"
 
 
 def render_report_terminal(report: Report, console: Any = None) -> None:
     """Verdict line first, then each probe's section (the doctor's ranked causes lead), then the findings in detail."""
     from rich.console import Console
     from rich.markup import escape
+    from rich.padding import Padding
+    from rich.text import Text
 
     console = console or Console()
     style = SEVERITY_STYLE.get(report.worst, "bold green") if report.worst else "bold green"
@@ -49,9 +51,9 @@ def render_report_terminal(report: Report, console: Any = None) -> None:
             console.print(f"[{SEVERITY_STYLE[f.severity]}]{i}. {f.severity.value}[/] [bold]{f.code}[/]  {escape(f.title)}",
                           highlight=False)
             if f.detail:
-                console.print(f"   {escape(f.detail)}", style="dim", highlight=False)
+                console.print(Padding(Text(f.detail, style="dim"), (0, 0, 0, 3)))
             if f.fix:
-                console.print(f"   fix: [green]{escape(f.fix)}[/]", highlight=False)
+                console.print(Padding(Text.from_markup(f"fix: [green]{escape(f.fix)}[/]"), (0, 0, 0, 3)))
     for note in report.notes:
         console.print(f"[dim]note: {escape(note)}[/]")
 
@@ -109,6 +111,7 @@ def render_report_html(report: Report, title: str = "eagle3lens report") -> str:
 body {{ font-family: system-ui, sans-serif; margin: 2em; max-width: 1200px; }}
 table {{ border-collapse: collapse; margin: 1em 0; }} td, th {{ border: 1px solid #ddd; padding: 4px 8px; vertical-align: top; }}
 th {{ background: #f4f4f4; }} code, pre {{ font-size: 90%; }} .ok {{ color: #2e7d32; }}
+code.cmd, td:last-child code {{ white-space: nowrap; }}
 </style>
 <script type="text/javascript">{get_plotlyjs()}</script>
 </head><body>
