@@ -13,6 +13,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Callable, Iterator
 
+from .checkpoint import _inside
 from .errors import CheckpointError, ConversionRefused
 
 
@@ -84,20 +85,33 @@ def write_text_atomic(path: Path, text: str, encoding: str = "utf-8") -> Path:
     return write_bytes_atomic(path, text.encode(encoding))
 
 
-def copy_side_files(src_root: Path, dst: Path, skip: set[str], only: frozenset[str] | None = None) -> list[str]:
+def copy_side_files(src_root: Path, dst: Path, skip: set[str], only: frozenset[str] | None = None,
+                    notes: list[str] | None = None) -> list[str]:
     """Copy the files and folders beside the weights (tokenizer, README...) that the rewrite does not produce;
-    with ``only``, just those names (a single-file source shares its folder with unrelated files)."""
+    with ``only``, just those names (a single-file source shares its folder with unrelated files).
+
+    A symlinked file is copied (as a file) when its target stays inside the checkpoint's containment root
+    (a Hugging Face cache snapshot links into ``../../blobs``); other links are skipped with a line in ``notes``.
+    """
     copied = []
     for entry in sorted(src_root.iterdir()):
         if only is not None and entry.name not in only:
             continue
         if entry.name in skip or entry.name.endswith(".orig") or entry.name.startswith("."):
             continue
+        source = entry
         if entry.is_symlink():
-            continue  # never follow links out of the checkpoint directory
-        if entry.is_dir():
-            shutil.copytree(entry, dst / entry.name, symlinks=True)
-        elif entry.is_file():
-            shutil.copy2(entry, dst / entry.name)
+            try:
+                source = _inside(src_root, entry, what="linked side file").resolve()
+            except CheckpointError as exc:
+                if notes is not None:
+                    notes.append(f"{entry.name} not copied: {exc.problem}")
+                continue
+        if source.is_dir():
+            shutil.copytree(source, dst / entry.name, symlinks=True)
+        elif source.is_file():
+            shutil.copy2(source, dst / entry.name)
+        else:
+            continue
         copied.append(entry.name)
     return copied

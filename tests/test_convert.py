@@ -273,3 +273,39 @@ def test_atomic_write_replaces_whole_or_leaves_the_old_file(tmp_path):
         raise RuntimeError("failed mid-write")
     assert target.read_text(encoding="utf-8") == "new ✓"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.html"]  # no temporary left behind
+
+
+def _hf_cache_snapshot(tmp_path, src):
+    """``models--org--draft/snapshots/REV/*`` as symlinks into ``../../blobs``, like the Hugging Face cache."""
+    cache = tmp_path / "hub" / "models--org--draft"
+    (cache / "blobs").mkdir(parents=True)
+    snap = cache / "snapshots" / "abc123"
+    snap.mkdir(parents=True)
+    for i, f in enumerate(sorted(src.iterdir())):
+        (cache / "blobs" / f"blob{i}").write_bytes(f.read_bytes())
+        (snap / f.name).symlink_to(f"../../blobs/blob{i}")
+    return snap
+
+
+def test_side_files_linked_into_the_cache_blobs_are_copied_others_noted(spec_dir, tmp_path):
+    from eagle3lens.safewrite import copy_side_files
+
+    (spec_dir / "generation_config.json").write_text('{"do_sample": false}')
+    snap = _hf_cache_snapshot(tmp_path, spec_dir)
+    outside = tmp_path / "secret.txt"
+    outside.write_text("not part of the checkpoint")
+    (snap / "notes.txt").symlink_to(outside)
+    (snap / "dangling.json").symlink_to("../../blobs/missing")
+    dst, notes = tmp_path / "dst", []
+    dst.mkdir()
+    copied = copy_side_files(snap, dst, {"config.json"}, notes=notes)
+    assert {"tokenizer.json", "generation_config.json"} <= set(copied)
+    assert "notes.txt" not in copied and "dangling.json" not in copied
+    assert (dst / "generation_config.json").read_text() == '{"do_sample": false}'
+    assert not (dst / "tokenizer.json").is_symlink()  # the blob's bytes, not a link that would dangle
+    assert not (dst / "notes.txt").exists() and not (dst / "dangling.json").exists()
+    assert any(n.startswith("notes.txt not copied") and "outside" in n for n in notes)
+    assert any(n.startswith("dangling.json not copied") for n in notes)
+    convert(snap, "sglang==0.5.11", tmp_path / "sg", progress=False)  # end to end: the tokenizer comes along
+    assert (tmp_path / "sg" / "tokenizer.json").read_text() == "{}"
+    assert (tmp_path / "sg" / "generation_config.json").is_file() and not (tmp_path / "sg" / "notes.txt").exists()
