@@ -336,3 +336,15 @@ def test_fix_quotes_a_hostile_log_path(tmp_path):
     log.write_bytes((DATA / "sglang_0.4.10_dead.log").read_bytes())
     fixes = [f.fix for f in parse_log(log).findings if f.fix]
     assert fixes and all(shlex.split(f)[-2:] == ["--log", str(log)] for f in fixes)
+
+
+def test_sglang_server_args_line_gives_num_draft_tokens():
+    text = ("[2026-05-04 09:12:01] server_args=ServerArgs(model_path='t', speculative_algorithm='EAGLE3', "
+            "speculative_num_steps=4, speculative_eagle_topk=1, speculative_num_draft_tokens=5)\n"
+            "[2026-05-04 09:12:25] Decode batch, #running-req: 8, #token: 5120, token usage: 0.02, accept len: 1.00, "
+            "accept rate: 0.00, cuda graph: True, gen throughput (token/s): 24.81, #queue-req: 0\n")
+    r = parse_log(text)
+    assert (r.inference.num_draft_tokens, r.inference.source, r.inference.formula) == (5, "server_args", "0.5.11+")
+    assert "the 0.5.5 formula would have logged 1.00/5 = 0.20" in r.findings[0].detail
+    forced = parse_log(text, num_draft_tokens=3)  # the user's option wins over the log
+    assert (forced.inference.num_draft_tokens, forced.inference.source) == (3, "option")

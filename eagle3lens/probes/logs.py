@@ -136,6 +136,7 @@ _VLLM_STATS = "Avg generation throughput"
 _ANCHORS = ("Decode batch", "SpecDecoding metrics", "accept len", "avg_spec_accept_length",
             "Mean acceptance length", "Avg generation throughput")
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_SERVER_ARGS_NDT = re.compile(r"\bspeculative_num_draft_tokens=(\d+)")
 _ISO_TIME = re.compile(r"(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?)")
 _VLLM_TIME = re.compile(r"\b(?:INFO|DEBUG|WARNING|ERROR)\s+(\d{2}-\d{2} \d{2}:\d{2}:\d{2})")
 _LABEL = re.compile(r"^\s*([A-Za-z#][A-Za-z0-9 #()/_.\-]*?)\s*:\s*\S")
@@ -410,18 +411,19 @@ def _version_formula(version: tuple[int, ...] | None) -> str | None:
 
 
 def infer_draft_tokens(pairs: Iterable[tuple[float, float]], num_draft_tokens: int | None = None,
-                       version: tuple[int, ...] | None = None) -> DraftInference:
+                       version: tuple[int, ...] | None = None, given_by: str = "option") -> DraftInference:
     """Intersect, over every SGLang (accept len, accept rate) pair, the formulas and K that fit it.
 
     0.5.5 logs ``len/(K+1)`` (floor ``1/(K+1)`` for a dead draft); 0.5.11+ logs
     ``(len-1)/(num_draft_tokens-1)`` (0.00 for a dead draft). ``num_draft_tokens`` and an engine
-    ``version`` narrow the choice; a contradiction is reported, never raised.
+    ``version`` narrow the choice; a contradiction is reported, never raised. ``given_by`` says where
+    ``num_draft_tokens`` came from ("option", or "server_args" when the log's own start-up line gave it).
     """
     pairs = list(pairs)
     forced = _version_formula(version)
     if not pairs:
         steps = num_draft_tokens - 1 if num_draft_tokens else None
-        return DraftInference(forced, num_draft_tokens, steps, "option" if num_draft_tokens else "unknown",
+        return DraftInference(forced, num_draft_tokens, steps, given_by if num_draft_tokens else "unknown",
                               explanation="no accept rate in the log: formula and K cannot be read from it")
     common: set[tuple[str, int]] | None = None
     for length, rate in dict.fromkeys(pairs):  # distinct pairs, in order
@@ -438,7 +440,7 @@ def infer_draft_tokens(pairs: Iterable[tuple[float, float]], num_draft_tokens: i
     formula = forced or (formulas.pop() if len(formulas) == 1 else None)
     length, rate = pairs[0]
     if num_draft_tokens:
-        ndt, source = num_draft_tokens, "option"
+        ndt, source = num_draft_tokens, given_by
     elif len(counts) == 1:
         ndt, source = next(iter(counts)), "log"
     else:
@@ -530,11 +532,14 @@ def parse_log(path_or_text: str | os.PathLike[str], engine: str | None = None,
     unparsed: list[tuple[int, str]] = []
     unparsed_count = ignored = total = 0
     first_time: datetime | None = None
+    logged_ndt: int | None = None
     for number, raw in enumerate(lines, 1):
         total += 1
         line = (_ANSI.sub("", raw) if "\x1b" in raw else raw).rstrip("\r\n")
         if first_time is None:  # times count from the first timestamped line of the file
             first_time = _timestamp(line)[1]
+        if logged_ndt is None and (m := _SERVER_ARGS_NDT.search(line)):
+            logged_ndt = int(m.group(1))  # SGLang prints its ServerArgs at start-up
         if not any(a in line for a in _ANCHORS):
             ignored += 1
             continue
@@ -563,9 +568,11 @@ def parse_log(path_or_text: str | os.PathLike[str], engine: str | None = None,
             notes.append(f"{len(parsed[other])} {other} lines ignored: this log was read as {chosen}")
             ignored += len(parsed[other])
     samples = parsed[chosen] if chosen_engine else []
+    ndt_from_log = chosen_engine == "sglang" and num_draft_tokens is None and logged_ndt is not None
     return _build_result(source, chosen_engine, version, samples, total, ignored, unparsed_count, tuple(unparsed),
-                         tuple(sorted(unknown.get(chosen, set()))), notes, num_draft_tokens, baseline_tps,
-                         expected_accept_len)
+                         tuple(sorted(unknown.get(chosen, set()))), notes,
+                         logged_ndt if ndt_from_log else num_draft_tokens, baseline_tps, expected_accept_len,
+                         "server_args" if ndt_from_log else "option")
 
 
 def _derive_vllm_lengths(samples: list[LogSample], steps: int | None, notes: list[str]) -> list[LogSample]:
@@ -593,7 +600,7 @@ def _mean(values: list[float]) -> float | None:
 def _build_result(source: str, engine: str | None, version: tuple[int, ...] | None, samples: list[LogSample],
                   total: int, ignored: int, unparsed_count: int, unparsed: tuple[tuple[int, str], ...],
                   unknown: tuple[str, ...], notes: list[str], num_draft_tokens: int | None,
-                  baseline_tps: float | None, expected_accept_len: float | None) -> LogResult:
+                  baseline_tps: float | None, expected_accept_len: float | None, ndt_given_by: str) -> LogResult:
     if engine == "vllm":
         positions = {len(s.per_position) for s in samples if s.per_position}
         steps = num_draft_tokens or (max(positions) if positions else None)
@@ -605,7 +612,7 @@ def _build_result(source: str, engine: str | None, version: tuple[int, ...] | No
     else:
         pairs = [(s.accept_len, s.accept_rate) for s in samples
                  if s.accept_len is not None and s.accept_rate is not None]
-        inference = infer_draft_tokens(pairs, num_draft_tokens, version)
+        inference = infer_draft_tokens(pairs, num_draft_tokens, version, ndt_given_by)
     interval = [s for s in samples if s.format != "sglang-lifetime"]
     lengths = [s.accept_len for s in interval if s.accept_len is not None]
     rates = [s.accept_rate for s in interval if s.accept_rate is not None]
