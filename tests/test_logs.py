@@ -32,7 +32,8 @@ def test_sglang_0_4_10_accept_len_only_with_hybrid_and_prealloc_fields():
     assert all(s.accept_len == 1.0 and s.accept_rate is None for s in r.samples)
     assert [s.gen_tps for s in r.samples] == [24.61, 24.83, 24.97, 24.79]
     assert r.samples[2].running_reqs == 8  # '#full token' / '#swa token' hybrid line
-    assert r.inference.formula is None and r.inference.num_draft_tokens is None
+    assert r.inference.formula is None  # 0.4.10 logs no accept rate
+    assert (r.inference.num_draft_tokens, r.inference.source) == (8, "server_args")  # from the ServerArgs line
     assert r.unparsed_lines == 0 and r.ignored_lines == 4
     assert codes(r) == ["logs/zero-acceptance"]
 
@@ -189,9 +190,13 @@ def test_missing_file_and_directory_raise_log_file_error(tmp_path):
 # ---------------------------------------------------------------- §6.4 arithmetic and K inference
 
 def test_worked_example_pins_k_and_the_0_5_5_formula():
-    r = parse_log(DATA / "sglang_0.5.5_dead.log")
-    inf = r.inference
+    text = (DATA / "sglang_0.5.5_dead.log").read_text()
+    without_args = parse_log("".join(l for l in text.splitlines(keepends=True) if "server_args" not in l))
+    inf = without_args.inference  # the len/rate pairs alone pin K and the formula
     assert (inf.formula, inf.num_draft_tokens, inf.draft_steps, inf.source) == ("0.5.5", 5, 4, "log")
+    r = parse_log(DATA / "sglang_0.5.5_dead.log")
+    inf = r.inference  # the ServerArgs line says the same
+    assert (inf.formula, inf.num_draft_tokens, inf.source, inf.candidates) == ("0.5.5", 5, "server_args", (("0.5.5", 5),))
     f = finding(r, "logs/zero-acceptance")
     assert "1.00/5 = 0.20" in f.detail and "floor" in f.detail and "only the bonus token" in f.detail
     assert "(1.00-1)/(5-1) = 0.00" in f.detail  # what 0.5.11+ logs for the same run
