@@ -133,8 +133,10 @@ def convert(ckpt_path: str | Path, to: str | None, out: str | Path | None, in_pl
     target = ckpt.root.resolve() if in_place else Path(out)  # resolved: "." keeps naming the old dir once swapped
     state: dict[str, Any] = {}
 
+    side_notes: list[str] = []  # side files (symlinks leaving the checkpoint) that were not copied
+
     def build(tmp: Path) -> None:
-        _write(ckpt, plan, overrides, tmp, progress)
+        _write(ckpt, plan, overrides, tmp, progress, side_notes)
 
     def verify(tmp: Path) -> None:
         state.update(_verify(ckpt, tmp, plan, profile, overrides, force))
@@ -149,7 +151,7 @@ def convert(ckpt_path: str | Path, to: str | None, out: str | Path | None, in_pl
                          {a: b for a, b in plan.names.items() if a != b and a in ckpt.tensors}, tuple(plan.omitted),
                          tuple(n for n in overrides if n in ckpt.tensors), tuple(added), tuple(plan.changes),
                          tuple(plan.refusals), str(backup) if backup else None, state.get("load"), state.get("diff"),
-                         findings=forced, notes=tuple(plan.notes))
+                         findings=forced, notes=tuple(plan.notes) + tuple(side_notes))
 
 
 def _single_file(ckpt: Checkpoint) -> bool:
@@ -309,7 +311,8 @@ def _override_info(name: str, tensor: Any) -> tuple[str, tuple[int, ...]]:
     return dtype, tuple(tensor.shape)
 
 
-def _write(ckpt: Checkpoint, plan: _Plan, overrides: Mapping[str, Any], tmp: Path, progress: bool) -> None:
+def _write(ckpt: Checkpoint, plan: _Plan, overrides: Mapping[str, Any], tmp: Path, progress: bool,
+           side_notes: list[str]) -> None:
     from tqdm import tqdm
 
     files: dict[Path, list[str]] = {f: [] for f in ckpt.files}
@@ -333,7 +336,7 @@ def _write(ckpt: Checkpoint, plan: _Plan, overrides: Mapping[str, Any], tmp: Pat
         (tmp / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
     (tmp / "config.json").write_text(json.dumps(plan.config, indent=2) + "\n")
     skip = {f.name for f in ckpt.files} | set(INDEX_NAMES) | {"config.json"}
-    copy_side_files(ckpt.root, tmp, skip, only=FILE_SIDE_FILES if _single_file(ckpt) else None)
+    copy_side_files(ckpt.root, tmp, skip, only=FILE_SIDE_FILES if _single_file(ckpt) else None, notes=side_notes)
 
 
 def _nbytes(ckpt: Checkpoint, overrides: Mapping[str, Any], key: str) -> int:

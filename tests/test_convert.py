@@ -306,6 +306,7 @@ def test_side_files_linked_into_the_cache_blobs_are_copied_others_noted(spec_dir
     assert not (dst / "notes.txt").exists() and not (dst / "dangling.json").exists()
     assert any(n.startswith("notes.txt not copied") and "outside" in n for n in notes)
     assert any(n.startswith("dangling.json not copied") for n in notes)
-    convert(snap, "sglang==0.5.11", tmp_path / "sg", progress=False)  # end to end: the tokenizer comes along
+    result = convert(snap, "sglang==0.5.11", tmp_path / "sg", progress=False)  # end to end: the tokenizer comes along
+    assert any(n.startswith("notes.txt not copied") for n in result.notes)  # and the user is told what stayed behind
     assert (tmp_path / "sg" / "tokenizer.json").read_text() == "{}"
     assert (tmp_path / "sg" / "generation_config.json").is_file() and not (tmp_path / "sg" / "notes.txt").exists()

@@ -60,7 +60,7 @@ ERA_B = replace(
     ERA_A,
     label="sglang 0.5.12–0.5.22",
     spec="sglang==0.5.22",
-    source="python/sglang/srt/models/llama_eagle3.py (sglang 0.5.12 wheel; 0.5.13/0.5.15 per FACTS.md)",
+    source="python/sglang/srt/models/llama_eagle3.py (sglang 0.5.12 wheel; 0.5.13/0.5.15 from notes; 0.5.16-0.5.22 unchecked)",
     versions=((0, 5, 12), (0, 5, 22)),
     honoured_flags=frozenset({"fc_norm", "norm_output"}),
     decoder="layers.{i}",

@@ -158,7 +158,8 @@ def resolve_aux_layers(spec: DraftSpec, num_target_layers: int | None, engine: E
             shift = captured[0] - sorted(trained)[0]
             findings.append(Finding(
                 "config/aux-ids-shifted", Severity.CRITICAL,
-                f"{label} captures every aux layer {shift:+d} off the layers the draft was trained with",
+                f"{label} captures every aux layer {abs(shift)} layer{'s' if abs(shift) != 1 else ''} "
+                f"{'early' if shift < 0 else 'late'}: not the layers the draft was trained with",
                 f"The ids {list(ids_read)} in {source} are read {convention}-of-layer by {label}, but the draft's "
                 f"trainer wrote them in the other convention ({trained_source}).",
                 evidence={"ids_read": list(ids_read), "source": source, "captured_hf": list(captured),

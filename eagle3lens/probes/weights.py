@@ -397,7 +397,7 @@ def provenance_findings(reports: tuple[TensorReport, ...], spec: DraftSpec) -> l
         findings.append(Finding(
             "weights/init-like", Severity.CRITICAL,
             f"{module}: {len(rs)} weight(s) match an initialiser, not trained values",
-            "std, mean and kurtosis match the initialiser the config predicts (FACTS §8): the engine would run an "
+            "std, mean and kurtosis match the initialiser the config predicts: the engine would run an "
             "untrained module. Check that the trainer saved the final weights (compare with --against).",
             {"tensors": {r.name: {"init": r.init.name if r.init else None, "std": r.stats.std, "mean": r.stats.mean,
                                   "kurtosis": r.stats.kurtosis, "absmax": r.stats.absmax,
