@@ -280,3 +280,14 @@ def test_fnuz_is_summarised_and_f4_skipped_with_notes(tmp_path, rng):
     target = _write_raw_safetensors(tmp_path / "t", {"model.embed_tokens.weight": ("F4", [4, 4], bytes(8))})
     r = weight_stats(a, target=target, chunk_bytes=CHUNK)
     assert r.copies == () and any("embed_tokens copy not checked" in n for n in r.notes)
+
+
+def test_converted_draft_keeps_its_head_confirmed_as_a_target_copy(demo_dir, tmp_path):
+    """After `convert --to sglang` the layout is SGLang's, but the head is still the target's rows: say so."""
+    from eagle3lens.convert import convert
+
+    convert(demo_dir / "speculators", "sglang==0.5.11", tmp_path / "sg", progress=False)
+    result = weight_stats(Checkpoint.open(tmp_path / "sg"), target=Checkpoint.open(demo_dir / "target"))
+    head = next(c for c in result.copies if c.draft == "lm_head.weight")
+    assert head.matches and not head.required
+    assert result["lm_head.weight"].verdict == "target-copy" and not result.findings

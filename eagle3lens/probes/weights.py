@@ -137,6 +137,7 @@ class CopyCheck:
     max_abs_diff: float = 0.0
     rel_l2: float = 0.0  # ||draft - target|| / ||target||
     problem: str | None = None  # shape / mapping problem that prevented the comparison
+    required: bool = True  # False: a match confirms a copy, a difference is normal (a trained head)
 
     @property
     def matches(self) -> bool:
@@ -413,7 +414,9 @@ def _find(ckpt: Checkpoint, suffix: str) -> str | None:
 
 
 def check_copies(draft: Checkpoint, target: Checkpoint, chunk_bytes: int, notes: list[str]) -> list[CopyCheck]:
-    """embed_tokens == target embed; for speculators drafters lm_head == target.lm_head[t2d]."""
+    """embed_tokens == target embed; lm_head == target.lm_head[t2d] (required for speculators drafters, which copy
+    it; for other layouts a match confirms a copied head, e.g. a speculators draft converted for SGLang, and a
+    difference is normal: SpecForge and EAGLE train their heads)."""
     checks = []
     t_embed = _find(target, "embed_tokens.weight")
     d_embed = _find(draft, "embed_tokens.weight")
@@ -423,15 +426,18 @@ def check_copies(draft: Checkpoint, target: Checkpoint, chunk_bytes: int, notes:
     elif d_embed:
         notes.append(f"target {target.path} has no embed_tokens: draft embeddings not checked")
     d_head = draft.tensors.get("lm_head.weight")
-    if d_head is not None and draft.layout == "speculators":
+    required = draft.layout == "speculators"
+    if d_head is not None and (required or _find(draft, "t2d") is not None):
         t_head = "lm_head.weight" if "lm_head.weight" in target else t_embed  # tied: the head is the embedding
         rows, problem = _t2d_rows(draft, d_head.shape[0], target.info(t_head).shape[0] if t_head else None)
         if t_head is None:
             notes.append(f"target {target.path} has neither lm_head nor embed_tokens: lm_head not checked")
         elif problem:
-            checks.append(CopyCheck("lm_head.weight", t_head, "t2d", d_head.shape, target.info(t_head).shape, problem=problem))
+            checks.append(CopyCheck("lm_head.weight", t_head, "t2d", d_head.shape, target.info(t_head).shape,
+                                    problem=problem, required=required))
         elif not _unreadable(notes, "lm_head copy not checked", (draft, "lm_head.weight"), (target, t_head)):
-            checks.append(_compare_rows(draft, "lm_head.weight", target, t_head, rows, "t2d", chunk_bytes))
+            check = _compare_rows(draft, "lm_head.weight", target, t_head, rows, "t2d", chunk_bytes)
+            checks.append(replace(check, required=required))
     return checks
 
 
@@ -516,7 +522,7 @@ def _read_run(ckpt: Checkpoint, name: str, r0: int, r1: int, width: int):
 def copy_findings(copies: Iterable[CopyCheck]) -> list[Finding]:
     findings = []
     for c in copies:
-        if c.matches:
+        if c.matches or not c.required:
             continue
         what = "target embed_tokens" if c.rows == "all" else "target.lm_head[t2d]"
         evidence = {k: v for k, v in c.to_dict().items() if k != "matches"}
@@ -528,8 +534,8 @@ def copy_findings(copies: Iterable[CopyCheck]) -> list[Finding]:
                       if c.rows == "all" else
                       "speculators drafters copy lm_head rows from the target (since 2026-04-15); older ones "
                       "trained from those rows and drift.")
-        findings.append(Finding("weights/target-copy-mismatch",
-                                Severity.CRITICAL if c.rows == "all" else Severity.WARNING, title, detail, evidence))
+        severity = Severity.INFO if c.problem else Severity.CRITICAL if c.rows == "all" else Severity.WARNING
+        findings.append(Finding("weights/target-copy-mismatch", severity, title, detail, evidence))
     return findings
 
 
