@@ -51,7 +51,9 @@ def _intermixed(parser: argparse.ArgumentParser) -> None:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("convert", help="rename keys / rewrite config for an engine, safely (temp, verify, rename)",
+    p = sub.add_parser("convert", usage="eagle3lens convert CKPT (OUT | --in-place) [--to E] [--repair-d2t [--target T]] "
+                                        "[--force] [--json] [--fail-on SEVERITY]",
+                       help="rename keys / rewrite config for an engine, safely (temp, verify, rename)",
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        epilog=example_epilog("eagle3lens convert demo/speculators --to sglang==0.5.11 fixed/",
                                              "eagle3lens convert demo/speculators --to sglang==0.5.11 --in-place   # keeps .orig",
