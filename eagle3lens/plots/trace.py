@@ -99,7 +99,12 @@ def wiring_html(result: "WiringResult") -> str:
 
 def aux_resolution_rich(res: "AuxResolution"):
     from rich.table import Table
+    from rich.text import Text
 
+    if not res.captured:  # the engine's default depends on the target's layer count
+        read = f"ids {list(res.ids_read)} from {res.source}" if res.ids_read else "no id list it reads, so its default"
+        return Text(f"aux layers under {res.engine}: {read}; which target layers that captures depends on the "
+                    "target's layer count: pass --target to resolve them", style="dim")
     table = Table(title=f"aux layers under {res.engine} (source: {res.source}, ids {list(res.ids_read)})",
                   expand=False)
     table.add_column("HF index")
