@@ -99,7 +99,7 @@ class DemoPaths:
         return {name: self.root / name for name in VARIANTS}
 
 
-def _is_demo(manifest: Path) -> bool:
+def is_demo(manifest: Path) -> bool:
     """Only a folder this module built (its manifest says so) may be reused or replaced."""
     try:
         return json.loads(manifest.read_text(encoding="utf-8")).get("tool") == "eagle3lens demo"
@@ -119,10 +119,10 @@ def build_demo(out_dir: str | Path, force: bool = False,
     if out.exists():
         if not out.is_dir():
             raise UsageError(f"{out}: exists and is not a directory")
-        is_demo = _is_demo(paths.manifest)
-        if is_demo and not force:
+        earlier_demo = is_demo(paths.manifest)
+        if earlier_demo and not force:
             return paths
-        if any(out.iterdir()) and not is_demo:
+        if any(out.iterdir()) and not earlier_demo:
             raise UsageError(f"{out}: directory is not empty and is not an eagle3lens demo; choose another DIR")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.building"

@@ -151,9 +151,15 @@ def record_findings(*objs: Any) -> None:
 
 
 def default_demo_dir() -> Path:
-    """Where walkthroughs build the demo incident when no ``demo_dir`` is given."""
+    """Where walkthroughs find or build the demo incident when no ``demo_dir`` is given: ``$EAGLE3LENS_DEMO_DIR``,
+    else the checkout's ``demo/`` when ``make demo`` built it there, else the user's cache."""
+    from .demo import is_demo
+
     if os.environ.get("EAGLE3LENS_DEMO_DIR"):
         return Path(os.environ["EAGLE3LENS_DEMO_DIR"])
+    checkout_demo = Path(__file__).resolve().parent.parent / "demo"
+    if is_demo(checkout_demo / "manifest.json"):
+        return checkout_demo
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     return cache / "eagle3lens" / "demo"
 

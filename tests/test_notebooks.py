@@ -419,3 +419,18 @@ def test_relative_path_parameters_are_read_from_where_the_command_runs(tmp_path,
                      "--no-progress"]) == 0
     executed = nbformat.read(work / "out" / "read.ipynb", as_version=4)
     assert "hello from the caller's folder" in executed.cells[-1].outputs[0]["text"]
+
+
+def test_walkthroughs_use_the_checkouts_demo_when_make_demo_built_it(monkeypatch, tmp_path):
+    import eagle3lens.notebook as notebook_module
+
+    monkeypatch.delenv("EAGLE3LENS_DEMO_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    checkout = tmp_path / "checkout"
+    monkeypatch.setattr(notebook_module, "__file__", str(checkout / "eagle3lens" / "notebook.py"))
+    assert notebook_module.default_demo_dir() == tmp_path / "cache" / "eagle3lens" / "demo"  # no demo/ there
+    (checkout / "demo").mkdir(parents=True)
+    (checkout / "demo" / "manifest.json").write_text('{"name": "something else"}')
+    assert notebook_module.default_demo_dir() == tmp_path / "cache" / "eagle3lens" / "demo"  # not a demo
+    (checkout / "demo" / "manifest.json").write_text('{"tool": "eagle3lens demo"}')
+    assert notebook_module.default_demo_dir() == checkout / "demo"
