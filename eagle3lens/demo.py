@@ -397,6 +397,10 @@ uniform chance {1 / N:.2%}).
 
 Logs: `sglang.log` (SGLang 0.5.x decode lines, accept len 1.00, accept rate 0.00) and `vllm.log`
 (vLLM 0.33.0 SpecDecoding metrics, mean acceptance length 1.00): both `logs/zero-acceptance`.
+`sglang.log` is the incident's server: its draft config had been edited to `LlamaForCausalLMEagle3` (hence
+`type=LlamaForCausalLMEagle3` at load) while the keys stayed `layers.0.*`, so SGLang 0.5.11 ran the EAGLE-3 class
+with a random decoder. Served exactly as `speculators/` is, SGLang would not even recognise the config
+(`config/unrecognized`); `eagle3lens convert --to sglang==0.5.11` fixes both.
 
 The head of a valid `d2t` is a run of zeros (ids 0..k-1 are in the draft vocab): that is normal.
 
