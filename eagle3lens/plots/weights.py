@@ -29,7 +29,8 @@ def std_figure(result: "WeightsResult"):
     fig.add_scatter(name="predicted init std", x=x, y=[t.init.std if t.init else None for t in rows], mode="markers",
                     marker={"symbol": "line-ew-open", "size": 18, "color": "black"})
     fig.update_layout(title="std per tensor (marker: the initialiser's std; equal std + shape = untrained)",
-                      yaxis_type="log", barmode="group", height=420)
+                      yaxis={"type": "log", "title": "std (log scale)", "dtick": 1}, barmode="group",
+                      height=520, margin={"b": 160}, xaxis_tickangle=-45)
     return fig
 
 
