@@ -39,15 +39,10 @@ def draft_shapes(hidden: int, vocab: int, draft_vocab: int, n_aux: int, heads: i
 BYTES = {"BF16": 2, "I64": 8, "BOOL": 1}
 
 
-def make_sparse_draft(dir: str | Path, hidden: int = 7168, vocab: int = 163840, draft_vocab: int = 32000, n_aux: int = 3,
-                      heads: int = 56, kv_heads: int = 8, head_dim: int = 128, intermediate: int = 18432,
-                      with_embed: bool = True, fill: bool = False, ids: tuple[int, ...] = (2, 30, 58)) -> Path:
-    """Write ``dir/model.safetensors`` + a speculators ``config.json``; ``fill`` writes real (pseudo-random) bytes."""
-    dir = Path(dir)
-    dir.mkdir(parents=True, exist_ok=True)
-    shapes = draft_shapes(hidden, vocab, draft_vocab, n_aux, heads, kv_heads, head_dim, intermediate, with_embed)
+def safetensors_prefix(tensors: dict[str, tuple[str, tuple[int, ...]]]) -> tuple[bytes, int]:
+    """Length prefix + space-padded JSON header for ``name -> (dtype, shape)`` stored back to back, and the data size."""
     header, offset = {"__metadata__": {"format": "pt"}}, 0
-    for name, (dtype, shape) in shapes.items():
+    for name, (dtype, shape) in tensors.items():
         size = BYTES[dtype]
         for d in shape:
             size *= d
@@ -55,9 +50,20 @@ def make_sparse_draft(dir: str | Path, hidden: int = 7168, vocab: int = 163840, 
         offset += size
     raw = json.dumps(header).encode()
     raw += b" " * (-len(raw) % 8)
+    return struct.pack("<Q", len(raw)) + raw, offset
+
+
+def make_sparse_draft(dir: str | Path, hidden: int = 7168, vocab: int = 163840, draft_vocab: int = 32000, n_aux: int = 3,
+                      heads: int = 56, kv_heads: int = 8, head_dim: int = 128, intermediate: int = 18432,
+                      with_embed: bool = True, fill: bool = False, ids: tuple[int, ...] = (2, 30, 58)) -> Path:
+    """Write ``dir/model.safetensors`` + a speculators ``config.json``; ``fill`` writes real (pseudo-random) bytes."""
+    dir = Path(dir)
+    dir.mkdir(parents=True, exist_ok=True)
+    shapes = draft_shapes(hidden, vocab, draft_vocab, n_aux, heads, kv_heads, head_dim, intermediate, with_embed)
+    prefix, offset = safetensors_prefix(shapes)
     path = dir / "model.safetensors"
     with open(path, "wb") as fh:
-        fh.write(struct.pack("<Q", len(raw)) + raw)
+        fh.write(prefix)
         if fill:
             block = os.urandom(16 << 20)
             left = offset
@@ -66,7 +72,7 @@ def make_sparse_draft(dir: str | Path, hidden: int = 7168, vocab: int = 163840, 
                 fh.write(block[:n])
                 left -= n
         else:
-            fh.truncate(8 + len(raw) + offset)
+            fh.truncate(len(prefix) + offset)
     layer = {"model_type": "llama", "hidden_size": hidden, "intermediate_size": intermediate, "num_attention_heads": heads,
              "num_key_value_heads": kv_heads, "head_dim": head_dim, "num_hidden_layers": 1, "vocab_size": vocab,
              "rms_norm_eps": 1e-5, "hidden_act": "silu", "tie_word_embeddings": False}

@@ -17,11 +17,13 @@ import argparse
 import json
 import os
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _fullsize import safetensors_prefix  # noqa: E402
 
 TENSOR_MB = 128
 
@@ -66,16 +68,10 @@ def write_checkpoint(out: Path, gb: float) -> list[Path]:
     torch.manual_seed(0)
     n_tensors = max(1, round(gb * 1024 / TENSOR_MB))
     rows, cols = TENSOR_MB * (1 << 20) // 2 // 4096, 4096
-    header, offset = {}, 0
-    for i in range(n_tensors):
-        size = rows * cols * 2
-        header[f"layers.{i}.mlp.up_proj.weight"] = {"dtype": "BF16", "shape": [rows, cols], "data_offsets": [offset, offset + size]}
-        offset += size
-    raw = json.dumps(header).encode()
-    raw += b" " * (-len(raw) % 8)
+    prefix, _ = safetensors_prefix({f"layers.{i}.mlp.up_proj.weight": ("BF16", (rows, cols)) for i in range(n_tensors)})
     path = out / "model.safetensors"
     with open(path, "wb") as fh:
-        fh.write(struct.pack("<Q", len(raw)) + raw)
+        fh.write(prefix)
         for _ in range(n_tensors):
             t = (torch.distributions.StudentT(4.0).sample((rows, cols)) * 0.02).to(torch.bfloat16)
             fh.write(t.view(torch.int16).numpy().tobytes())
