@@ -13,7 +13,7 @@ import stat
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, BinaryIO, Iterator
 
 from .errors import CheckpointError
 from .jsonio import read_json
@@ -249,26 +249,40 @@ class Checkpoint:
         """
         info = self.info(name)
         if info.begin is None:
-            data = memoryview(self._pickled[name].contiguous().view(-1).view(__import__("torch").uint8).numpy()).cast("B")
-            return data[start: info.nbytes if stop is None else stop]
+            return self._pickled_bytes(name)[start: info.nbytes if stop is None else stop]
         stop = info.nbytes if stop is None else min(stop, info.nbytes)
         size = max(stop - start, 0)
         buf = memoryview(out if out is not None else bytearray(size))[:size]
         with open(info.file, "rb", buffering=0) as fh:
-            fh.seek(info.begin + start)
-            got = fh.readinto(buf)
-        if got != size:
-            raise CheckpointError(info.file, f"tensor {name!r}: file ended after {got} of {size} bytes")
+            _read_exactly(fh, info, start, buf)
         return buf
 
-    def iter_chunks(self, name: str, chunk_bytes: int = 16 << 20) -> Iterator[memoryview]:
-        """Yield a tensor's bytes in chunks of at most ``chunk_bytes`` (element-aligned), reusing one buffer."""
+    def iter_chunks(self, name: str, chunk_bytes: int = 16 << 20, start: int = 0,
+                    stop: int | None = None) -> Iterator[memoryview]:
+        """Yield a tensor's bytes ``[start, stop)`` in chunks of at most ``chunk_bytes`` (element-aligned), reusing
+        one buffer and one open file."""
         info = self.info(name)
         elem = max(DTYPE_BITS[info.dtype] // 8, 1)
         chunk = max(chunk_bytes - chunk_bytes % elem, elem)
-        buf = bytearray(min(chunk, info.nbytes))
-        for start in range(0, info.nbytes, chunk):
-            yield self.read_bytes(name, start, start + chunk, out=buf)
+        stop = info.nbytes if stop is None else min(stop, info.nbytes)
+        if start % elem or (stop % elem and stop != info.nbytes):
+            raise ValueError(f"tensor {name!r}: byte span [{start}, {stop}) does not fall on {elem}-byte elements")
+        if info.begin is None:
+            data = self._pickled_bytes(name)
+            for first in range(start, stop, chunk):
+                yield data[first: min(first + chunk, stop)]
+            return
+        buf = memoryview(bytearray(min(chunk, max(stop - start, 0))))
+        with open(info.file, "rb", buffering=0) as fh:
+            for first in range(start, stop, chunk):
+                view = buf[: min(chunk, stop - first)]
+                _read_exactly(fh, info, first, view)
+                yield view
+
+    def _pickled_bytes(self, name: str) -> memoryview:
+        import torch
+
+        return memoryview(self._pickled[name].contiguous().view(-1).view(torch.uint8).numpy()).cast("B")
 
     # -- what it is -------------------------------------------------------------------------
     def require_draft(self) -> "Checkpoint":
@@ -535,3 +549,11 @@ def build_spec(config: dict[str, Any] | None, tensors: dict[str, TensorInfo]) ->
         lm_head_rows=lm_head.shape[0] if lm_head is not None and lm_head.shape else None,
         verifier=verifier,
     )
+
+
+def _read_exactly(fh: BinaryIO, info: TensorInfo, start: int, view: memoryview) -> None:
+    """Fill ``view`` with the tensor's bytes from ``start`` on; a file that ends early is a CheckpointError."""
+    fh.seek(info.begin + start)
+    got = fh.readinto(view)
+    if got != len(view):
+        raise CheckpointError(info.file, f"tensor {info.name!r}: file ended after {got} of {len(view)} bytes")
