@@ -7,7 +7,7 @@ import sys
 
 from ..checkpoint import Checkpoint
 from ..findings import Report
-from . import add_output_options, example_epilog, finish
+from . import add_output_options, example_epilog, finish, positive_int
 
 
 def run(args: argparse.Namespace) -> int:
@@ -19,7 +19,7 @@ def run(args: argparse.Namespace) -> int:
     against = Checkpoint.open(args.against) if args.against else None
     report = Report(checkpoint=ckpt.summary())
     report.add("weights", weight_stats(ckpt, names=args.names, device=args.device, target=target, against=against,
-                                       progress=None if sys.stderr.isatty() else False))
+                                       progress=None if sys.stderr.isatty() else False, threads=args.threads))
     if target is None:
         report.notes.append("no --target given: embed_tokens / lm_head copies not checked")
     return finish(report, args)
@@ -41,5 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--against", metavar="CKPT2", help="reference checkpoint: per-tensor relative change and cosine")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda: where chunks are reduced")
     p.add_argument("--names", metavar="PATTERN", help="only tensors matching this glob, e.g. 'layers.0.*'")
+    p.add_argument("--threads", type=positive_int, metavar="N",
+                   help="CPU threads streaming a large tensor side by side (default: usable cores, at most 4)")
     add_output_options(p)
     p.set_defaults(func=run)

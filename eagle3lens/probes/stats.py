@@ -7,15 +7,19 @@ min/max/zeros/NaN/Inf are exact. The histogram needs no range up front: it count
 value's float32 pattern (bf16-truncated values, ~3 significant digits) on an evenly strided sample of each
 chunk, and is rebinned over [min, max] at the end.
 Integers and bool: min, max, zero count and distinct count (exact up to ``DISTINCT_CAP`` values).
+A tensor of several chunks can be cut into byte spans of whole chunks, streamed by one thread each and merged:
+the per-chunk numbers do not change, only the float64 merge order.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -27,6 +31,7 @@ HIST_SAMPLES_PER_CHUNK = 1 << 12
 PENDING_SAMPLES = 1 << 20
 HIST_BINS = 64
 DISTINCT_CAP = 1 << 20
+_F32_MAX = float(np.finfo(np.float32).max)
 
 
 @functools.cache
@@ -137,7 +142,6 @@ class StreamingStats:
     _min: float = math.inf
     _max: float = -math.inf
     _codes: Any = None  # np.int64[65536] histogram of float32 top-16-bit patterns
-    _sample: int = 0
     _distinct: Any = None  # sorted unique values so far (ints), None once capped
     _capped: bool = False
     _work: Any = None  # reused float workspace, see _workspace
@@ -151,6 +155,8 @@ class StreamingStats:
     def update(self, raw: memoryview) -> None:
         """Add the next chunk of raw bytes (element-aligned)."""
         chunk = as_tensor(raw, self.dtype)
+        if self.kind == "float" and chunk.numel():
+            self._add_sample(raw, chunk)
         if self.device != "cpu":
             chunk = chunk.to(self.device)
         if self.kind == "float":
@@ -179,13 +185,15 @@ class StreamingStats:
         lo, hi = torch.aminmax(x)
         self._min, self._max = min(self._min, float(lo)), max(self._max, float(hi))
         self._zeros += _zero_count(x)
-        self._add_sample(x[:: max(1, -(-n // HIST_SAMPLES_PER_CHUNK))])
         mean = total / n
         d = torch.sub(x, mean, out=work[0, :n])  # x is done with (or was the read buffer itself)
         d2 = torch.mul(d, d, out=work[1, :n])
-        m3 = float(torch.dot(d2, d))  # one BLAS pass; m3 enters the merge only scaled by mean differences
-        m4 = float(torch.mul(d2, d2, out=work[0, :n]).sum())  # sum() is ~100x more accurate than a float32 dot
-        self._moments.merge(n, mean, float(d2.sum()), m3, m4)
+        # products then cascaded sums, not BLAS dots: ~100x more accurate than a float32 dot, and dots called
+        # from two threads at once run slower than from one
+        m2 = float(d2.sum())
+        m3 = float(torch.mul(d2, d, out=work[0, :n]).sum())
+        m4 = float(torch.mul(d2, d2, out=work[0, :n]).sum())
+        self._moments.merge(n, mean, m2, m3, m4)
 
     def _workspace(self, n: int, dtype, device):
         """Two reused rows (value, then centred value; its square): no allocation and no page faults per chunk."""
@@ -195,13 +203,21 @@ class StreamingStats:
             self._work = torch.empty(2, n, dtype=dtype, device=device)
         return self._work
 
-    def _add_sample(self, sample) -> None:
+    def _add_sample(self, raw: memoryview, chunk) -> None:
+        """Keep the float32 top-16-bit codes of an evenly strided sample of the raw chunk (non-finite codes are
+        dropped when the histogram is built, so NaN/Inf never enter it)."""
         import torch
 
-        bits = sample.to(torch.float32).contiguous().cpu().view(torch.int32).numpy()
-        self._pending.append((bits >> 16).astype(np.uint16))
-        self._pending_n += len(bits)
-        self._sample += len(bits)
+        step = max(1, -(-chunk.numel() // HIST_SAMPLES_PER_CHUNK))
+        if self.dtype == "BF16":  # a bf16 value's bits are the top half of its float32 pattern
+            codes = np.frombuffer(raw, dtype="<u2")[::step].copy()
+        else:
+            sample = chunk[::step]
+            if sample.dtype == torch.float64:  # finite values beyond float32 would turn into +-inf codes
+                sample = sample[torch.isfinite(sample)].clamp(-_F32_MAX, _F32_MAX)
+            codes = (sample.to(torch.float32).contiguous().view(torch.int32).numpy() >> 16).astype(np.uint16)
+        self._pending.append(codes)
+        self._pending_n += len(codes)
         if self._pending_n >= PENDING_SAMPLES:
             self._flush_sample()
 
@@ -211,6 +227,20 @@ class StreamingStats:
             counts = np.bincount(np.concatenate(self._pending), minlength=1 << 16)
             self._codes = counts if self._codes is None else self._codes + counts
             self._pending, self._pending_n = [], 0
+
+    def merge(self, other: "StreamingStats") -> None:
+        """Fold in the statistics of another span of the same tensor (chunks streamed by another thread)."""
+        m = other._moments
+        self._moments.merge(m.n, m.mean, m.m2, m.m3, m.m4)
+        self._nan, self._inf, self._zeros = self._nan + other._nan, self._inf + other._inf, self._zeros + other._zeros
+        self._min, self._max = min(self._min, other._min), max(self._max, other._max)
+        other._flush_sample()
+        if other._codes is not None:
+            self._codes = other._codes if self._codes is None else self._codes + other._codes
+        if self._capped or other._capped:
+            self._capped, self._distinct = True, None
+        elif other._distinct is not None:
+            self._merge_distinct(other._distinct)
 
     def _update_int(self, chunk) -> None:
         import torch
@@ -224,7 +254,11 @@ class StreamingStats:
         self._zeros += chunk.numel() - int(torch.count_nonzero(chunk))
         if self._capped:
             return
-        uniq = torch.unique(chunk).cpu()
+        self._merge_distinct(torch.unique(chunk).cpu())
+
+    def _merge_distinct(self, uniq) -> None:
+        import torch
+
         merged = uniq if self._distinct is None else torch.unique(torch.cat([self._distinct, uniq.to(self._distinct.dtype)]))
         if merged.numel() > DISTINCT_CAP:
             self._capped, self._distinct = True, None
@@ -246,25 +280,28 @@ class StreamingStats:
         m = self._moments
         std = math.sqrt(m.m2 / m.n) if m.n else None
         kurt = (m.n * m.m4 / (m.m2 * m.m2) - 3.0) if m.n and m.m2 > 0 else None
-        edges, counts = self._histogram(lo, hi)
+        edges, counts, sample = self._histogram(lo, hi)
         return TensorStats(
             **base, nan=self._nan, inf=self._inf, zeros=self._zeros, min=lo, max=hi,
             absmax=None if not has else max(abs(lo), abs(hi)), mean=m.mean if m.n else None, std=std,
             l2=math.sqrt(m.m2 + m.n * m.mean * m.mean) if m.n else None, kurtosis=kurt,
-            hist_edges=edges, hist_counts=counts, hist_sample=self._sample,
+            hist_edges=edges, hist_counts=counts, hist_sample=sample,
         )
 
-    def _histogram(self, lo: float | None, hi: float | None) -> tuple[tuple[float, ...], tuple[int, ...]]:
+    def _histogram(self, lo: float | None, hi: float | None) -> tuple[tuple[float, ...], tuple[int, ...], int]:
+        """Edges, counts and sample size of a HIST_BINS histogram over [lo, hi] of the finite sampled codes."""
         self._flush_sample()
         if self._codes is None or lo is None:
-            return (), ()
+            return (), (), 0
         codes = np.nonzero(self._codes)[0]
-        values = (codes.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+        codes = codes[(codes & 0x7F80) != 0x7F80]  # all-ones exponent: NaN or Inf
+        weights = self._codes[codes]
+        sample = int(weights.sum())
         if hi == lo:
-            return (lo, hi), (int(self._codes.sum()),)
-        counts, edges = np.histogram(np.clip(values, lo, hi), bins=HIST_BINS, range=(lo, hi),
-                                     weights=self._codes[codes])
-        return tuple(float(e) for e in edges), tuple(int(c) for c in counts)
+            return (lo, hi), (sample,), sample
+        values = (codes.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+        counts, edges = np.histogram(np.clip(values, lo, hi), bins=HIST_BINS, range=(lo, hi), weights=weights)
+        return tuple(float(e) for e in edges), tuple(int(c) for c in counts), sample
 
 
 def _zero_count(x) -> int:
@@ -277,19 +314,68 @@ def _zero_count(x) -> int:
 
 
 def tensor_stats(ckpt: Checkpoint, name: str, chunk_bytes: int = DEFAULT_CHUNK_BYTES, device: str = "cpu",
-                 on_bytes=None) -> TensorStats:
-    """Stream one tensor of ``ckpt`` through a StreamingStats; ``on_bytes(n)`` is called after each chunk."""
+                 on_bytes: Callable[[int], object] | None = None, threads: int = 1) -> TensorStats:
+    """Stream one tensor of ``ckpt`` through StreamingStats; ``on_bytes(n)`` is called after each chunk.
+
+    With ``threads`` > 1 (CPU only) a tensor of several chunks is cut into that many byte spans, each streamed by
+    its own thread with its own buffer (torch and file reads release the GIL), and the spans' statistics merged.
+    """
     info = ckpt.info(name)
     acc = StreamingStats(name, info.dtype, info.shape, device=device)
-    if acc.kind != "unsupported":
-        with single_threaded(device):
-            for raw in ckpt.iter_chunks(name, chunk_bytes):
-                acc.update(raw)
-                if on_bytes is not None:
-                    on_bytes(len(raw))
-    elif on_bytes is not None:
-        on_bytes(info.nbytes)
+    if acc.kind == "unsupported":
+        if on_bytes is not None:
+            on_bytes(info.nbytes)
+        return acc.result()
+    elem = max(DTYPE_BITS[info.dtype] // 8, 1)
+    chunk = max(chunk_bytes - chunk_bytes % elem, elem)
+    spans = byte_spans(info.nbytes, chunk, threads if device == "cpu" else 1)
+    with single_threaded(device):
+        if len(spans) == 1:
+            _stream_span(ckpt, name, acc, spans[0], chunk, on_bytes, threading.Event())
+        else:
+            parts = [StreamingStats(name, info.dtype, info.shape, device=device) for _ in spans]
+            _stream_parallel(ckpt, name, parts, spans, chunk, on_bytes)
+            for part in parts:
+                acc.merge(part)
     return acc.result()
+
+
+def byte_spans(nbytes: int, chunk: int, threads: int) -> list[tuple[int, int]]:
+    """Split ``[0, nbytes)`` into at most ``threads`` contiguous spans of whole chunks (one span per chunk at most)."""
+    chunks = max(1, -(-nbytes // chunk))
+    per_span = -(-chunks // max(1, min(threads, chunks))) * chunk
+    return [(start, min(start + per_span, nbytes)) for start in range(0, nbytes, per_span)] or [(0, 0)]
+
+
+def _stream_span(ckpt: Checkpoint, name: str, acc: StreamingStats, span: tuple[int, int], chunk: int,
+                 on_bytes: Callable[[int], object] | None, stop: threading.Event) -> None:
+    for raw in ckpt.iter_chunks(name, chunk, *span):
+        if stop.is_set():
+            return
+        acc.update(raw)
+        if on_bytes is not None:
+            on_bytes(len(raw))
+
+
+def _stream_parallel(ckpt: Checkpoint, name: str, parts: list[StreamingStats], spans: list[tuple[int, int]],
+                     chunk: int, on_bytes: Callable[[int], object] | None) -> None:
+    """One thread per span; the first error (or Ctrl-C) stops every thread at its next chunk and is raised."""
+    lock, stop = threading.Lock(), threading.Event()
+
+    def locked(n: int) -> None:
+        with lock:
+            on_bytes(n)
+
+    report = locked if on_bytes is not None else None
+    with ThreadPoolExecutor(len(spans), thread_name_prefix="eagle3lens-stats") as pool:
+        futures = [pool.submit(_stream_span, ckpt, name, part, span, chunk, report, stop)
+                   for part, span in zip(parts, spans)]
+        try:
+            for future in futures:
+                future.result()
+        except BaseException:
+            stop.set()
+            raise
 
 
 @contextmanager

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fnmatch
 import math
+import os
 import re
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, Mapping
@@ -246,17 +247,22 @@ def weight_stats(
     progress: bool | None = None,
     target: Checkpoint | None = None,
     against: Checkpoint | None = None,
+    threads: int | None = None,
 ) -> WeightsResult:
     """Stream every tensor (or ``names``: a glob pattern or exact names) and judge its provenance.
 
     ``progress``: None shows a tqdm bar when more than ~100 MB are read, True/False force it.
     ``device="cuda"`` moves each chunk to the GPU before reducing it.
+    ``threads``: CPU threads that stream a large tensor's spans side by side (default: up to 4 usable cores).
     """
     check_device(device)
+    threads = default_threads() if threads is None else threads
+    if threads < 1:
+        raise UsageError(f"threads must be at least 1, got {threads}")
     selected = select_names(ckpt, names)
     total = sum(ckpt.info(n).nbytes for n in selected)
     with _progress_bar(total, progress, ckpt.path) as bar:
-        stats = [tensor_stats(ckpt, n, chunk_bytes, device, bar.update) for n in selected]
+        stats = [tensor_stats(ckpt, n, chunk_bytes, device, bar.update, threads) for n in selected]
     spec = ckpt.spec
     notes: list[str] = []
     copies = tuple(check_copies(ckpt, target, chunk_bytes, notes)) if target is not None else ()
@@ -273,6 +279,12 @@ def weight_stats(
     comparison = compare(ckpt, against, selected, chunk_bytes, notes) if against is not None else None
     findings = provenance_findings(reports, spec) + copy_findings(copies)
     return WeightsResult(str(ckpt.path), reports, modules, decoder, copies, comparison, tuple(findings), tuple(notes))
+
+
+def default_threads() -> int:
+    """Cores this process may use, at most 4 (beyond that a page-cache read is the limit, not the reduction)."""
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(4, usable))
 
 
 def check_device(device: str) -> None:

@@ -1,0 +1,110 @@
+"""Streaming statistics across threads: spans of whole chunks, merged statistics equal to one stream's."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from eagle3lens.checkpoint import Checkpoint
+from eagle3lens.cli import main
+from eagle3lens.errors import CheckpointError, UsageError
+from eagle3lens.probes.stats import byte_spans, tensor_stats
+from eagle3lens.probes.weights import weight_stats
+
+from _weights_helpers import save_ckpt
+
+CHUNK = 256  # bytes
+
+
+@pytest.fixture
+def rng():
+    torch.manual_seed(99)
+
+
+@given(nbytes=st.integers(0, 10_000), chunk=st.integers(1, 700), threads=st.integers(1, 9))
+def test_byte_spans_tile_the_tensor_in_whole_chunks(nbytes, chunk, threads):
+    spans = byte_spans(nbytes, chunk, threads)
+    assert spans[0][0] == 0 and spans[-1][1] == nbytes
+    assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))  # contiguous, no overlap
+    assert all(start % chunk == 0 for start, _ in spans)  # a span starts on a chunk boundary
+    assert len(spans) <= max(1, min(threads, -(-nbytes // chunk)))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float16, torch.float64], ids=str)
+def test_threads_give_the_single_stream_statistics(tmp_path, rng, dtype):
+    x = (torch.randn(5003) * 0.3 + 0.1).to(dtype)
+    x[7], x[4000], x[2500], x[3333] = float("nan"), float("inf"), 0.0, float("-inf")  # in different spans
+    ckpt = save_ckpt(tmp_path, {"w": x})
+    one = tensor_stats(ckpt, "w", chunk_bytes=CHUNK, threads=1)
+    seen = []
+    three = tensor_stats(ckpt, "w", chunk_bytes=CHUNK, threads=3, on_bytes=seen.append)
+    assert sum(seen) == ckpt.info("w").nbytes  # progress counts every byte once, from every thread
+    exact = ("nan", "inf", "zeros", "min", "max", "absmax", "hist_edges", "hist_counts", "hist_sample", "numel")
+    assert {k: getattr(three, k) for k in exact} == {k: getattr(one, k) for k in exact}
+    for key in ("mean", "std", "l2", "kurtosis"):  # merge order differs: float64 rounding only
+        assert getattr(three, key) == pytest.approx(getattr(one, key), rel=1e-12, abs=1e-15)
+    ref = x.double()[torch.isfinite(x.double())]
+    assert (three.nan, three.inf, three.zeros) == (1, 2, 1)
+    assert three.std == pytest.approx(float(ref.std(unbiased=False)), rel=1e-6)
+
+
+def test_threads_merge_distinct_integers_across_spans(tmp_path):
+    x = torch.cat([torch.arange(0, 300), torch.arange(200, 600), torch.tensor([-5, 0])]).to(torch.int32)
+    ckpt = save_ckpt(tmp_path, {"i": x})
+    s = tensor_stats(ckpt, "i", chunk_bytes=64, threads=4)
+    assert (s.min, s.max, s.distinct, s.zeros) == (-5, 599, 601, 2)
+
+
+def test_threads_spread_work_over_threads_and_restore_torch_threads(tmp_path, rng, monkeypatch):
+    ckpt = save_ckpt(tmp_path, {"w": torch.randn(4096)})
+    names = set()
+    original = Checkpoint.iter_chunks
+
+    def spy(self, *args, **kwargs):
+        names.add(threading.current_thread().name)
+        yield from original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Checkpoint, "iter_chunks", spy)
+    before = torch.get_num_threads()
+    tensor_stats(ckpt, "w", chunk_bytes=1024, threads=2)
+    assert len(names) == 2 and all(n.startswith("eagle3lens-stats") for n in names)
+    assert torch.get_num_threads() == before
+
+
+def test_a_failing_span_raises_and_stops_the_others(tmp_path, rng):
+    ckpt = save_ckpt(tmp_path, {"w": torch.randn(20000)})
+    path = ckpt.info("w").file
+    path.write_bytes(path.read_bytes()[:-40000])  # truncated after the header was read: the second span fails
+    with pytest.raises(CheckpointError, match="file ended after"):
+        tensor_stats(ckpt, "w", chunk_bytes=4096, threads=2)
+
+
+def test_iter_chunks_over_a_span_reads_exactly_those_bytes(tmp_path):
+    x = torch.arange(100, dtype=torch.float32)
+    ckpt = save_ckpt(tmp_path, {"w": x})
+    joined = b"".join(bytes(c) for c in ckpt.iter_chunks("w", 24, start=40, stop=200))
+    assert joined == x[10:50].numpy().tobytes()
+    with pytest.raises(ValueError, match="4-byte elements"):
+        next(ckpt.iter_chunks("w", 24, start=2))
+
+
+def test_weight_stats_threads_option(tmp_path, rng):
+    ckpt = save_ckpt(tmp_path, {"a.weight": torch.randn(64, 64), "b.weight": torch.randn(8)})
+    by_threads = [weight_stats(ckpt, chunk_bytes=512, threads=t) for t in (1, 3)]
+    stds = [[r.stats.std for r in res.tensors] for res in by_threads]
+    assert stds[0] == pytest.approx(stds[1], rel=1e-12)
+    with pytest.raises(UsageError, match="at least 1"):
+        weight_stats(ckpt, threads=0)
+
+
+def test_cli_threads_flag(tmp_path, rng, capsys):
+    save_ckpt(tmp_path, {"a.weight": torch.randn(32, 32)})
+    assert main(["weights", str(tmp_path), "--threads", "2", "--json"]) in (0, 1)
+    assert '"a.weight"' in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exc:
+        main(["weights", str(tmp_path), "--threads", "0"])
+    assert exc.value.code == 2 and "positive integer" in capsys.readouterr().err
