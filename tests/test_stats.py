@@ -108,3 +108,16 @@ def test_cli_threads_flag(tmp_path, rng, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["weights", str(tmp_path), "--threads", "0"])
     assert exc.value.code == 2 and "positive integer" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (runs on GPU hosts)")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float8_e4m3fn, torch.int64], ids=str)
+def test_cuda_reduction_gives_the_cpu_statistics(tmp_path, rng, dtype):
+    x = (torch.randn(20011) * 3).to(dtype)
+    ckpt = save_ckpt(tmp_path, {"w": x})
+    cpu, gpu = (tensor_stats(ckpt, "w", chunk_bytes=4096, device=d) for d in ("cpu", "cuda"))
+    exact = ("nan", "inf", "zeros", "min", "max", "distinct", "hist_counts", "hist_sample")
+    assert {k: getattr(gpu, k) for k in exact} == {k: getattr(cpu, k) for k in exact}
+    for key in ("mean", "std", "kurtosis"):
+        if getattr(cpu, key) is not None:
+            assert getattr(gpu, key) == pytest.approx(getattr(cpu, key), rel=1e-5, abs=1e-6)
