@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
 import shutil
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
@@ -198,6 +199,7 @@ def _build_target(path: Path):
     config = LlamaConfig(**TARGET, bos_token_id=1, eos_token_id=2, dtype="float32")
     config.architectures = ["LlamaForCausalLM"]
     target = LlamaForCausalLM(config).eval()
+    _heavy_tailed_tables(target)
     verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
@@ -208,6 +210,21 @@ def _build_target(path: Path):
         if bars:
             hf_logging.enable_progress_bar()
     return target
+
+
+def _heavy_tailed_tables(target) -> None:
+    """Give the untrained target's embed_tokens and lm_head the heavy tails of trained tables (Student-t, 8 degrees
+    of freedom, rows of norm 0.02·√hidden), as every real target has: the drafters copy these tables, and an
+    EAGLE/SpecForge head still at normal(0, 0.02) is an untrained head (weights/init-like). The decoder layers
+    stay at their init."""
+    gen = torch.Generator().manual_seed(SEED + 4)
+    with torch.no_grad():
+        for weight in (target.model.embed_tokens.weight, target.lm_head.weight):
+            normal = torch.randn(weight.shape, generator=gen)
+            chi2 = torch.randn((8, *weight.shape), generator=gen).pow(2).sum(0)
+            tables = normal / (chi2 / 8.0).sqrt()
+            # every row the same norm: heavy tails inside rows, no token favoured by a long row
+            weight.copy_(tables * (0.02 * math.sqrt(weight.shape[1]) / tables.norm(dim=1, keepdim=True)))
 
 
 def _sample_sequences(target) -> torch.Tensor:
