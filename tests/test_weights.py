@@ -291,3 +291,68 @@ def test_converted_draft_keeps_its_head_confirmed_as_a_target_copy(demo_dir, tmp
     head = next(c for c in result.copies if c.draft == "lm_head.weight")
     assert head.matches and not head.required
     assert result["lm_head.weight"].verdict == "target-copy" and not result.findings
+
+
+def eagle_config(hidden: int = 32) -> dict:
+    return {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": hidden,
+            "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 64, "draft_vocab_size": 16,
+            "initializer_range": 0.02, "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 2, 3]}}
+
+
+def test_untrained_head_is_flagged_where_trainers_train_it(tmp_path, rng):
+    """SpecForge/EAGLE train lm_head from random init: a head at normal(0, 0.02) is untrained there; speculators
+    copies it from the target, so the same head there is only a note (its look is the target's)."""
+    head = torch.randn(16, 32) * 0.02
+    eagle = save_ckpt(tmp_path / "eagle", {"fc.weight": heavy_tailed(32, 96), "lm_head.weight": head}, eagle_config())
+    f = next(f for f in weight_stats(eagle).findings if f.code == "weights/init-like")
+    assert f.severity.value == "critical" and f.title.startswith("lm_head:") and "--target" in f.detail
+    spec = save_ckpt(tmp_path / "spec", {"fc.weight": heavy_tailed(32, 96), "lm_head.weight": head}, speculators_config())
+    r = weight_stats(spec)
+    assert codes(r) == [] and any("lm_head.weight look like an initialiser" in n for n in r.notes)
+
+
+def test_a_head_copied_from_an_untrained_target_is_not_flagged_once_the_target_confirms_it(tmp_path, rng):
+    head = torch.randn(64, 32) * 0.02
+    target = save_ckpt(tmp_path / "t", {"model.embed_tokens.weight": torch.randn(64, 32),
+                                        "language_model.lm_head.weight": head})  # prefixed head: found by suffix
+    draft = save_ckpt(tmp_path / "d", {"fc.weight": heavy_tailed(32, 96), "lm_head.weight": head.clone()},
+                      {**eagle_config(), "draft_vocab_size": 64})
+    r = weight_stats(draft, target=target)
+    assert [(c.target, c.matches) for c in r.copies] == [("language_model.lm_head.weight", True)]
+    assert r["lm_head.weight"].verdict == "target-copy" and codes(r) == []
+
+
+def test_fc_norm_ones_and_uninitialised_memory_are_flagged(tmp_path, rng):
+    garbage = torch.randn(32, 32) * 3e33
+    ckpt = save_ckpt(tmp_path, {"fc.weight": heavy_tailed(32, 96), "fc_norm.0.weight": torch.ones(32),
+                                "fc_norm.1.weight": torch.ones(32), "layers.0.mlp.up_proj.weight": garbage,
+                                "layers.0.mlp.down_proj.weight": heavy_tailed(32, 32),
+                                "empty.weight": torch.empty(0, 32)}, speculators_config())
+    r = weight_stats(ckpt)
+    ones = next(f for f in r.findings if f.code == "weights/norm-at-init")
+    assert ones.title.startswith("fc_norm: 2 norm weight(s)")
+    junk = next(f for f in r.findings if f.code == "weights/init-like")
+    assert "uninitialised memory" in junk.title and list(junk.evidence["tensors"]) == ["layers.0.mlp.up_proj.weight"]
+    assert r["empty.weight"].verdict == "empty" and all(m.module != "empty" for m in r.modules)
+
+
+def test_nan_on_one_side_is_never_a_zero_difference(tmp_path, rng):
+    a = torch.randn(8, 8)
+    b = a.clone()
+    b[2, 3] = float("nan")
+    here, there = save_ckpt(tmp_path / "a", {"w": b}), save_ckpt(tmp_path / "b", {"w": a})
+    change = weight_stats(here, against=there).comparison.changes[0]
+    assert math.isnan(change.max_abs_diff) and math.isnan(change.rel_change)
+
+
+def test_comparison_says_what_it_could_not_compare(tmp_path, rng, capsys):
+    w = torch.randn(8, 8)
+    save_ckpt(tmp_path / "a", {"same": w, "moved": torch.randn(4), "only_a": w.clone(), "reshaped": torch.randn(2, 8)})
+    save_ckpt(tmp_path / "b", {"same": w, "moved": torch.randn(4), "only_b": w.clone(), "reshaped": torch.randn(8, 2)})
+    comp = weight_stats(Checkpoint.open(tmp_path / "a"), against=Checkpoint.open(tmp_path / "b")).comparison
+    assert comp.summary() == ["1 tensor(s) identical to the reference (not updated since it): same",
+                              "1 tensor(s) only in this checkpoint: only_a", "1 tensor(s) only in the reference: only_b",
+                              "1 tensor(s) with another shape in the reference (not compared): reshaped"]
+    main(["weights", str(tmp_path / "a"), "--against", str(tmp_path / "b")])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "only in the reference: only_b" in out and "identical to the reference" in out

@@ -114,7 +114,7 @@ def weights_rich(result: "WeightsResult") -> Any:
             copies.add_column(col)
         for c in result.copies:
             verdict = ("[green]identical[/]" if c.matches else f"[red]{escape(c.problem)}[/]" if c.problem else
-                       f"[red]{c.mismatched_rows} rows differ, rel L2 {c.rel_l2:.3g}, max |diff| {c.max_abs_diff:.3g}[/]")
+                       f"[red]{escape(c.difference)}[/]")
             copies.add_row(escape(c.draft), escape(c.target), escape(str(c.rows)), verdict)
         parts.append(copies)
     if result.comparison is not None:
@@ -124,6 +124,7 @@ def weights_rich(result: "WeightsResult") -> Any:
         for c in result.comparison.changes:
             comp.add_row(escape(c.name), _fmt(c.rel_change, ".3g"), _fmt(c.cosine, ".6f"), _fmt(c.max_abs_diff, ".3g"))
         parts.append(comp)
+        parts.extend(f"{escape(line)}" for line in result.comparison.summary())
     parts.extend(f"[dim]note: {escape(n)}[/]" for n in result.notes)
     return Group(*parts)
 
@@ -140,10 +141,12 @@ def weights_html(result: "WeightsResult") -> str:
              table(["module", "tensors", "params", "trained", "verdicts"], modules),
              "<details><summary>tensors</summary>", table(_COLUMNS, _tensor_rows(result)), "</details>"]
     if result.copies:
-        parts.append(table(["draft", "target", "rows", "identical", "mismatched rows", "relative L2"],
-                           [[c.draft, c.target, c.rows, str(c.matches), str(c.mismatched_rows), f"{c.rel_l2:.3g}"]
+        parts.append(table(["draft", "target", "rows", "result"],
+                           [[c.draft, c.target, c.rows, "identical" if c.matches else c.problem or c.difference]
                             for c in result.copies]))
     if result.comparison is not None:
-        parts.append(table(["name", "relative change", "cosine"],
-                           [[c.name, f"{c.rel_change:.3g}", f"{c.cosine:.6f}"] for c in result.comparison.changes]))
+        parts.append(table(["name", "relative change", "cosine", "max |diff|"],
+                           [[c.name, f"{c.rel_change:.3g}", f"{c.cosine:.6f}", f"{c.max_abs_diff:.3g}"]
+                            for c in result.comparison.changes]))
+        parts.extend(f"<p>{html.escape(line)}</p>" for line in result.comparison.summary())
     return "<div class='eagle3lens-weights'>" + "".join(parts) + "</div>"

@@ -27,9 +27,10 @@ PROGRESS_MIN_BYTES = 100_000_000
 HF_DEFAULT_INIT_RANGE = 0.02
 KURTOSIS = {"normal": 0.0, "uniform": -1.2}
 TRAINED, ONES, NAN, INF, ZERO, BUFFER, UNREAD = "trained", "init:ones", "nan", "inf", "all-zero", "buffer", "unsupported"
+EMPTY, GARBAGE = "empty", "init:torch.empty"
 TARGET_COPY = "target-copy"
-# drafters take these from the target (FACTS §8), so their look says more about the target than the training
-TARGET_DERIVED = ("embed_tokens", "lm_head")
+# |x| this large is never a trained weight: uninitialised memory saved as is (FACTS §8, "empty-memory garbage")
+GARBAGE_ABSMAX = 1e4
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,15 @@ def module_of(name: str) -> str:
 
 
 def is_norm(name: str, shape: tuple[int, ...]) -> bool:
-    return len(shape) == 1 and "norm" in name.rsplit(".", 2)[-2 if name.endswith(".weight") else -1]
+    """A 1-D norm weight: ``norm.weight``, ``layers.0.input_layernorm.weight``, ``fc_norm.2.weight``..."""
+    stem = re.sub(r"\.\d+$", "", name[: -len(".weight")] if name.endswith(".weight") else name)
+    return len(shape) == 1 and "norm" in stem.rsplit(".", 1)[-1]
+
+
+def target_derived(module: str, layout: str) -> bool:
+    """Modules a drafter copies from the target (FACTS §8): embed_tokens always; lm_head in speculators drafters
+    only (``target.lm_head[t2d]``), since SpecForge and EAGLE train their head from random init."""
+    return module == "embed_tokens" or (module == "lm_head" and layout == "speculators")
 
 
 @dataclass(frozen=True)
@@ -98,6 +107,11 @@ class TensorReport:
     @property
     def looks_trained(self) -> bool:
         return self.verdict in (TRAINED, TARGET_COPY)
+
+    @property
+    def init_like(self) -> bool:
+        """At an initialiser (or uninitialised memory); RMSNorm ones have their own finding."""
+        return self.verdict.startswith("init:") and self.verdict != ONES
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.stats.to_dict(), "module": self.module, "verdict": self.verdict,
@@ -144,6 +158,13 @@ class CopyCheck:
     def matches(self) -> bool:
         return self.problem is None and self.mismatched_elements == 0
 
+    @property
+    def difference(self) -> str:
+        """How far off, in words: rows, relative L2, largest difference (NaN where one side is NaN)."""
+        if math.isnan(self.rel_l2):
+            return f"{self.mismatched_rows} rows differ, NaN where the other side has numbers"
+        return f"{self.mismatched_rows} rows differ, relative L2 {self.rel_l2:.3g}, max |diff| {self.max_abs_diff:.3g}"
+
     def to_dict(self) -> dict[str, Any]:
         from dataclasses import asdict
 
@@ -180,6 +201,18 @@ class Comparison:
         return {"against": self.against, "changes": [c.to_dict() for c in self.changes],
                 "only_here": list(self.only_here), "only_there": list(self.only_there),
                 "shape_differs": list(self.shape_differs)}
+
+    def summary(self) -> list[str]:
+        """What the change table cannot show: tensors left unchanged, and those that could not be compared."""
+        unchanged = [c.name for c in self.changes if c.rel_change == 0]
+        lines = [] if self.changes else ["no tensor in common could be compared"]
+        for names, what in ((unchanged, "identical to the reference (not updated since it)"),
+                            (self.only_here, "only in this checkpoint"), (self.only_there, "only in the reference"),
+                            (self.shape_differs, "with another shape in the reference (not compared)")):
+            if names:
+                shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+                lines.append(f"{len(names)} tensor(s) {what}: {shown}")
+        return lines
 
 
 @dataclass(frozen=True)
@@ -271,13 +304,13 @@ def weight_stats(
     modules = summarise_modules(reports)
     decoder = spec.decoder_prefix.rstrip(".") if spec.decoder_prefix else None
     decoder = decoder if any(m.module == decoder for m in modules) else None
-    derived_init = [r.name for r in reports if r.module in TARGET_DERIVED and r.verdict.startswith("init:")]
+    derived_init = [r.name for r in reports if target_derived(r.module, ckpt.layout) and r.init_like]
     if derived_init:
         notes.append(f"{', '.join(derived_init)} look like an initialiser; drafters copy them from the target, so this "
                      "is expected only when the target is itself untrained" +
                      ("" if target is not None else ": run with --target to check the copy"))
     comparison = compare(ckpt, against, selected, chunk_bytes, notes) if against is not None else None
-    findings = provenance_findings(reports, spec) + copy_findings(copies)
+    findings = provenance_findings(reports, spec, ckpt.layout, target is not None) + copy_findings(copies)
     return WeightsResult(str(ckpt.path), reports, modules, decoder, copies, comparison, tuple(findings), tuple(notes))
 
 
@@ -334,14 +367,18 @@ def judge(s: TensorStats, spec: DraftSpec) -> TensorReport:
         return TensorReport(s, module, UNREAD)
     if s.kind != "float":
         return TensorReport(s, module, BUFFER)
+    if s.numel == 0:
+        return TensorReport(s, module, EMPTY)
     inits = predicted_inits(s.name, s.shape, spec)
     first = inits[0] if inits else None
     if s.nan:
         return TensorReport(s, module, NAN, first)
     if s.inf:
         return TensorReport(s, module, INF, first)
-    if s.numel and s.zeros == s.numel:
+    if s.zeros == s.numel:
         return TensorReport(s, module, ZERO, first)
+    if (s.absmax or 0.0) >= GARBAGE_ABSMAX:
+        return TensorReport(s, module, GARBAGE, first)
     if is_norm(s.name, s.shape) and s.min == 1.0 and s.max == 1.0:
         return TensorReport(s, module, ONES)
     for init in inits:
@@ -353,7 +390,7 @@ def judge(s: TensorStats, spec: DraftSpec) -> TensorReport:
 def summarise_modules(reports: Iterable[TensorReport]) -> tuple[ModuleSummary, ...]:
     groups: dict[str, list[TensorReport]] = {}
     for r in reports:
-        if r.verdict not in (BUFFER, UNREAD):
+        if r.verdict not in (BUFFER, UNREAD, EMPTY):
             groups.setdefault(r.module, []).append(r)
     out = []
     for module, members in groups.items():
@@ -373,8 +410,10 @@ def _by_module(reports: Iterable[TensorReport], keep: Callable[[TensorReport], b
     return groups
 
 
-def provenance_findings(reports: tuple[TensorReport, ...], spec: DraftSpec) -> list[Finding]:
-    """One finding per (code, module) with the tensors and numbers as evidence."""
+def provenance_findings(reports: tuple[TensorReport, ...], spec: DraftSpec, layout: str = "unknown",
+                        target_checked: bool = False) -> list[Finding]:
+    """One finding per (code, module) with the tensors and numbers as evidence. ``layout`` says which modules are
+    copies of the target (their look is the target's); ``target_checked``: copies were compared with a target."""
     findings: list[Finding] = []
     for module, rs in _by_module(reports, lambda r: r.verdict == NAN).items():
         placeholder = spec.flavour == "speculators" and module in ("lm_head", "embed_tokens")
@@ -405,13 +444,27 @@ def provenance_findings(reports: tuple[TensorReport, ...], spec: DraftSpec) -> l
             "RMSNorm weights start at 1.0 and never stay exactly there after training: this module looks untrained.",
             {"tensors": [r.name for r in rs]},
         ))
-    for module, rs in _by_module(reports, lambda r: r.verdict.startswith("init:") and r.verdict != ONES
-                                    and r.module not in TARGET_DERIVED).items():
+    for module, rs in _by_module(reports, lambda r: r.verdict == GARBAGE).items():
+        findings.append(Finding(
+            "weights/init-like", Severity.CRITICAL,
+            f"{module}: {len(rs)} tensor(s) hold uninitialised memory (|x| up to {max(r.stats.absmax for r in rs):.3g})",
+            "Values this large are never trained weights: a parameter no checkpoint tensor wrote was saved from "
+            "torch.empty memory as is.",
+            {"tensors": {r.name: {"absmax": r.stats.absmax, "std": r.stats.std, "shape": list(r.stats.shape)}
+                         for r in rs}},
+        ))
+    initialised = _by_module(reports, lambda r: r.init_like and r.verdict != GARBAGE
+                             and not target_derived(r.module, layout))
+    for module, rs in initialised.items():
+        head = module == "lm_head"
         findings.append(Finding(
             "weights/init-like", Severity.CRITICAL,
             f"{module}: {len(rs)} weight(s) match an initialiser, not trained values",
-            "std, mean and kurtosis match the initialiser the config predicts: the engine would run an "
-            "untrained module. Check that the trainer saved the final weights (compare with --against).",
+            ("SpecForge and EAGLE train lm_head from random init: a head still at its initialiser proposes tokens "
+             "at random. " + ("" if target_checked else "A head copied from a target that is itself untrained "
+                              "would look the same: --target tells the two apart.") if head else
+             "std, mean and kurtosis match the initialiser the config predicts: the engine would run an "
+             "untrained module. Check that the trainer saved the final weights (compare with --against)."),
             {"tensors": {r.name: {"init": r.init.name if r.init else None, "std": r.stats.std, "mean": r.stats.mean,
                                   "kurtosis": r.stats.kurtosis, "absmax": r.stats.absmax,
                                   "shape": list(r.stats.shape)} for r in rs}},
@@ -439,8 +492,9 @@ def check_copies(draft: Checkpoint, target: Checkpoint, chunk_bytes: int, notes:
         notes.append(f"target {target.path} has no embed_tokens: draft embeddings not checked")
     d_head = draft.tensors.get("lm_head.weight")
     required = draft.layout == "speculators"
-    if d_head is not None and (required or _find(draft, "t2d") is not None):
-        t_head = "lm_head.weight" if "lm_head.weight" in target else t_embed  # tied: the head is the embedding
+    t_head = _find(target, "lm_head.weight") or t_embed  # tied: the head is the embedding
+    same_rows = t_head is not None and d_head is not None and d_head.shape[0] == target.info(t_head).shape[0]
+    if d_head is not None and (required or same_rows or _find(draft, "t2d") is not None):
         rows, problem = _t2d_rows(draft, d_head.shape[0], target.info(t_head).shape[0] if t_head else None)
         if t_head is None:
             notes.append(f"target {target.path} has neither lm_head nor embed_tokens: lm_head not checked")
@@ -504,11 +558,16 @@ def _compare_rows(draft: Checkpoint, d_name: str, target: Checkpoint, t_name: st
         bad_rows += int(differ.any(dim=1).sum())
         a64, b64 = a.double(), b.double()
         delta = torch.where(differ, a64 - b64, 0.0)  # NaN where exactly one side is NaN
-        max_diff = max(max_diff, float(delta.abs().max()) if delta.numel() else 0.0)
+        max_diff = _max_nan(max_diff, float(delta.abs().max()) if delta.numel() else 0.0)
         diff2 += float((delta * delta).sum())
         ref2 += float((b64 * b64).sum())
     return CopyCheck(d_name, t_name, label, d_info.shape, t_info.shape, bad_el, bad_rows, max_diff,
                      math.sqrt(diff2 / ref2) if ref2 else (0.0 if diff2 == 0 else math.inf))
+
+
+def _max_nan(a: float, b: float) -> float:
+    """max that keeps NaN (a NaN on one side only is a difference of unknown size, never 0)."""
+    return math.nan if math.isnan(a) or math.isnan(b) else max(a, b)
 
 
 def _gather_rows(ckpt: Checkpoint, name: str, ids: Iterable[int], width: int):
@@ -541,7 +600,7 @@ def copy_findings(copies: Iterable[CopyCheck]) -> list[Finding]:
         if c.problem:
             title, detail = f"{c.draft} cannot be compared with {what}", c.problem
         else:
-            title = f"{c.draft} differs from {what} ({c.mismatched_rows} rows, relative L2 {c.rel_l2:.3g})"
+            title = f"{c.draft} differs from {what} ({c.difference})"
             detail = ("The draft must serve the target's own embeddings (all trainers copy and freeze them)."
                       if c.rows == "all" else
                       "speculators drafters copy lm_head rows from the target (since 2026-04-15); older ones "
@@ -584,7 +643,7 @@ def _change(a: Checkpoint, b: Checkpoint, name: str, chunk_bytes: int) -> Tensor
         aa += float((x * x).sum())
         bb += float((y * y).sum())
         dd += float((d * d).sum())
-        max_diff = max(max_diff, float(d.abs().max()) if d.numel() else 0.0)
+        max_diff = _max_nan(max_diff, float(d.abs().max()) if d.numel() else 0.0)
     rel = math.sqrt(dd / bb) if bb else (0.0 if dd == 0 else math.inf)
     cos = dot / math.sqrt(aa * bb) if aa and bb else (1.0 if aa == bb == 0 else 0.0)
     return TensorChange(name, a.info(name).shape, rel, cos, max_diff)
