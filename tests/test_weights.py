@@ -356,3 +356,12 @@ def test_comparison_says_what_it_could_not_compare(tmp_path, rng, capsys):
     main(["weights", str(tmp_path / "a"), "--against", str(tmp_path / "b")])
     out = " ".join(capsys.readouterr().out.split())
     assert "only in the reference: only_b" in out and "identical to the reference" in out
+
+
+def test_copy_checks_and_comparison_have_their_own_progress_bars(demo_dir, capsys):
+    draft = Checkpoint.open(demo_dir / "speculators")
+    weight_stats(draft, target=Checkpoint.open(demo_dir / "target"), against=draft, progress=True)
+    err = capsys.readouterr().err
+    head_and_embed = sum(draft.info(n).nbytes for n in ("lm_head.weight", "embed_tokens.weight"))
+    assert f"weights copies of {demo_dir / 'target'}" in err and f"weights against {demo_dir / 'speculators'}" in err
+    assert f"{head_and_embed / 1024:.0f}k/{head_and_embed / 1024:.0f}k" in err  # the copy bar reaches its total

@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterable, Mapping
 from ..checkpoint import DECODER_KEY, Checkpoint, DraftSpec
 from ..errors import UsageError
 from ..findings import Finding, Severity, to_jsonable
-from ..safetensors_header import torch_dtype
+from ..safetensors_header import DTYPE_BITS, torch_dtype
 from .stats import DEFAULT_CHUNK_BYTES, TensorStats, iter_element_chunks, tensor_stats
 
 PROGRESS_MIN_BYTES = 100_000_000
@@ -298,7 +298,11 @@ def weight_stats(
         stats = [tensor_stats(ckpt, n, chunk_bytes, device, bar.update, threads) for n in selected]
     spec = ckpt.spec
     notes: list[str] = []
-    copies = tuple(check_copies(ckpt, target, chunk_bytes, notes)) if target is not None else ()
+    copies: tuple[CopyCheck, ...] = ()
+    if target is not None:
+        head_and_embed = sum(ckpt.info(n).nbytes for n in ckpt.tensors if module_of(n) in ("lm_head", "embed_tokens"))
+        with _progress_bar(head_and_embed, progress, f"copies of {target.path}") as bar:
+            copies = tuple(check_copies(ckpt, target, chunk_bytes, notes, bar.update))
     confirmed = {c.draft for c in copies if c.matches}
     reports = tuple(replace(r, verdict=TARGET_COPY) if r.name in confirmed else r for r in (judge(s, spec) for s in stats))
     modules = summarise_modules(reports)
@@ -309,7 +313,11 @@ def weight_stats(
         notes.append(f"{', '.join(derived_init)} look like an initialiser; drafters copy them from the target, so this "
                      "is expected only when the target is itself untrained" +
                      ("" if target is not None else ": run with --target to check the copy"))
-    comparison = compare(ckpt, against, selected, chunk_bytes, notes) if against is not None else None
+    comparison = None
+    if against is not None:
+        common = sum(ckpt.info(n).nbytes for n in selected if n in against)
+        with _progress_bar(common, progress, f"against {against.path}") as bar:
+            comparison = compare(ckpt, against, selected, chunk_bytes, notes, bar.update)
     findings = provenance_findings(reports, spec, ckpt.layout, target is not None) + copy_findings(copies)
     return WeightsResult(str(ckpt.path), reports, modules, decoder, copies, comparison, tuple(findings), tuple(notes))
 
@@ -351,13 +359,13 @@ class _NoBar:
         pass
 
 
-def _progress_bar(total: int, progress: bool | None, path: Any):
+def _progress_bar(total: int, progress: bool | None, what: Any):
     show = total > PROGRESS_MIN_BYTES if progress is None else progress
     if not show:
         return _NoBar()
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=f"weights {path}")
+    return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=f"weights {what}")
 
 
 def judge(s: TensorStats, spec: DraftSpec) -> TensorReport:
@@ -478,7 +486,8 @@ def _find(ckpt: Checkpoint, suffix: str) -> str | None:
     return min(hits, key=len) if hits else None
 
 
-def check_copies(draft: Checkpoint, target: Checkpoint, chunk_bytes: int, notes: list[str]) -> list[CopyCheck]:
+def check_copies(draft: Checkpoint, target: Checkpoint, chunk_bytes: int, notes: list[str],
+                 on_bytes: Callable[[int], object] | None = None) -> list[CopyCheck]:
     """embed_tokens == target embed; lm_head == target.lm_head[t2d] (required for speculators drafters, which copy
     it; for other layouts a match confirms a copied head, e.g. a speculators draft converted for SGLang, and a
     difference is normal: SpecForge and EAGLE train their heads)."""
@@ -487,7 +496,7 @@ def check_copies(draft: Checkpoint, target: Checkpoint, chunk_bytes: int, notes:
     d_embed = _find(draft, "embed_tokens.weight")
     if d_embed and t_embed:
         if not _unreadable(notes, "embed_tokens copy not checked", (draft, d_embed), (target, t_embed)):
-            checks.append(_compare_rows(draft, d_embed, target, t_embed, None, "all", chunk_bytes))
+            checks.append(_compare_rows(draft, d_embed, target, t_embed, None, "all", chunk_bytes, on_bytes))
     elif d_embed:
         notes.append(f"target {target.path} has no embed_tokens: draft embeddings not checked")
     d_head = draft.tensors.get("lm_head.weight")
@@ -502,7 +511,7 @@ def check_copies(draft: Checkpoint, target: Checkpoint, chunk_bytes: int, notes:
             checks.append(CopyCheck("lm_head.weight", t_head, "t2d", d_head.shape, target.info(t_head).shape,
                                     problem=problem, required=required))
         elif not _unreadable(notes, "lm_head copy not checked", (draft, "lm_head.weight"), (target, t_head)):
-            check = _compare_rows(draft, "lm_head.weight", target, t_head, rows, "t2d", chunk_bytes)
+            check = _compare_rows(draft, "lm_head.weight", target, t_head, rows, "t2d", chunk_bytes, on_bytes)
             checks.append(replace(check, required=required))
     return checks
 
@@ -534,7 +543,7 @@ def _unreadable(notes: list[str], consequence: str, *tensors: tuple[Checkpoint, 
 
 
 def _compare_rows(draft: Checkpoint, d_name: str, target: Checkpoint, t_name: str, rows, label: str,
-                  chunk_bytes: int) -> CopyCheck:
+                  chunk_bytes: int, on_bytes: Callable[[int], object] | None = None) -> CopyCheck:
     """Compare the draft tensor with target rows (all rows, or ``rows``), bitwise after casting to the draft dtype."""
     import torch
 
@@ -561,6 +570,8 @@ def _compare_rows(draft: Checkpoint, d_name: str, target: Checkpoint, t_name: st
         max_diff = _max_nan(max_diff, float(delta.abs().max()) if delta.numel() else 0.0)
         diff2 += float((delta * delta).sum())
         ref2 += float((b64 * b64).sum())
+        if on_bytes is not None:
+            on_bytes(d.numel() * d.element_size())
     return CopyCheck(d_name, t_name, label, d_info.shape, t_info.shape, bad_el, bad_rows, max_diff,
                      math.sqrt(diff2 / ref2) if ref2 else (0.0 if diff2 == 0 else math.inf))
 
@@ -612,7 +623,7 @@ def copy_findings(copies: Iterable[CopyCheck]) -> list[Finding]:
 
 # -- comparison -----------------------------------------------------------------------------
 def compare(ckpt: Checkpoint, against: Checkpoint, names: list[str], chunk_bytes: int,
-            notes: list[str] | None = None) -> Comparison:
+            notes: list[str] | None = None, on_bytes: Callable[[int], object] | None = None) -> Comparison:
     """Relative change ||a - b|| / ||b|| and cosine similarity of every common float tensor (b = ``against``);
     tensors whose dtype torch lacks are skipped with a note in ``notes``."""
     changes, shape_differs = [], []
@@ -625,15 +636,17 @@ def compare(ckpt: Checkpoint, against: Checkpoint, names: list[str], chunk_bytes
         if a_info.shape != b_info.shape:
             shape_differs.append(name)
             continue
-        changes.append(_change(ckpt, against, name, chunk_bytes))
+        changes.append(_change(ckpt, against, name, chunk_bytes, on_bytes))
     return Comparison(str(against.path), tuple(changes),
                       only_here=tuple(n for n in names if n not in against),
                       only_there=tuple(n for n in against.tensors if n not in ckpt),
                       shape_differs=tuple(shape_differs))
 
 
-def _change(a: Checkpoint, b: Checkpoint, name: str, chunk_bytes: int) -> TensorChange:
+def _change(a: Checkpoint, b: Checkpoint, name: str, chunk_bytes: int,
+            on_bytes: Callable[[int], object] | None = None) -> TensorChange:
     elems = max(1, chunk_bytes // 8)
+    a_elem = max(DTYPE_BITS[a.info(name).dtype] // 8, 1)
     dot = aa = bb = dd = 0.0
     max_diff = 0.0
     for (_, x), (_, y) in zip(iter_element_chunks(a, name, elems), iter_element_chunks(b, name, elems)):
@@ -644,6 +657,8 @@ def _change(a: Checkpoint, b: Checkpoint, name: str, chunk_bytes: int) -> Tensor
         bb += float((y * y).sum())
         dd += float((d * d).sum())
         max_diff = _max_nan(max_diff, float(d.abs().max()) if d.numel() else 0.0)
+        if on_bytes is not None:
+            on_bytes(x.numel() * a_elem)
     rel = math.sqrt(dd / bb) if bb else (0.0 if dd == 0 else math.inf)
     cos = dot / math.sqrt(aa * bb) if aa and bb else (1.0 if aa == bb == 0 else 0.0)
     return TensorChange(name, a.info(name).shape, rel, cos, max_diff)
