@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given
@@ -12,7 +13,8 @@ from hypothesis import strategies as st
 from eagle3lens.checkpoint import Checkpoint
 from eagle3lens.cli import main
 from eagle3lens.errors import CheckpointError, UsageError
-from eagle3lens.probes.stats import byte_spans, tensor_stats
+from eagle3lens.probes import stats
+from eagle3lens.probes.stats import HIST_SAMPLE_CAP, byte_spans, tensor_stats
 from eagle3lens.probes.weights import weight_stats
 
 from _weights_helpers import save_ckpt
@@ -52,6 +54,77 @@ def test_threads_give_the_single_stream_statistics(tmp_path, rng, dtype):
     assert three.std == pytest.approx(float(ref.std(unbiased=False)), rel=1e-6)
 
 
+def float64_moments(x: torch.Tensor) -> dict[str, float]:
+    ref = x.double()[torch.isfinite(x.double())]
+    c = ref - ref.mean()
+    return {"mean": float(ref.mean()), "std": float(c.pow(2).mean().sqrt()), "l2": float(ref.norm()),
+            "kurtosis": float(c.pow(4).mean() / c.pow(2).mean() ** 2 - 3)}
+
+
+@pytest.mark.parametrize("dtype, scale", [(torch.float32, 1e10), (torch.float32, 1e19), (torch.float32, 1e30),
+                                          (torch.bfloat16, 1e30), (torch.float32, 1e-12)], ids=str)
+def test_huge_or_tiny_values_keep_exact_moments(tmp_path, rng, dtype, scale):
+    # e.g. uninitialised torch.empty memory saved to disk: float32 fourth powers overflow (or underflow to zero)
+    x = ((torch.randn(20_011) ** 3 + 0.5) * scale).to(dtype)
+    s = tensor_stats(save_ckpt(tmp_path, {"w": x}), "w", chunk_bytes=4096, threads=2)
+    assert (s.nan, s.inf) == (0, 0)
+    assert {k: getattr(s, k) for k in ("mean", "std", "l2", "kurtosis")} == pytest.approx(float64_moments(x), rel=1e-6)
+
+
+def test_finite_values_whose_float32_sum_overflows_are_not_counted_non_finite(tmp_path, rng):
+    x = torch.empty(10_000).uniform_(1e38, 3e38)
+    x[5], x[9000] = float("nan"), float("-inf")
+    s = tensor_stats(save_ckpt(tmp_path, {"w": x}), "w", chunk_bytes=4096)
+    assert (s.nan, s.inf, s.zeros, s.hist_sample) == (1, 1, 0, 9998)
+    assert {k: getattr(s, k) for k in ("mean", "std", "l2", "kurtosis")} == pytest.approx(float64_moments(x), rel=1e-6)
+
+
+def test_histogram_resolves_a_narrow_norm_weight(tmp_path, rng):
+    # bf16-truncated values put normal(1, 0.002) in ~5 of 64 bins: bf16 spacing near 1.0 is 2**-7
+    x = torch.randn(100_000, dtype=torch.float64).mul(0.002).add(1.0).float()
+    s = tensor_stats(save_ckpt(tmp_path, {"n": x}), "n", chunk_bytes=1 << 14)
+    counts, edges = np.array(s.hist_counts), np.array(s.hist_edges)
+    assert s.hist_sample == counts.sum() == x.numel()
+    assert np.count_nonzero(counts) >= 48
+    centres = (edges[:-1] + edges[1:]) / 2
+    mean = (centres * counts).sum() / counts.sum()
+    std = np.sqrt((counts * (centres - mean) ** 2).sum() / counts.sum())
+    ref = float64_moments(x)
+    assert mean == pytest.approx(ref["mean"], abs=0.02 * ref["std"])
+    assert std == pytest.approx(ref["std"], rel=0.02)
+
+
+def test_histogram_sample_of_a_tensor_beyond_the_cap_is_bounded_and_spread(tmp_path, rng):
+    half = 1 << 20  # every value of a 4 KiB chunk is sampled until the cap halves the rate, twice
+    x = torch.cat([torch.randn(half), torch.randn(half) + 10])
+    ckpt = save_ckpt(tmp_path, {"w": x})
+    one, three = (tensor_stats(ckpt, "w", chunk_bytes=4096, threads=t) for t in (1, 3))
+    hist = ("hist_edges", "hist_counts", "hist_sample")
+    assert [getattr(three, k) for k in hist] == [getattr(one, k) for k in hist]
+    assert one.hist_sample == sum(one.hist_counts) == HIST_SAMPLE_CAP
+    below, above = sum(one.hist_counts[:32]), sum(one.hist_counts[32:])  # the middle bin edge lies near 5
+    assert abs(below - above) <= 0.001 * one.hist_sample
+
+
+@pytest.mark.parametrize("chunk_elems, threads, cap",
+                         [(1000, 3, 300), (777, 4, 64), (4096, 2, 10_000), (37, 5, 1 << 19)])
+def test_histogram_is_drawn_from_every_stride_th_value_however_the_spans_fall(tmp_path, rng, monkeypatch,
+                                                                             chunk_elems, threads, cap):
+    monkeypatch.setattr(stats, "HIST_SAMPLE_CAP", cap)
+    x = torch.randn(30_011)
+    x[0], x[4096] = float("nan"), float("inf")
+    ckpt = save_ckpt(tmp_path, {"w": x})
+    one, many = (tensor_stats(ckpt, "w", chunk_bytes=4 * chunk_elems, threads=t) for t in (1, threads))
+    hist = ("hist_edges", "hist_counts", "hist_sample")
+    assert [getattr(many, k) for k in hist] == [getattr(one, k) for k in hist]
+    stride = 1 << (-(-chunk_elems // stats.HIST_SAMPLES_PER_CHUNK) - 1).bit_length()
+    while len(range(0, x.numel(), stride)) > cap:
+        stride *= 2
+    sample = x[::stride].numpy()
+    counts, _ = np.histogram(sample, bins=64, range=(np.float64(one.min), np.float64(one.max)))
+    assert one.hist_counts == tuple(counts) and one.hist_sample == np.isfinite(sample).sum() <= cap
+
+
 def test_threads_merge_distinct_integers_across_spans(tmp_path):
     x = torch.cat([torch.arange(0, 300), torch.arange(200, 600), torch.tensor([-5, 0])]).to(torch.int32)
     ckpt = save_ckpt(tmp_path, {"i": x})
@@ -63,9 +136,11 @@ def test_threads_spread_work_over_threads_and_restore_torch_threads(tmp_path, rn
     ckpt = save_ckpt(tmp_path, {"w": torch.randn(4096)})
     names = set()
     original = Checkpoint.iter_chunks
+    both = threading.Barrier(2, timeout=10)  # else a span done before the next starts leaves its thread to reuse
 
     def spy(self, *args, **kwargs):
         names.add(threading.current_thread().name)
+        both.wait()
         yield from original(self, *args, **kwargs)
 
     monkeypatch.setattr(Checkpoint, "iter_chunks", spy)

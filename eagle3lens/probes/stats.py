@@ -3,12 +3,14 @@
 Floats: per chunk, moments of the finite values are taken in the compute dtype (float32, float64 for F64
 tensors; torch's cascaded sums) around the chunk's own mean, then merged into float64 running moments with
 the pairwise update of Chan et al. / Pébay (2008), so no catastrophic cancellation even for norms near 1.0.
-min/max/zeros/NaN/Inf are exact. The histogram needs no range up front: it counts the top 16 bits of each
-value's float32 pattern (bf16-truncated values, ~3 significant digits) on an evenly strided sample of each
-chunk, and is rebinned over [min, max] at the end.
+A chunk whose values are too large (or too small) for float32 fourth powers takes its moments in float64.
+min/max/zeros/NaN/Inf are exact. The histogram needs no range up front: it is drawn over [min, max] at the end
+from a bounded sample of the values, those at tensor positions that are multiples of a power-of-two stride
+(at most HIST_SAMPLES_PER_CHUNK per chunk); past HIST_SAMPLE_CAP values the stride doubles and every other kept
+value goes, so the sample stays evenly spread over the whole tensor.
 Integers and bool: min, max, zero count and distinct count (exact up to ``DISTINCT_CAP`` values).
 A tensor of several chunks can be cut into byte spans of whole chunks, streamed by one thread each and merged:
-the per-chunk numbers do not change, only the float64 merge order.
+the per-chunk numbers and the sampled positions do not change, only the float64 merge order.
 """
 
 from __future__ import annotations
@@ -28,10 +30,11 @@ from ..safetensors_header import DTYPE_BITS, torch_dtype
 
 DEFAULT_CHUNK_BYTES = 1048576
 HIST_SAMPLES_PER_CHUNK = 1 << 12
-PENDING_SAMPLES = 1 << 20
+HIST_SAMPLE_CAP = 1 << 19
 HIST_BINS = 64
 DISTINCT_CAP = 1 << 20
 _F32_MAX = float(np.finfo(np.float32).max)
+_NUMPY_FLOATS = {"F16": "<f2", "F32": "<f4", "F64": "<f8"}
 
 
 @functools.cache
@@ -135,18 +138,22 @@ class StreamingStats:
     dtype: str
     shape: tuple[int, ...]
     device: str = "cpu"
+    start: int = 0  # element index of the first chunk (a span's offset): sampled positions are tensor positions
     _moments: _Moments = field(default_factory=_Moments)
     _nan: int = 0
     _inf: int = 0
     _zeros: int = 0
     _min: float = math.inf
     _max: float = -math.inf
-    _codes: Any = None  # np.int64[65536] histogram of float32 top-16-bit patterns
     _distinct: Any = None  # sorted unique values so far (ints), None once capped
     _capped: bool = False
     _work: Any = None  # reused float workspace, see _workspace
-    _pending: list = field(default_factory=list)  # histogram sample codes not yet counted
-    _pending_n: int = 0
+    _seen: int = 0  # elements updated with (or merged in)
+    # the values at positions p in [start, start + _seen) with p % _stride == 0, non-finite ones included (so a
+    # value's position follows from its index); float64 for F64, else float32, exact for every other float dtype
+    _sample: Any = field(default_factory=lambda: np.empty(0, np.float32))
+    _sample_n: int = 0
+    _stride: int = 1
 
     @property
     def kind(self) -> str:
@@ -157,6 +164,7 @@ class StreamingStats:
         chunk = as_tensor(raw, self.dtype)
         if self.kind == "float" and chunk.numel():
             self._add_sample(raw, chunk)
+        self._seen += chunk.numel()
         if self.device != "cpu":
             chunk = chunk.to(self.device)
         if self.kind == "float":
@@ -182,17 +190,22 @@ class StreamingStats:
             total = float(x.sum(dtype=torch.float64))  # float32 overflow of a huge but finite chunk
         if n == 0:
             return
-        lo, hi = torch.aminmax(x)
-        self._min, self._max = min(self._min, float(lo)), max(self._max, float(hi))
+        lo, hi = (float(v) for v in torch.aminmax(x))
+        self._min, self._max = min(self._min, lo), max(self._max, hi)
         self._zeros += _zero_count(x)
+        if compute == torch.float32 and _beyond_float32_moments(max(-lo, hi), n):  # uninitialised memory, say
+            x = x.double()
+            total, d, d2 = float(x.sum()), x, torch.empty_like(x)
+        else:
+            d, d2 = work[0, :n], work[1, :n]  # x is done with once centred (or was the read buffer itself)
         mean = total / n
-        d = torch.sub(x, mean, out=work[0, :n])  # x is done with (or was the read buffer itself)
-        d2 = torch.mul(d, d, out=work[1, :n])
+        d = torch.sub(x, mean, out=d)
+        d2 = torch.mul(d, d, out=d2)
         # products then cascaded sums, not BLAS dots: ~100x more accurate than a float32 dot, and dots called
         # from two threads at once run slower than from one
         m2 = float(d2.sum())
-        m3 = float(torch.mul(d2, d, out=work[0, :n]).sum())
-        m4 = float(torch.mul(d2, d2, out=work[0, :n]).sum())
+        m3 = float(torch.mul(d2, d, out=d).sum())
+        m4 = float(torch.mul(d2, d2, out=d).sum())
         self._moments.merge(n, mean, m2, m3, m4)
 
     def _workspace(self, n: int, dtype, device):
@@ -204,39 +217,61 @@ class StreamingStats:
         return self._work
 
     def _add_sample(self, raw: memoryview, chunk) -> None:
-        """Keep the float32 top-16-bit codes of an evenly strided sample of the raw chunk (non-finite codes are
-        dropped when the histogram is built, so NaN/Inf never enter it)."""
+        """Keep the chunk's values at the sampled positions (at most HIST_SAMPLES_PER_CHUNK: a bigger chunk
+        coarsens the stride first); past HIST_SAMPLE_CAP values, halve the sample and the rate for later chunks."""
         import torch
 
-        step = max(1, -(-chunk.numel() // HIST_SAMPLES_PER_CHUNK))
+        n = chunk.numel()
+        self._coarsen(1 << (-(-n // HIST_SAMPLES_PER_CHUNK) - 1).bit_length())
+        first, step = -(self.start + self._seen) % self._stride, self._stride
+        dst = self._reserve(len(range(first, n, step)))
         if self.dtype == "BF16":  # a bf16 value's bits are the top half of its float32 pattern
-            codes = np.frombuffer(raw, dtype="<u2")[::step].copy()
-        else:
-            sample = chunk[::step]
-            if sample.dtype == torch.float64:  # finite values beyond float32 would turn into +-inf codes
-                sample = sample[torch.isfinite(sample)].clamp(-_F32_MAX, _F32_MAX)
-            codes = (sample.to(torch.float32).contiguous().view(torch.int32).numpy() >> 16).astype(np.uint16)
-        self._pending.append(codes)
-        self._pending_n += len(codes)
-        if self._pending_n >= PENDING_SAMPLES:
-            self._flush_sample()
+            np.left_shift(np.frombuffer(raw, "<u2")[first::step], 16, out=dst.view(np.uint32), dtype=np.uint32)
+        elif self.dtype in _NUMPY_FLOATS:
+            dst[:] = np.frombuffer(raw, _NUMPY_FLOATS[self.dtype])[first::step]
+        else:  # float8 kinds: numpy has no such dtype
+            dst[:] = chunk[first::step].to(torch.float32).numpy()
+        self._sample_n += len(dst)
+        while self._sample_n > HIST_SAMPLE_CAP:
+            self._coarsen(2 * self._stride)
 
-    def _flush_sample(self) -> None:
-        """Count the pending sample codes: one bincount per ~1M samples instead of one per chunk."""
-        if self._pending:
-            counts = np.bincount(np.concatenate(self._pending), minlength=1 << 16)
-            self._codes = counts if self._codes is None else self._codes + counts
-            self._pending, self._pending_n = [], 0
+    def _reserve(self, k: int):
+        """The next ``k`` free sample slots: one buffer of HIST_SAMPLE_CAP + one chunk's sample, made on first use."""
+        if k and self._sample.size == 0:
+            dtype = np.float64 if self.dtype == "F64" else np.float32
+            self._sample = np.empty(HIST_SAMPLE_CAP + HIST_SAMPLES_PER_CHUNK, dtype)
+        return self._sample[self._sample_n:self._sample_n + k]
+
+    def _kept(self, stride: int):
+        """The sampled values at positions that are multiples of ``stride`` (a power of two >= ``_stride``): a view."""
+        first = -(-self.start // self._stride)  # position of the first sampled value, in strides
+        step = stride // self._stride
+        return self._sample[-first % step:self._sample_n:step]
+
+    def _coarsen(self, stride: int) -> None:
+        """Keep only the sampled positions that are multiples of ``stride`` (every other one per doubling)."""
+        if stride > self._stride:
+            kept = self._kept(stride)
+            self._sample[:len(kept)] = kept
+            self._sample_n, self._stride = len(kept), stride
 
     def merge(self, other: "StreamingStats") -> None:
-        """Fold in the statistics of another span of the same tensor (chunks streamed by another thread)."""
+        """Fold in the statistics of the span that follows this one (chunks streamed by another thread)."""
+        if other.start != self.start + self._seen:
+            raise ValueError(f"span at element {other.start} does not follow elements [{self.start}, "
+                             f"{self.start + self._seen}); merge spans in order")
         m = other._moments
         self._moments.merge(m.n, m.mean, m.m2, m.m3, m.m4)
         self._nan, self._inf, self._zeros = self._nan + other._nan, self._inf + other._inf, self._zeros + other._zeros
         self._min, self._max = min(self._min, other._min), max(self._max, other._max)
-        other._flush_sample()
-        if other._codes is not None:
-            self._codes = other._codes if self._codes is None else self._codes + other._codes
+        stride = max(self._stride, other._stride)  # both samples at one stride: the one a single stream would reach
+        while len(self._kept(stride)) + len(other._kept(stride)) > HIST_SAMPLE_CAP:
+            stride *= 2
+        self._coarsen(stride)
+        theirs = other._kept(stride)
+        self._reserve(len(theirs))[:] = theirs
+        self._sample_n += len(theirs)
+        self._seen += other._seen
         if self._capped or other._capped:
             self._capped, self._distinct = True, None
         elif other._distinct is not None:
@@ -289,19 +324,23 @@ class StreamingStats:
         )
 
     def _histogram(self, lo: float | None, hi: float | None) -> tuple[tuple[float, ...], tuple[int, ...], int]:
-        """Edges, counts and sample size of a HIST_BINS histogram over [lo, hi] of the finite sampled codes."""
-        self._flush_sample()
-        if self._codes is None or lo is None:
+        """Edges, counts and sample size of a HIST_BINS histogram over [lo, hi] of the finite sampled values."""
+        if lo is None:
             return (), (), 0
-        codes = np.nonzero(self._codes)[0]
-        codes = codes[(codes & 0x7F80) != 0x7F80]  # all-ones exponent: NaN or Inf
-        weights = self._codes[codes]
-        sample = int(weights.sum())
+        values = self._sample[:self._sample_n]
         if hi == lo:
+            sample = int(np.isfinite(values).sum())
             return (lo, hi), (sample,), sample
-        values = (codes.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
-        counts, edges = np.histogram(np.clip(values, lo, hi), bins=HIST_BINS, range=(lo, hi), weights=weights)
-        return tuple(float(e) for e in edges), tuple(int(c) for c in counts), sample
+        # NaN/Inf lie outside the range: not counted. float64 edges: float32 ones overflow for a range beyond 3.4e38
+        counts, edges = np.histogram(values, bins=HIST_BINS, range=(np.float64(lo), np.float64(hi)))
+        return tuple(float(e) for e in edges), tuple(int(c) for c in counts), int(counts.sum())
+
+
+def _beyond_float32_moments(absmax: float, n: int) -> bool:
+    """Whether float32 cannot hold a chunk's central moments: as |x - mean| <= 2 absmax, n * (2 absmax)**4 bounds
+    the fourth-power sum (overflow past 3.4e38, with slack for rounding); an absmax under 2**-20 puts typical
+    fourth powers near float32's subnormals, where precision goes."""
+    return 0 < absmax < 2.0 ** -20 or (2 * absmax) ** 4 * n > _F32_MAX / 4
 
 
 def _zero_count(x) -> int:
@@ -333,7 +372,8 @@ def tensor_stats(ckpt: Checkpoint, name: str, chunk_bytes: int = DEFAULT_CHUNK_B
         if len(spans) == 1:
             _stream_span(ckpt, name, acc, spans[0], chunk, on_bytes, threading.Event())
         else:
-            parts = [StreamingStats(name, info.dtype, info.shape, device=device) for _ in spans]
+            parts = [StreamingStats(name, info.dtype, info.shape, device=device, start=start // elem)
+                     for start, _ in spans]
             _stream_parallel(ckpt, name, parts, spans, chunk, on_bytes)
             for part in parts:
                 acc.merge(part)
