@@ -437,11 +437,12 @@ def single_threaded(device: str) -> Iterator[None]:
 
 def iter_element_chunks(ckpt: Checkpoint, name: str, chunk_elems: int, start: int = 0,
                         stop: int | None = None) -> Iterator[tuple[int, Any]]:
-    """Yield ``(first_element, tensor)`` over elements ``[start, stop)`` of a tensor, one reused buffer."""
+    """Yield ``(first_element, tensor)`` over elements ``[start, stop)`` of a tensor (``Checkpoint.iter_chunks``:
+    one reused buffer, one open file)."""
     info = ckpt.info(name)
     elem = max(DTYPE_BITS[info.dtype] // 8, 1)
     stop = info.numel if stop is None else stop
-    buf = bytearray(min(chunk_elems, max(stop - start, 0)) * elem)
-    for first in range(start, stop, chunk_elems):
-        last = min(first + chunk_elems, stop)
-        yield first, as_tensor(ckpt.read_bytes(name, first * elem, last * elem, out=buf), info.dtype)
+    first = start
+    for raw in ckpt.iter_chunks(name, chunk_elems * elem, start * elem, stop * elem):
+        yield first, as_tensor(raw, info.dtype)
+        first += len(raw) // elem
