@@ -93,7 +93,7 @@ def show(obj: Any) -> None:
     """
     from IPython.display import HTML, display
 
-    from .render import figures_of
+    from .plots import figures, html_view, rich_view
 
     if isinstance(obj, Report):
         display(obj)
@@ -101,13 +101,17 @@ def show(obj: Any) -> None:
             display(HTML(f"<h3>{html.escape(name)}</h3>"))
             show(result)
         return
-    if hasattr(obj, "_repr_html_") or not hasattr(obj, "__rich__"):
-        display(obj)
-    else:
+    fragment = html_view(obj)
+    view = rich_view(obj) if fragment is None else None
+    if fragment is not None:
+        display(HTML(fragment))
+    elif view is not None:
         from rich.console import Console
 
-        Console(force_jupyter=True, width=120).print(obj)
-    for fig in figures_of(obj):
+        Console(force_jupyter=True, width=120).print(view)
+    else:
+        display(obj)
+    for fig in figures(obj):
         show_figure(fig)
 
 

@@ -1,7 +1,7 @@
 """Report rendering: terminal (rich), self-contained offline HTML (plotly.js inlined once), notebook fragment.
 
-Probe results contribute through optional methods: ``__rich__()`` for a terminal section,
-``_repr_html_()`` for an HTML fragment and ``figures()`` for plotly figures.
+Probe results contribute through the view registry (:mod:`eagle3lens.plots.registry`): ``rich_view`` for a
+terminal section, ``html_view`` for an HTML fragment and ``figures`` for plotly figures.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 from .findings import Report, Severity
+from .plots import figures, html_view, rich_view
 
 SEVERITY_STYLE = {Severity.CRITICAL: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 SEVERITY_COLOR = {Severity.CRITICAL: "#c62828", Severity.WARNING: "#b26a00", Severity.INFO: "#1565c0"}
@@ -42,9 +43,10 @@ def render_report_terminal(report: Report, console: Any = None) -> None:
         console.print(f"checkpoint: {escape(str(ck.get('path')))}  layout: {ck.get('layout')}"
                       + (f"  engine: {report.engine}" if report.engine else ""), highlight=False)
     for name, result in report.results.items():
-        if hasattr(result, "__rich__"):
+        view = rich_view(result)
+        if view is not None:
             console.rule(name)
-            console.print(result)
+            console.print(view)
     if report.findings:
         console.rule("findings")
         for i, f in enumerate(report.findings, 1):
@@ -88,8 +90,7 @@ def _notes_html(report: Report) -> str:
 
 
 def figures_of(result: Any) -> list[Any]:
-    figures = getattr(result, "figures", None)
-    return list(figures()) if callable(figures) else []
+    return figures(result)
 
 
 def render_report_html(report: Report, title: str = "eagle3lens report") -> str:
@@ -99,8 +100,9 @@ def render_report_html(report: Report, title: str = "eagle3lens report") -> str:
     sections = []
     for name, result in report.results.items():
         parts = [f"<h2>{html.escape(name)}</h2>"]
-        if hasattr(result, "_repr_html_"):
-            parts.append(result._repr_html_())
+        fragment = html_view(result)
+        if fragment is not None:
+            parts.append(fragment)
         for fig in figures_of(result):
             parts.append(fig.to_html(full_html=False, include_plotlyjs=False))
         sections.append("<section>" + "".join(parts) + "</section>")
