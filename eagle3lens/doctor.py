@@ -1,9 +1,7 @@
 """Doctor: run every probe the inputs allow, merge their findings and rank the likely causes.
 
-Causal order follows the path a draft token takes: the weights must load (keys), the target's
-aux states must reach fc (trace), the decoder must be trained (weights), its ids must map to the
-target vocabulary (vocab), the right layers must be captured (aux ids); ignored flags only lower
-the rate, and the server log is the symptom, not a cause.
+Causal order is the finding catalogue's rank (see :mod:`eagle3lens.catalogue` for why it runs
+keys -> trace -> weights -> vocab -> aux ids -> flags -> logs).
 """
 
 from __future__ import annotations
@@ -12,47 +10,17 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from . import catalogue
 from .checkpoint import Checkpoint
 from .findings import Finding, Report, Severity, sort_findings
-
-# code prefixes in causal order; the first matching entry gives a finding's place
-# Silent causes lead: a server that logs accept len 1.00 did load the draft, so loud failures
-# (an unrecognised config, a load that raises) come after the silent ones they would have hidden.
-CAUSAL_ORDER: tuple[tuple[str, str], ...] = (
-    ("keys/dropped", "weights the engine never loads"),
-    ("trace/fc-bypassed", "the target's aux states never reach fc"),
-    ("keys/shape-mismatch", "weights whose shape the engine rejects"),
-    ("config/missing", "no config.json: nothing can build the draft"),
-    ("config/unrecognized", "the engine does not recognise the draft's config"),
-    ("keys/raises", "the engine refuses to load the checkpoint"),
-    ("trace/aux-width-mismatch", "the aux feature has the wrong width"),
-    ("weights/nan", "non-finite weights"),
-    ("weights/inf", "non-finite weights"),
-    ("weights/all-zero", "weights that are all zero"),
-    ("weights/init-like", "weights still at their initial values"),
-    ("weights/norm-at-init", "norms still at their initial values"),
-    ("vocab/", "draft ids mapped to the wrong target tokens"),
-    ("keys/left-at-init", "engine parameters nothing writes"),
-    ("weights/target-copy-mismatch", "embeddings or head differ from the target's"),
-    ("config/aux-ids-ignored", "aux layer ids the engine ignores"),
-    ("config/aux-ids-shifted", "aux layer ids read in the other convention"),
-    ("trace/aux-layers-mismatch", "the engine captures other layers than training used"),
-    ("config/", "config the engine reads differently"),
-    ("trace/", "hidden-state wiring"),
-    ("weights/", "weight statistics"),
-    ("logs/", "the symptom in the server log"),
-)
-
 
 # the engine each config flavour is written for (used when no --engine is given)
 OWN_LOADER = {"speculators": "speculators", "sglang": "sglang", "eagle": "eagle"}
 
 
 def causal_rank(code: str) -> int:
-    for rank, (prefix, _) in enumerate(CAUSAL_ORDER):
-        if code == prefix or (prefix.endswith("/") and code.startswith(prefix)):
-            return rank
-    return len(CAUSAL_ORDER)
+    """Where ``code`` sits in the causal order (the catalogue's rank; lower = earlier cause)."""
+    return catalogue.rank(code)
 
 
 @dataclass(frozen=True)
@@ -89,23 +57,6 @@ class Triage:
         from .plots.doctor import triage_html
 
         return triage_html(self)
-
-
-# the probe that owns each finding area: when it reported a code, another probe's copy of that code is dropped
-AREA_OWNER = {"vocab": "vocab", "weights": "weights", "logs": "logs", "keys": "keys", "trace": "wiring"}
-
-
-def owned_findings_only(findings: list[Finding], results: dict[str, Any]) -> list[Finding]:
-    """Drop a finding another probe also reported when the probe owning its area reported the same code
-    (e.g. the load simulation's ``vocab/d2t-missing`` beside the vocab probe's own)."""
-    kept = []
-    for f in findings:
-        owner = results.get(AREA_OWNER.get(f.area, ""))
-        owned = getattr(owner, "findings", ())
-        if f.code in {g.code for g in owned} and f not in owned:
-            continue
-        kept.append(f)
-    return kept
 
 
 def rank_findings(findings: list[Finding]) -> list[Finding]:
@@ -198,8 +149,7 @@ def diagnose(
         skipped["logs"] = "no --log given: acceptance not read"
 
     # the log probe's own fix is "run the doctor": here the causes above are the fix
-    findings = owned_findings_only(report.findings, report.results)
-    report.findings = rank_findings([replace(f, fix=None) if f.area == "logs" else f for f in findings])
+    report.findings = rank_findings([replace(f, fix=None) if f.area == "logs" else f for f in report.findings])
     triage = Triage(rank_causes(report.findings), tuple(ran), skipped)
     report.results = {"doctor": triage, **report.results}
     return report

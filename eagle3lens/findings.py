@@ -9,6 +9,8 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
+from .catalogue import lookup
+
 
 class Severity(str, enum.Enum):
     """How bad a finding is; ordered ``info < warning < critical``."""
@@ -33,7 +35,7 @@ class Severity(str, enum.Enum):
 
 @dataclass(frozen=True)
 class Finding:
-    """One observation with its proof. ``code`` is a stable ``area/slug``."""
+    """One observation with its proof. ``code`` is a stable ``area/slug`` listed in :mod:`eagle3lens.catalogue`."""
 
     code: str
     severity: Severity
@@ -43,8 +45,7 @@ class Finding:
     fix: str | None = None
 
     def __post_init__(self) -> None:
-        if "/" not in self.code:
-            raise ValueError(f"finding code must be 'area/slug', got {self.code!r}")
+        lookup(self.code)  # ValueError for a code the catalogue does not list
         object.__setattr__(self, "severity", Severity.parse(self.severity))
 
     @property

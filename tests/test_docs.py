@@ -28,3 +28,23 @@ def test_design_core_codes_are_all_emitted() -> None:
     }
     emitted = {m for path in (ROOT / "eagle3lens").rglob("*.py") for m in CODE.findall(path.read_text())}
     assert design_core <= emitted, sorted(design_core - emitted)
+
+
+def _readme_code_table() -> str:
+    section = (ROOT / "README.md").read_text().split("\n## Finding codes\n", 1)[1].split("\n## ", 1)[0]
+    return "".join(line + "\n" for line in section.splitlines() if line.startswith("|"))
+
+
+def test_readme_code_table_is_the_catalogue() -> None:
+    from eagle3lens import catalogue
+
+    assert _readme_code_table() == catalogue.markdown_table(), (
+        "regenerate README's 'Finding codes' table with eagle3lens.catalogue.markdown_table()")
+
+
+def test_catalogue_lists_every_code_the_sources_name() -> None:
+    from eagle3lens import catalogue
+
+    named = {m for path in (ROOT / "eagle3lens").rglob("*.py") if path.name != "catalogue.py"
+             for m in CODE.findall(path.read_text())}
+    assert named <= set(catalogue.BY_CODE), sorted(named - set(catalogue.BY_CODE))

@@ -84,6 +84,7 @@ class LoadResult:
     findings: tuple[Finding, ...] = ()
     notes: tuple[str, ...] = ()
     mapping: dict[str, str] = field(default_factory=dict)  # checkpoint key -> engine parameter it is written into
+    missing_d2t: str | None = None  # no d2t although N < V: what the engine does with draft ids, in words
 
     # -- views --------------------------------------------------------------------------
     def by_fate(self, fate: str) -> tuple[TensorFate, ...]:
@@ -116,6 +117,7 @@ class LoadResult:
             "engine": self.engine, "label": self.label, "source": self.source, "recognised": self.recognised,
             "counts": counts, "tensors": [f.to_dict() for f in self.fates],
             "parameters": [p.to_dict() for p in self.params], "mapping": self.mapping, "notes": list(self.notes),
+            "missing_d2t": self.missing_d2t,
         })
 
     def __rich__(self):
@@ -179,7 +181,7 @@ def simulate_load(ckpt: Checkpoint, engine: EngineProfile | str, num_target_laye
     mapping = {f.key: f.param for f in fates if f.param and f.fate in ("loaded", "loaded-shard", "converted")}
     findings = _findings(ckpt, profile, spec, fates, sources, recognised, num_target_layers)
     return LoadResult(str(ckpt.path), profile.spec, profile.label, profile.source, recognised, tuple(fates),
-                      sources, tuple(findings), profile.notes, mapping)
+                      sources, tuple(findings), profile.notes, mapping, missing_d2t(profile, spec))
 
 
 def _param_source(param: ParamSpec, writes: list[tuple[str, str | None]], profile: EngineProfile,
@@ -264,7 +266,6 @@ def _findings(ckpt: Checkpoint, profile: EngineProfile, spec: DraftSpec, fates: 
                       "num_aux_engine": profile.num_aux(spec), "target_hidden_size": spec.target_hidden_size}))
     out += _vocab_shape_findings(ckpt, spec)
     out += _flag_findings(ckpt, profile, spec, fates, fix)
-    out += _d2t_findings(ckpt, profile, spec)
     out += _aux_findings(ckpt, profile, num_target_layers)
     return out
 
@@ -317,18 +318,16 @@ def _flag_findings(ckpt: Checkpoint, profile: EngineProfile, spec: DraftSpec, fa
     return out
 
 
-def _d2t_findings(ckpt: Checkpoint, profile: EngineProfile, spec: DraftSpec) -> list[Finding]:
+def missing_d2t(profile: EngineProfile, spec: DraftSpec) -> str | None:
+    """What ``profile`` does with draft ids when the checkpoint has no d2t although N < V (None otherwise).
+
+    An observation, not a finding: the vocab probe owns ``vocab/d2t-missing`` and reports it with each
+    engine's consequence and the repair.
+    """
     n, v = spec.draft_vocab_size or spec.lm_head_rows, spec.vocab_size
     if spec.has_d2t or not n or not v or n >= v:
-        return []
-    return [Finding(
-        "vocab/d2t-missing", Severity.CRITICAL,
-        f"draft vocab N={n} < V={v} but the checkpoint has no d2t",
-        f"Under {profile.spec}: {profile.missing_d2t_use or profile.missing_d2t}; only ids below N can ever be "
-        "proposed and almost none are right.",
-        evidence={"draft_vocab_size": n, "vocab_size": v, "has_t2d": spec.has_t2d,
-                  "engine_handling": profile.missing_d2t},
-        fix=(fix_command("convert", ckpt.path, "--repair-d2t", "OUT") if spec.has_t2d else None))]
+        return None
+    return profile.missing_d2t_use or profile.missing_d2t
 
 
 def _aux_findings(ckpt: Checkpoint, profile: EngineProfile, num_target_layers: int | None) -> list[Finding]:

@@ -581,12 +581,13 @@ class _Analysis:
                 detail=f"The stored table is not a mapping (nor arange off by one); {CANDIDATES[right.name]} is.",
                 evidence=evidence, fix=self._fix(right)))
             return "vocab/d2t-invalid"
-        code = CODE_OF[right.name]
         if right.name == "double-subtracted":
+            code = "vocab/d2t-double-subtracted"
             title = f"{self.d2t_key} had arange(N) subtracted twice (stored ids[i] - 2i)"
             detail = ("Adding arange(N) back gives a valid mapping" + f", confirmed by {proof}. "
                       "Engines add arange once, so draft id i is proposed as target id ids[i] - i.")
         else:
+            code = "vocab/d2t-absolute-ids"
             title = f"{self.d2t_key} holds absolute target ids, not offsets"
             detail = (f"d2t - arange(N) is the valid mapping, confirmed by {proof}. "
                       "Engines add arange again, so draft id i is proposed as target id ids[i] + i.")

@@ -1,0 +1,171 @@
+"""Every finding code eagle3lens emits: its owning probe, default severity, causal rank and meaning.
+
+One table, three readers: ``Finding`` refuses a code that is not here, the doctor ranks causes by
+``rank``, and the README's "Finding codes" table is :func:`markdown_table` (a test keeps them equal).
+Codes are ``area/slug`` and stable once released: add codes, never rename one.
+
+Causal rank follows the path a draft token takes (lower = earlier cause): the weights must load
+(keys), the target's aux states must reach fc (trace), the decoder must be trained (weights), its
+ids must map to the target vocabulary (vocab), the right layers must be captured (aux ids); ignored
+flags only lower the rate, and the server log is the symptom, not a cause. Silent causes lead: a
+server that logs accept len 1.00 did load the draft, so loud failures (an unrecognised config, a
+load that raises) come after the silent ones they would have hidden. Codes sharing a rank keep the
+order their probes reported them in.
+
+This module is a leaf: it imports nothing from the package, so ``findings.py`` can validate against it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+SeverityName = Literal["info", "warning", "critical"]
+
+# the probes that own codes, and the modules (under eagle3lens/) that make up each probe
+PROBES: dict[str, tuple[str, ...]] = {
+    "keys": ("probes/keys.py",),
+    "vocab": ("probes/vocab.py",),
+    "weights": ("probes/weights.py",),
+    "wiring": ("probes/wiring.py", "probes/aux_layers.py"),  # the aux-layer resolver is the wiring check's static half
+    "trace": ("probes/trace.py",),
+    "logs": ("probes/logs.py",),
+    "doctor": ("doctor.py",),
+    "convert": ("convert.py",),
+}
+
+
+@dataclass(frozen=True)
+class Code:
+    """One finding code: who emits it, how bad it usually is, where it sits in the doctor's causal order."""
+
+    code: str
+    owner: str
+    severity: SeverityName
+    rank: int
+    meaning: str
+
+    def __post_init__(self) -> None:
+        area, _, slug = self.code.partition("/")
+        if not area or not slug:
+            raise ValueError(f"finding code must be 'area/slug', got {self.code!r}")
+        if self.owner not in PROBES:
+            raise ValueError(f"{self.code}: unknown owner probe {self.owner!r}")
+        if self.severity not in ("info", "warning", "critical"):
+            raise ValueError(f"{self.code}: unknown severity {self.severity!r}")
+
+    @property
+    def area(self) -> str:
+        return self.code.split("/", 1)[0]
+
+
+# in README order (by area); ``rank`` gives the doctor's order, spaced by 10 so a new code can slot in between
+CODES: tuple[Code, ...] = (
+    Code("keys/dropped", owner="keys", severity="critical", rank=10,
+         meaning="a checkpoint tensor the engine silently never loads (critical for decoder, fc, norm, lm_head)"),
+    Code("keys/left-at-init", owner="keys", severity="critical", rank=140,
+         meaning="an engine parameter no checkpoint tensor writes: it keeps its init"),
+    Code("keys/raises", owner="keys", severity="critical", rank=60,
+         meaning="the engine refuses to load (its own error message in `evidence`)"),
+    Code("keys/shape-mismatch", owner="keys", severity="critical", rank=30,
+         meaning="a tensor whose shape the engine's parameter rejects"),
+    Code("config/missing", owner="doctor", severity="critical", rank=40,
+         meaning="no config.json beside the weights: no engine can build the draft"),
+    Code("config/unrecognized", owner="keys", severity="critical", rank=50,
+         meaning="the engine does not recognise the config's architecture / flavour"),
+    Code("config/aux-ids-ignored", owner="wiring", severity="critical", rank=160,
+         meaning="aux layer ids in a place the engine does not read"),
+    Code("config/aux-ids-shifted", owner="wiring", severity="critical", rank=170,
+         meaning="aux ids written in one engine's convention, read in the other's (off by one)"),
+    Code("config/flag-ignored", owner="keys", severity="critical", rank=190,
+         meaning="an option flag (`norm_before_fc`, `norm_before_residual`, ...) the engine does not honour"),
+    Code("config/aux-ids-out-of-range", owner="wiring", severity="critical", rank=190,
+         meaning="an aux layer id outside the target's layers (captures nothing)"),
+    Code("config/aux-ids-duplicate", owner="wiring", severity="warning", rank=190,
+         meaning="the same aux layer listed twice"),
+    Code("config/aux-ids-unsorted", owner="wiring", severity="info", rank=190,
+         meaning="aux ids not in layer order (engines concatenate in layer order, not list order)"),
+    Code("vocab/d2t-missing", owner="vocab", severity="critical", rank=130,
+         meaning="N < V and no d2t: the engine maps draft id i to target id i"),
+    Code("vocab/d2t-double-subtracted", owner="vocab", severity="critical", rank=130,
+         meaning="`arange` subtracted from values already offsets"),
+    Code("vocab/d2t-absolute-ids", owner="vocab", severity="critical", rank=130,
+         meaning="absolute target ids stored instead of offsets"),
+    Code("vocab/t2d-inconsistent", owner="vocab", severity="critical", rank=130,
+         meaning="d2t and t2d disagree"),
+    Code("vocab/identity-default", owner="vocab", severity="critical", rank=130,
+         meaning="an untouched default mapping (all-zero d2t, all-ones t2d, arange)"),
+    Code("vocab/d2t-invalid", owner="vocab", severity="critical", rank=130,
+         meaning="the d2t invariants are broken and no single reading repairs them"),
+    Code("vocab/bad-shape", owner="vocab", severity="critical", rank=130,
+         meaning="d2t/t2d with the wrong dtype or length (stale against `lm_head` or the config)"),
+    Code("vocab/unneeded-mapping", owner="vocab", severity="warning", rank=130,
+         meaning="a d2t shipped although N = V (vLLM 0.33.0 has no parameter for it and raises)"),
+    Code("convert/forced", owner="convert", severity="warning", rank=230,
+         meaning="`convert --force` wrote what the engine will not use as trained (one per forced item; "
+                 "not verified for it)"),
+    Code("weights/nan", owner="weights", severity="critical", rank=80,
+         meaning="non-finite values (NaN)"),
+    Code("weights/inf", owner="weights", severity="critical", rank=90,
+         meaning="non-finite values (Inf)"),
+    Code("weights/all-zero", owner="weights", severity="critical", rank=100,
+         meaning="a tensor of zeros"),
+    Code("weights/norm-at-init", owner="weights", severity="warning", rank=120,
+         meaning="RMSNorm weights exactly 1.0"),
+    Code("weights/init-like", owner="weights", severity="critical", rank=110,
+         meaning="statistics of an initialiser, not of training (an EAGLE/SpecForge `lm_head` included: they "
+                 "train it), or uninitialised memory (\\|x\\| ≥ 1e4)"),
+    Code("weights/target-copy-mismatch", owner="weights", severity="critical", rank=150,
+         meaning="embed / lm_head differ from the target's rows they should copy"),
+    Code("trace/fc-bypassed", owner="wiring", severity="critical", rank=20,
+         meaning="target features reached the draft without passing fc"),
+    Code("trace/aux-width-mismatch", owner="wiring", severity="critical", rank=70,
+         meaning="the aux feature's width differs from fc's in-features"),
+    Code("trace/aux-layers-mismatch", owner="wiring", severity="critical", rank=180,
+         meaning="the engine captures other target layers than training used"),
+    Code("trace/feature-devices", owner="wiring", severity="info", rank=200,
+         meaning="the captured aux states sit on several devices and must be gathered before fc"),
+    Code("trace/module-raised", owner="trace", severity="warning", rank=200,
+         meaning="a traced module raised during the forward (the deepest call that never returned)"),
+    Code("trace/output-varies", owner="trace", severity="info", rank=200,
+         meaning="a module's output dtype or device changed between calls"),
+    Code("trace/dtype-mismatch", owner="wiring", severity="warning", rank=200,
+         meaning="target features and draft weights differ in dtype"),
+    Code("logs/zero-acceptance", owner="logs", severity="critical", rank=220,
+         meaning="mean accept length ≤ 1.05: proposals are (almost) never right"),
+    Code("logs/low-acceptance", owner="logs", severity="warning", rank=220,
+         meaning="below what training promises or below break-even"),
+    Code("logs/no-acceptance-lines", owner="logs", severity="warning", rank=220,
+         meaning="the log has no acceptance lines (wrong file, or speculation off): nothing judged"),
+    Code("logs/speculation-slower", owner="logs", severity="warning", rank=220,
+         meaning="measured tok/s below the baseline without speculation: a net loss"),
+)
+
+BY_CODE: dict[str, Code] = {c.code: c for c in CODES}
+if len(BY_CODE) != len(CODES):  # pragma: no cover - a duplicate row is a programming error
+    raise ValueError("a finding code is listed twice in the catalogue")
+
+
+def lookup(code: str) -> Code:
+    """The catalogue entry of ``code``; ValueError naming the code when there is none."""
+    try:
+        return BY_CODE[code]
+    except KeyError:
+        raise ValueError(f"unknown finding code {code!r}: add it to eagle3lens/catalogue.py") from None
+
+
+def rank(code: str) -> int:
+    """The doctor's causal rank of ``code`` (lower = earlier cause)."""
+    return lookup(code).rank
+
+
+def owned_by(probe: str) -> frozenset[str]:
+    """The codes ``probe`` emits."""
+    return frozenset(c.code for c in CODES if c.owner == probe)
+
+
+def markdown_table() -> str:
+    """The README's "Finding codes" table, one row per code in catalogue order."""
+    rows = ["| code | probe | severity | meaning |", "|---|---|---|---|"]
+    rows += [f"| `{c.code}` | {c.owner} | {c.severity} | {c.meaning} |" for c in CODES]
+    return "\n".join(rows) + "\n"
