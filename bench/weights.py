@@ -47,7 +47,7 @@ for f in files:
     "eagle3lens": """
 from eagle3lens.checkpoint import Checkpoint
 from eagle3lens.probes.weights import weight_stats
-result = weight_stats(Checkpoint.open(ckpt_dir), progress=False, threads=THREADS)
+result = weight_stats(Checkpoint.open(ckpt_dir), threads=THREADS)
 """,
 }
 

@@ -8,12 +8,13 @@ pickles are opened with ``torch.load(weights_only=True)`` only.
 from __future__ import annotations
 
 import math
+import os
 import re
 import stat
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, BinaryIO, Iterator
+from typing import Any, BinaryIO, Iterator, Union, overload
 
 from .errors import CheckpointError
 from .jsonio import read_json
@@ -331,6 +332,21 @@ class Checkpoint:
 
     def __repr__(self) -> str:
         return f"Checkpoint({str(self.path)!r}, layout={self.layout!r}, tensors={len(self.tensors)})"
+
+
+# what every probe accepts for a draft or target: a path (opened headers-only) or an open Checkpoint
+CheckpointLike = Union[str, "os.PathLike[str]", "Checkpoint"]
+
+
+@overload
+def as_checkpoint(source: None) -> None: ...
+@overload
+def as_checkpoint(source: CheckpointLike) -> Checkpoint: ...
+def as_checkpoint(source: CheckpointLike | None) -> Checkpoint | None:
+    """``source`` as a Checkpoint: a path is opened (headers only), a Checkpoint passes, None stays None."""
+    if source is None or isinstance(source, Checkpoint):
+        return source
+    return Checkpoint.open(os.fspath(source))
 
 
 # -- helpers ---------------------------------------------------------------------------------

@@ -11,11 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from . import catalogue
-from .checkpoint import Checkpoint
+from .checkpoint import CheckpointLike, as_checkpoint
+from .engines import EngineProfile, as_profile, own_loader
 from .findings import Finding, Report, Severity, sort_findings
-
-# the engine each config flavour is written for (used when no --engine is given)
-OWN_LOADER = {"speculators": "speculators", "sglang": "sglang", "eagle": "eagle"}
+from .progress import Progress
 
 
 def causal_rank(code: str) -> int:
@@ -75,24 +74,25 @@ def rank_causes(findings: list[Finding]) -> tuple[Cause, ...]:
 
 
 def diagnose(
-    checkpoint: str | Path | Checkpoint,
-    engine: str | None = None,
-    target: str | Path | Checkpoint | None = None,
+    draft: CheckpointLike,
+    *,
+    target: CheckpointLike | None = None,
+    engine: str | EngineProfile | None = None,
     log: str | Path | None = None,
     baseline_tps: float | None = None,
     num_draft_tokens: int | None = None,
     scenario: str | None = None,
     weights: bool = True,
-    progress: bool | None = None,
     device_map: str | None = None,
     dtype: str = "float32",
+    progress: Progress | None = None,
 ) -> Report:
     """Run the applicable probes on a draft and return a Report whose findings are ranked causes first.
 
     ``device_map`` / ``dtype`` place the target for the wiring check (accelerate's ``auto`` spreads a large
-    target over GPUs and CPU; ``dtype="auto"`` keeps the checkpoint's dtype).
+    target over GPUs and CPU; ``dtype="auto"`` keeps the checkpoint's dtype). ``progress`` goes to the probes
+    that stream tensor bytes (weights).
     """
-    from .engines import resolve
     from .probes.aux_layers import resolve_aux_layers
     from .probes.keys import simulate_load
     from .probes.logs import ENGINES as LOG_ENGINES
@@ -101,13 +101,12 @@ def diagnose(
     from .probes.weights import weight_stats
     from .probes.wiring import check_wiring
 
-    ckpt = (checkpoint if isinstance(checkpoint, Checkpoint) else Checkpoint.open(checkpoint)).require_draft()
-    tgt = None if target is None else target if isinstance(target, Checkpoint) else Checkpoint.open(target)
-    profile = resolve(engine) if engine else None
+    ckpt = as_checkpoint(draft).require_draft()
+    tgt = as_checkpoint(target)
+    profile = as_profile(engine or None)
     report = Report(checkpoint=ckpt.summary(), engine=profile.spec if profile else None)
     ran: list[str] = []
     skipped: dict[str, str] = {}
-    num_target_layers = tgt.spec.num_hidden_layers if tgt is not None else None
 
     def run(name: str, fn, *args, **kwargs) -> None:
         report.add(name, fn(*args, **kwargs))
@@ -122,7 +121,7 @@ def diagnose(
             fix="copy the training run's config.json next to the weights"))
         skipped["keys"] = skipped["aux_layers"] = skipped["wiring"] = "no config.json: nothing to build the draft from"
     elif profile is not None:
-        run("keys", simulate_load, ckpt, profile, num_target_layers=num_target_layers)
+        run("keys", simulate_load, ckpt, profile, target=tgt)
     else:
         skipped["keys"] = "no --engine given: load simulation not run"
     run("vocab", inspect_vocab, ckpt, target=tgt)
@@ -132,14 +131,14 @@ def diagnose(
         skipped["weights"] = "weights statistics switched off"
     if ckpt.config is not None:
         # without --engine, aux layers and wiring are judged as the loader the layout is written for
-        wiring_profile = profile or resolve(OWN_LOADER.get(ckpt.spec.flavour, "vllm"))
+        wiring_profile = profile or own_loader(ckpt.spec.flavour)
         if profile is None:
             report.notes.append(f"no --engine given: aux layers and wiring judged as {wiring_profile.spec} loads the draft")
         if tgt is not None:  # the wiring check resolves the aux layers itself and reports them
-            run("wiring", check_wiring, tgt, ckpt, wiring_profile, scenario=scenario, device_map=device_map,
-                dtype=dtype)
+            run("wiring", check_wiring, ckpt, target=tgt, engine=wiring_profile, scenario=scenario,
+                device_map=device_map, dtype=dtype)
         else:
-            run("aux_layers", resolve_aux_layers, ckpt.spec, None, wiring_profile, checkpoint=ckpt.path)
+            run("aux_layers", resolve_aux_layers, ckpt, engine=wiring_profile)
             skipped["wiring"] = "no --target given: wiring not checked"
     if log is not None:
         # the log's format and accept-rate formula depend on the serving engine's version; a trainer profile says nothing

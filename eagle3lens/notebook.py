@@ -4,8 +4,9 @@ Two sides share this module:
 
 * **kernel side** (imported by the notebooks): :func:`init` makes eagle3lens errors show as their
   one-line message, :func:`show` displays a result or report with its figures (plotly.js inlined once
-  so exported HTML draws offline), :func:`record_findings` stores the findings as a JSON output with
-  the mimetype :data:`FINDINGS_MIME`, :func:`demo` builds the demo incident on first use;
+  so exported HTML draws offline), :func:`show_table` shows summary rows, :func:`codes` lists finding
+  codes, :func:`record_findings` stores the findings as a JSON output with the mimetype
+  :data:`FINDINGS_MIME`, :func:`demo` builds the demo incident on first use;
 * **runner side**: :func:`run_notebook` executes a walkthrough with papermill and writes the
   executed ``.ipynb``, a self-contained ``.html`` and ``<name>.findings.json``;
   :func:`collect_findings` reads the findings back from an executed notebook.
@@ -21,7 +22,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from .errors import Eagle3LensError, UsageError
 from .findings import Finding, Report, to_jsonable
@@ -152,6 +153,33 @@ def record_findings(*objs: Any) -> None:
     summary = verdict(Report(checkpoint={}, findings=findings))
     display({FINDINGS_MIME: {"findings": [f.to_dict() for f in findings]},
              "text/plain": f"eagle3lens findings: {summary}"}, raw=True)
+
+
+def codes(*objs: Any) -> list[str]:
+    """The finding codes of reports, results or findings (as :func:`findings_of` collects them), in order."""
+    return [f.code for f in findings_of(*objs)]
+
+
+def _cell_text(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(map(str, value)) or "none"
+    return str(value)
+
+
+def show_table(rows: Sequence[Mapping[str, Any]]) -> None:
+    """Display summary rows (e.g. ``compare_engines(...)``) as a table: lists joined, None as ``-``."""
+    from IPython.display import display
+
+    columns = list(dict.fromkeys(k for row in rows for k in row))
+    cells = [[_cell_text(row.get(c)) for c in columns] for row in rows]
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in row) + "</tr>" for row in cells)
+    widths = [max([len(c), *(len(row[i]) for row in cells)]) for i, c in enumerate(columns)]
+    text = "\n".join("  ".join(v.ljust(w) for v, w in zip(row, widths)) for row in [columns, *cells])
+    display({"text/html": f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>",
+             "text/plain": text}, raw=True)
 
 
 def default_demo_dir() -> Path:

@@ -14,6 +14,7 @@ from eagle3lens.cli import main
 from eagle3lens.errors import UsageError
 from eagle3lens.probes.stats import tensor_stats
 from eagle3lens.probes.weights import weight_stats
+from eagle3lens.progress import TqdmBars
 
 from _weights_helpers import heavy_tailed, kaiming_uniform, save_ckpt, speculators_config
 
@@ -360,7 +361,7 @@ def test_comparison_says_what_it_could_not_compare(tmp_path, rng, capsys):
 
 def test_copy_checks_and_comparison_have_their_own_progress_bars(demo_dir, capsys):
     draft = Checkpoint.open(demo_dir / "speculators")
-    weight_stats(draft, target=Checkpoint.open(demo_dir / "target"), against=draft, progress=True)
+    weight_stats(draft, target=Checkpoint.open(demo_dir / "target"), against=draft, progress=TqdmBars())
     err = capsys.readouterr().err
     head_and_embed = sum(draft.info(n).nbytes for n in ("lm_head.weight", "embed_tokens.weight"))
     assert f"weights copies of {demo_dir / 'target'}" in err and f"weights against {demo_dir / 'speculators'}" in err

@@ -68,7 +68,7 @@ def test_resolver_without_target_layer_count(demo_dir):
 # -- wiring -----------------------------------------------------------------------------------
 def test_correct_wiring_feeds_three_layers_into_fc(demo_dir, target):
     for layout, engine in (("eagle", "sglang==0.5.11"), ("speculators", "vllm==0.33.0")):
-        result = check_wiring(target, Checkpoint.open(demo_dir / layout), engine)
+        result = check_wiring(Checkpoint.open(demo_dir / layout), target=target, engine=engine)
         assert result.layers_used == (2, 5, 7)
         assert [m.shape[-1] for _, m in result.captured] == [64, 64, 64]
         assert result.feature.shape[-1] == 192 == result.fc_in_features
@@ -85,14 +85,14 @@ def test_captured_features_are_the_target_hidden_states(demo_dir, target):
     draft = load_draft_as(Checkpoint.open(demo_dir / "speculators"))
     with torch.no_grad():
         expected = draft(ids[:, 1:], torch.cat([hs[2], hs[5], hs[7]], -1)[:, :-1]).logits.argmax(-1)
-    result = check_wiring(target, Checkpoint.open(demo_dir / "speculators"), "vllm==0.33.0", inputs=ids)
+    result = check_wiring(Checkpoint.open(demo_dir / "speculators"), target=target, engine="vllm==0.33.0", inputs=ids)
     mapped = expected + draft.d2t[expected]
     agreement = float((mapped == target(input_ids=ids).logits[:, 1:].argmax(-1)).float().mean())
     assert result.agreement == pytest.approx(agreement)
 
 
 def test_aux_off_under_sglang_bypasses_fc_silently(demo_dir, target):
-    result = check_wiring(target, Checkpoint.open(demo_dir / "eagle"), "sglang==0.5.11", scenario="aux-off")
+    result = check_wiring(Checkpoint.open(demo_dir / "eagle"), target=target, engine="sglang==0.5.11", scenario="aux-off")
     assert result.feature.shape[-1] == 64 and not result.fc_ran and result.engine_error is None
     assert all(row["path"] != "fc" for row in result.draft_table)
     assert result.decoder_input.shape[-1] == 128  # the decoder ran on the raw target state
@@ -103,7 +103,7 @@ def test_aux_off_under_sglang_bypasses_fc_silently(demo_dir, target):
 
 
 def test_aux_off_under_vllm_reports_the_loud_failure(demo_dir, target):
-    result = check_wiring(target, Checkpoint.open(demo_dir / "speculators"), "vllm==0.33.0", scenario="aux-off")
+    result = check_wiring(Checkpoint.open(demo_dir / "speculators"), target=target, engine="vllm==0.33.0", scenario="aux-off")
     assert result.engine_error and "192" in result.engine_error
     assert "trace/fc-bypassed" not in codes(result)
     finding = next(f for f in result.findings if f.code == "trace/aux-width-mismatch")
@@ -111,7 +111,7 @@ def test_aux_off_under_vllm_reports_the_loud_failure(demo_dir, target):
 
 
 def test_ids_shifted_by_one_is_a_layer_mismatch(demo_dir, target):
-    result = check_wiring(target, Checkpoint.open(demo_dir / "speculators"), "vllm==0.33.0", scenario="ids-shifted")
+    result = check_wiring(Checkpoint.open(demo_dir / "speculators"), target=target, engine="vllm==0.33.0", scenario="ids-shifted")
     assert result.layers_used == (3, 6, 8) and result.fc_ran
     finding = next(f for f in result.findings if f.code == "trace/aux-layers-mismatch")
     assert finding.evidence["trained_with_hf"] == [2, 5, 7]
@@ -121,7 +121,7 @@ def test_unknown_scenario_is_a_usage_error(demo_dir, target):
     from eagle3lens.errors import UsageError
 
     with pytest.raises(UsageError, match="scenario"):
-        check_wiring(target, Checkpoint.open(demo_dir / "eagle"), "sglang==0.5.11", scenario="aux-on")
+        check_wiring(Checkpoint.open(demo_dir / "eagle"), target=target, engine="sglang==0.5.11", scenario="aux-on")
 
 
 class Wrapper(nn.Module):
@@ -146,8 +146,8 @@ def test_decoder_layers_found_inside_a_wrapper(demo_dir, target):
     wrapped = Wrapper(target)
     assert find_decoder_layers(wrapped)[0] == "model.language_model.layers"
     ids = torch.randint(0, 2048, (1, 10), generator=torch.Generator().manual_seed(2))
-    plain = check_wiring(target, Checkpoint.open(demo_dir / "eagle"), "sglang==0.5.11", inputs=ids)
-    inner = check_wiring(wrapped, Checkpoint.open(demo_dir / "eagle"), "sglang==0.5.11", inputs=ids)
+    plain = check_wiring(Checkpoint.open(demo_dir / "eagle"), target=target, engine="sglang==0.5.11", inputs=ids)
+    inner = check_wiring(Checkpoint.open(demo_dir / "eagle"), target=wrapped, engine="sglang==0.5.11", inputs=ids)
     assert inner.decoder_path == "model.language_model.layers" and inner.layers_used == (2, 5, 7)
     assert inner.agreement == plain.agreement and inner.fc_ran
 
@@ -180,7 +180,7 @@ def test_wiring_on_a_target_offloaded_to_disk_matches_the_plain_target(demo_dir,
     from transformers import AutoModelForCausalLM
 
     ids = torch.randint(0, 2048, (1, 10), generator=torch.Generator().manual_seed(3))
-    plain = check_wiring(target, Checkpoint.open(demo_dir / "eagle"), "sglang==0.5.11", inputs=ids)
+    plain = check_wiring(Checkpoint.open(demo_dir / "eagle"), target=target, engine="sglang==0.5.11", inputs=ids)
     model = AutoModelForCausalLM.from_pretrained(demo_dir / "target", dtype=torch.float32).eval()
     # the input embedding (the first parameter) and the deep half on disk: their weights are meta until used
     device_map = {"model.embed_tokens": "disk", "model.norm": "cpu", "model.rotary_emb": "cpu", "lm_head": "disk",
@@ -188,10 +188,10 @@ def test_wiring_on_a_target_offloaded_to_disk_matches_the_plain_target(demo_dir,
     model = dispatch_model(model, device_map=device_map, offload_dir=str(tmp_path / "offload"))
     assert next(model.parameters()).device.type == "meta"
     for scenario in (None, "aux-off"):
-        offloaded = check_wiring(model, Checkpoint.open(demo_dir / "eagle"), "sglang==0.5.11", inputs=ids,
+        offloaded = check_wiring(Checkpoint.open(demo_dir / "eagle"), target=model, engine="sglang==0.5.11", inputs=ids,
                                  scenario=scenario)
-        reference = plain if scenario is None else check_wiring(target, Checkpoint.open(demo_dir / "eagle"),
-                                                                "sglang==0.5.11", inputs=ids, scenario=scenario)
+        reference = plain if scenario is None else check_wiring(
+            Checkpoint.open(demo_dir / "eagle"), target=target, engine="sglang==0.5.11", inputs=ids, scenario=scenario)
         assert [f.to_dict() for f in offloaded.findings] == [f.to_dict() for f in reference.findings]
         assert offloaded.captured == reference.captured and offloaded.feature == reference.feature
         assert offloaded.fc_ran == reference.fc_ran and offloaded.agreement == pytest.approx(reference.agreement)
@@ -199,9 +199,9 @@ def test_wiring_on_a_target_offloaded_to_disk_matches_the_plain_target(demo_dir,
 
 def test_target_dtype_option_surfaces_a_dtype_mismatch(demo_dir):
     draft = Checkpoint.open(demo_dir / "speculators")
-    kept = check_wiring(demo_dir / "target", draft, "vllm==0.33.0", dtype="auto", device_map="cpu")
+    kept = check_wiring(draft, target=demo_dir / "target", engine="vllm==0.33.0", dtype="auto", device_map="cpu")
     assert kept.feature.dtype == "float32" and "trace/dtype-mismatch" not in codes(kept)  # the demo stores f32
-    half = check_wiring(demo_dir / "target", draft, "vllm==0.33.0", dtype="bfloat16")
+    half = check_wiring(draft, target=demo_dir / "target", engine="vllm==0.33.0", dtype="bfloat16")
     finding = next(f for f in half.findings if f.code == "trace/dtype-mismatch")
     assert finding.evidence == {"feature": "torch.bfloat16", "draft": "torch.float32"}
     assert half.fc_ran and half.feature.shape[-1] == 192
@@ -266,7 +266,7 @@ def test_d2t_stage_is_coloured_by_the_drafts_mapping(demo_dir, target):
     ids = torch.randint(0, 2048, (1, 8), generator=torch.Generator().manual_seed(4))
     for variant, state, colour in (("speculators", "valid", OK), ("broken-d2t-missing", "missing", BAD),
                                    ("broken-d2t-double-subtracted", "invalid", BAD)):
-        result = check_wiring(target, Checkpoint.open(demo_dir / variant), "vllm==0.33.0", inputs=ids)
+        result = check_wiring(Checkpoint.open(demo_dir / variant), target=target, engine="vllm==0.33.0", inputs=ids)
         assert result.logits is not None and result.d2t_state == state == result.to_dict()["d2t_state"]
         assert flow_stages(result)[-1][0] == "d2t"
         d2t_box = result.figures()[0].layout.shapes[-1]
@@ -287,7 +287,7 @@ def test_only_the_engines_assert_is_reported_other_errors_propagate(demo_dir, ta
 
     monkeypatch.setattr(Eagle3Draft, "project", boom)
     with pytest.raises(RuntimeError, match="out of memory"):
-        check_wiring(target, Checkpoint.open(demo_dir / "speculators"), "vllm==0.33.0")
+        check_wiring(Checkpoint.open(demo_dir / "speculators"), target=target, engine="vllm==0.33.0")
 
 
 def test_sglang_wrong_width_is_a_mismatch_not_a_crash(demo_dir, target):

@@ -13,7 +13,7 @@ from . import add_output_options, example_epilog, finish
 def _repair_tensors(path: str, target: str | None) -> dict:
     from ..probes.vocab import plan_d2t_repair
 
-    return dict(plan_d2t_repair(Checkpoint.open(path), Checkpoint.open(target) if target else None).tensors)
+    return dict(plan_d2t_repair(path, target=target or None).tensors)
 
 
 def run(args: argparse.Namespace) -> int:

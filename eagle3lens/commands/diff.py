@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from ..checkpoint import Checkpoint
 from ..findings import Report
+from ..progress import bars
 from . import add_output_options, example_epilog, finish
 
 
 def run(args: argparse.Namespace) -> int:
     from ..probes.diff import diff
 
-    a, b = Checkpoint.open(args.a), Checkpoint.open(args.b)
+    a = Checkpoint.open(args.a)
     report = Report(checkpoint=a.summary())
-    report.add("diff", diff(a, b, names_only=args.names_only))
+    report.add("diff", diff(a, args.b, names_only=args.names_only, progress=bars(sys.stderr.isatty())))
     return finish(report, args)
 
 

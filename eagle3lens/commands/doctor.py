@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ..doctor import diagnose
 from ..errors import UsageError
+from ..progress import bars
 from ..safewrite import write_text_atomic
 from . import add_output_options, example_epilog, finish, positive_float, positive_int
 from .trace import DTYPE_NAMES, SCENARIO_NAMES
@@ -24,8 +25,8 @@ def write_html(out: Path, page: str) -> None:
 def run(args: argparse.Namespace) -> int:
     report = diagnose(args.checkpoint, engine=args.engine, target=args.target, log=args.log,
                       baseline_tps=args.baseline_tps, num_draft_tokens=args.num_draft_tokens,
-                      scenario=args.scenario, weights=not args.no_weights, progress=False if args.json else None,
-                      device_map=args.device_map, dtype=args.dtype)
+                      scenario=args.scenario, weights=not args.no_weights, device_map=args.device_map,
+                      dtype=args.dtype, progress=bars(not args.json))
     if args.html:
         write_html(Path(args.html), report.to_html(title=f"eagle3lens doctor: {args.checkpoint}"))
     code = finish(report, args)

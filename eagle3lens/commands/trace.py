@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     if args.device_map and args.device == "meta":
         raise UsageError("--device meta traces shapes only: drop --device-map")
     draft = Checkpoint.open(args.draft)
-    result = check_wiring(args.target, draft, engine, scenario=args.scenario, device=args.device,
+    result = check_wiring(draft, target=args.target, engine=engine, scenario=args.scenario, device=args.device,
                           device_map=args.device_map, dtype=args.dtype)
     report = Report(checkpoint=draft.summary(), engine=result.engine)
     report.add("wiring", result)

@@ -15,7 +15,6 @@ def run(args: argparse.Namespace) -> int:
     from ..probes.vocab import inspect_vocab
 
     ckpt = Checkpoint.open(args.checkpoint)
-    target = Checkpoint.open(args.target) if args.target else None
     if args.tokenizer and not (args.counts or args.text):
         raise UsageError("--tokenizer needs --counts or --text: it decodes the missed tokens or counts the text sample")
     text = None
@@ -27,9 +26,9 @@ def run(args: argparse.Namespace) -> int:
         except (OSError, UnicodeDecodeError) as exc:
             raise UsageError(f"{args.text}: cannot read the text sample ({exc})") from None
     report = Report(checkpoint=ckpt.summary())
-    report.add("vocab", inspect_vocab(ckpt, target=target, tokenizer=args.tokenizer, token_counts=args.counts,
+    report.add("vocab", inspect_vocab(ckpt, target=args.target, tokenizer=args.tokenizer, token_counts=args.counts,
                                       text=text))
-    if target is None:
+    if args.target is None:
         report.notes.append("no --target: lm_head rows not compared with the target head")
     return finish(report, args)
 

@@ -7,6 +7,7 @@ import sys
 
 from ..checkpoint import Checkpoint
 from ..findings import Report
+from ..progress import bars
 from . import add_output_options, example_epilog, finish, positive_int
 
 
@@ -15,12 +16,10 @@ def run(args: argparse.Namespace) -> int:
 
     check_device(args.device)
     ckpt = Checkpoint.open(args.checkpoint)
-    target = Checkpoint.open(args.target) if args.target else None
-    against = Checkpoint.open(args.against) if args.against else None
     report = Report(checkpoint=ckpt.summary())
-    report.add("weights", weight_stats(ckpt, names=args.names, device=args.device, target=target, against=against,
-                                       progress=None if sys.stderr.isatty() else False, threads=args.threads))
-    if target is None:
+    report.add("weights", weight_stats(ckpt, target=args.target, against=args.against, names=args.names,
+                                       device=args.device, threads=args.threads, progress=bars(sys.stderr.isatty())))
+    if args.target is None:
         report.notes.append("no --target given: embed_tokens / lm_head copies not checked")
     return finish(report, args)
 

@@ -58,4 +58,19 @@ def resolve(spec: "str | EngineProfile") -> EngineProfile:
     raise UsageError(f"no profile for {name}=={version}: known ranges are {ranges}; known: {known()}")
 
 
-__all__ = ["EngineProfile", "ParamSpec", "Route", "all_profiles", "known", "resolve", "parse_version"]
+def as_profile(engine: str | EngineProfile | None) -> EngineProfile | None:
+    """What every probe's ``engine=`` accepts: a ``NAME[==VERSION]`` spec or a profile; None stays None."""
+    return None if engine is None else resolve(engine)
+
+
+# the loader each config flavour is written for: who judges a draft when no engine is named
+_OWN_LOADER = {"speculators": "speculators", "sglang": "sglang", "eagle": "eagle"}
+
+
+def own_loader(flavour: str) -> EngineProfile:
+    """The profile of the loader a config ``flavour`` is written for (vLLM's newest for an unknown flavour)."""
+    return resolve(_OWN_LOADER.get(flavour, "vllm"))
+
+
+__all__ = ["EngineProfile", "ParamSpec", "Route", "all_profiles", "as_profile", "known", "own_loader", "resolve",
+           "parse_version"]

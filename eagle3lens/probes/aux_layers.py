@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..checkpoint import DraftSpec
-from ..engines import EngineProfile, resolve
+from ..checkpoint import CheckpointLike, DraftSpec, as_checkpoint
+from ..engines import EngineProfile, own_loader, resolve
 from ..engines.profile import default_aux_ids
 from ..findings import Finding, Severity, fix_command, to_jsonable
 
@@ -90,16 +90,26 @@ def trained_with(spec: DraftSpec, num_layers: int | None) -> tuple[tuple[int, ..
     return tuple(ids), f"{spec.aux_ids_source} ids in speculators convention (input of layer id)"
 
 
-def resolve_aux_layers(spec: DraftSpec, num_target_layers: int | None, engine: EngineProfile | str,
-                       checkpoint: str | Path = "CKPT") -> AuxResolution:
-    """The target layers ``engine`` captures for a draft described by ``spec``, with findings.
+def resolve_aux_layers(draft: CheckpointLike | DraftSpec, num_target_layers: int | None = None,
+                       engine: EngineProfile | str | None = None, *, target: CheckpointLike | None = None,
+                       checkpoint: str | Path | None = None) -> AuxResolution:
+    """The target layers ``engine`` captures for a draft (a checkpoint, its path or its ``DraftSpec``), with findings.
 
-    ``checkpoint`` is the draft's path as the findings' fix commands should name it.
-
-    ``num_target_layers`` None (no target at hand): defaults and range checks cannot be computed,
-    only the ids the engine reads and the convention it reads them in.
+    ``engine`` None: the loader the draft's config flavour is written for. ``target`` (or ``num_target_layers``)
+    gives the target's layer count; without either (no target at hand) defaults and range checks cannot be
+    computed, only the ids the engine reads and the convention it reads them in.
+    ``checkpoint`` is the draft's path as the findings' fix commands should name it (default: the draft's own
+    path, ``CKPT`` for a bare spec).
     """
-    profile = resolve(engine)
+    if isinstance(draft, DraftSpec):
+        spec, where = draft, "CKPT"
+    else:
+        ckpt = as_checkpoint(draft)
+        spec, where = ckpt.spec, str(ckpt.path)
+    checkpoint = where if checkpoint is None else checkpoint
+    if num_target_layers is None and target is not None:
+        num_target_layers = as_checkpoint(target).spec.num_hidden_layers
+    profile = own_loader(spec.flavour) if engine is None else resolve(engine)
     label = profile.spec
     L = num_target_layers
     findings: list[Finding] = []

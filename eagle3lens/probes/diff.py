@@ -12,9 +12,10 @@ import hashlib
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
-from ..checkpoint import Checkpoint, _from_bytes
+from ..checkpoint import Checkpoint, CheckpointLike, _from_bytes, as_checkpoint
 from ..errors import CheckpointError
 from ..findings import Finding, to_jsonable
+from ..progress import Counter, Progress
 from ..safetensors_header import DTYPE_BITS
 
 CHUNK = 16 << 20  # hashing unpaired tensors
@@ -68,15 +69,19 @@ class DiffResult:
         return diff_rich(self)
 
 
-def diff(a: Checkpoint, b: Checkpoint, values: bool = True, names_only: bool = False,
-         pairs: Mapping[str, str] | None = None) -> DiffResult:
-    """Compare two checkpoints; ``pairs`` (A name -> B name) says which tensors correspond when names differ."""
+def diff(a: CheckpointLike, b: CheckpointLike, *, values: bool = True, names_only: bool = False,
+         pairs: Mapping[str, str] | None = None, progress: Progress | None = None) -> DiffResult:
+    """Compare two checkpoints (or their paths); ``pairs`` (A name -> B name) says which tensors correspond when
+    names differ. ``progress(done, total, label)``: bytes of paired tensors compared so far."""
+    a, b = as_checkpoint(a), as_checkpoint(b)
     pairs = dict(pairs) if pairs is not None else {n: n for n in a.tensors if n in b.tensors}
     pairs = {x: y for x, y in pairs.items() if x in a.tensors and y in b.tensors}
     layout, changed, identical, renamed, unchecked = [], [], [], [], []
     largest = max((a.tensors[x].nbytes for x in pairs), default=0)
     size = 0 if names_only else min(COMPARE_CHUNK, largest)
     buffers = (bytearray(size), bytearray(size))
+    compared = Counter(None if names_only else progress, sum(a.tensors[x].nbytes for x in pairs),
+                       f"diff {a.path} {b.path}")
     for x, y in pairs.items():
         ta, tb = a.tensors[x], b.tensors[y]
         if (ta.dtype, ta.shape) != (tb.dtype, tb.shape):
@@ -87,6 +92,7 @@ def diff(a: Checkpoint, b: Checkpoint, values: bool = True, names_only: bool = F
             (identical if x == y else renamed).append(x if x == y else (x, y))
         else:
             changed.append(_value_change(a, x, b, y) if values else ValueChange(x, y, float("nan"), float("nan"), -1))
+        compared.add(ta.nbytes)
     rest_a = [n for n in a.tensors if n not in pairs]
     paired_b = set(pairs.values())
     rest_b = [n for n in b.tensors if n not in paired_b]

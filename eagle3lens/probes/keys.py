@@ -8,11 +8,18 @@ recognised; option flags and aux ids the engine ignores. Nothing reads tensor by
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..checkpoint import FLAG_NAMES, Checkpoint, DraftSpec
-from ..engines import EngineProfile, ParamSpec, resolve
+from ..checkpoint import (
+    FLAG_NAMES,
+    Checkpoint,
+    CheckpointLike,
+    DraftSpec,
+    as_checkpoint,
+)
+from ..engines import EngineProfile, ParamSpec, all_profiles, resolve
 from ..errors import UsageError
 from ..findings import Finding, Severity, fix_command, to_jsonable
 
@@ -158,10 +165,19 @@ def role_of(name: str) -> str:
     return "other"
 
 
-def simulate_load(ckpt: Checkpoint, engine: EngineProfile | str, num_target_layers: int | None = None) -> LoadResult:
-    """Run ``engine``'s key-to-parameter rule over ``ckpt``'s headers; findings for what goes wrong silently."""
+def simulate_load(draft: CheckpointLike, engine: EngineProfile | str | None = None, *,
+                  target: CheckpointLike | None = None, num_target_layers: int | None = None) -> LoadResult:
+    """Run ``engine``'s key-to-parameter rule over the draft's headers; findings for what goes wrong silently.
+
+    The target (or ``num_target_layers``) gives the layer count the engine's default aux layers depend on.
+    """
+    if engine is None:
+        raise UsageError("the load simulation needs an engine, e.g. engine='sglang==0.5.11'")
     if num_target_layers is not None and (not isinstance(num_target_layers, int) or num_target_layers < 1):
         raise UsageError(f"--target-layers must be a positive number of target layers (got {num_target_layers})")
+    ckpt = as_checkpoint(draft)
+    if num_target_layers is None and target is not None:
+        num_target_layers = as_checkpoint(target).spec.num_hidden_layers
     profile = resolve(engine)
     spec = ckpt.spec
     params = profile.parameters(spec, ckpt.path)
@@ -171,8 +187,8 @@ def simulate_load(ckpt: Checkpoint, engine: EngineProfile | str, num_target_laye
         route = profile.route(info.name, params, spec)
         expected = None
         if route.param in params:
-            target = params[route.param]
-            expected = target.shards.get(route.shard, target.shape) if route.shard else target.shape
+            param = params[route.param]
+            expected = param.shards.get(route.shard, param.shape) if route.shard else param.shape
             written.setdefault(route.param, []).append((info.name, route.shard))
         fates.append(TensorFate(info.name, info.dtype, info.shape, route.fate, route.param, route.shard,
                                 route.reason, role_of(info.name), expected))
@@ -182,6 +198,19 @@ def simulate_load(ckpt: Checkpoint, engine: EngineProfile | str, num_target_laye
     findings = _findings(ckpt, profile, spec, fates, sources, recognised, num_target_layers)
     return LoadResult(str(ckpt.path), profile.spec, profile.label, profile.source, recognised, tuple(fates),
                       sources, tuple(findings), profile.notes, mapping, missing_d2t(profile, spec))
+
+
+def compare_engines(draft: CheckpointLike, *, target: CheckpointLike | None = None,
+                    engines: Iterable[EngineProfile | str] | None = None) -> list[dict[str, Any]]:
+    """The load simulation under each engine (default: every known profile), one summary row per engine:
+    recognised, tensors dropped, parameters left at init, finding codes."""
+    ckpt, tgt = as_checkpoint(draft), as_checkpoint(target)
+    rows = []
+    for engine in all_profiles() if engines is None else engines:
+        r = simulate_load(ckpt, engine, target=tgt)
+        rows.append({"engine": r.engine, "recognised": r.recognised, "dropped": len(r.dropped),
+                     "left at init": len(r.left_at_init), "findings": [f.code for f in r.findings]})
+    return rows
 
 
 def _param_source(param: ParamSpec, writes: list[tuple[str, str | None]], profile: EngineProfile,
@@ -336,5 +365,5 @@ def _aux_findings(ckpt: Checkpoint, profile: EngineProfile, num_target_layers: i
         return []
     from .aux_layers import resolve_aux_layers
 
-    resolution = resolve_aux_layers(ckpt.spec, num_target_layers, profile, checkpoint=ckpt.path)
+    resolution = resolve_aux_layers(ckpt, num_target_layers, profile)
     return [f for f in resolution.findings if f.code in ("config/aux-ids-ignored", "config/aux-ids-shifted")]

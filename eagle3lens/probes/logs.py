@@ -37,6 +37,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from ..engines import EngineProfile
 from ..errors import Eagle3LensError, UsageError
 from ..findings import Finding, Severity, fix_command, to_jsonable
 
@@ -509,24 +510,24 @@ def _lines(path_or_text: str | os.PathLike[str]) -> tuple[str, Iterator[str]]:
     return "<text>", iter(str(path_or_text).splitlines())
 
 
-def parse_log(path_or_text: str | os.PathLike[str], engine: str | None = None,
+def parse_log(log: str | os.PathLike[str], *, engine: str | EngineProfile | None = None,
               num_draft_tokens: int | None = None, baseline_tps: float | None = None,
               expected_accept_len: float | None = None) -> LogResult:
-    """Parse an SGLang or vLLM server log into series, a summary and acceptance findings.
+    """Parse an SGLang or vLLM server log (a path, or the log's text) into series, a summary and acceptance findings.
 
-    ``engine`` (``sglang``, ``vllm``, optionally ``==VERSION``) reads the log as that engine (other engines'
-    lines count as ignored) and, with a version, fixes SGLang's accept-rate formula; by default the engine
-    with most acceptance lines wins.
+    ``engine`` (``sglang``, ``vllm``, optionally ``==VERSION``, or an SGLang/vLLM profile) reads the log as that
+    engine (other engines' lines count as ignored) and, with a version, fixes SGLang's accept-rate formula; by
+    default the engine with most acceptance lines wins.
     ``num_draft_tokens`` is SGLang's ``--speculative-num-draft-tokens`` or vLLM's
     ``num_speculative_tokens``; ``baseline_tps`` the tok/s of the same server without speculation;
     ``expected_accept_len`` what the draft's training metrics promise (bonus token included).
     """
-    name, version = _split_engine(engine)
+    name, version = _split_engine(engine.spec if isinstance(engine, EngineProfile) else engine)
     for label, value in (("num_draft_tokens", num_draft_tokens), ("baseline_tps", baseline_tps),
                          ("expected_accept_len", expected_accept_len)):
         if value is not None and value <= 0:
             raise UsageError(f"{label} must be positive, got {value}")
-    source, lines = _lines(path_or_text)
+    source, lines = _lines(log)
     parsed: dict[str, list[LogSample]] = {e: [] for e in ENGINES}
     unknown: dict[str, set[str]] = {e: set() for e in ENGINES}
     unparsed: list[tuple[int, str]] = []

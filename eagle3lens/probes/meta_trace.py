@@ -114,7 +114,7 @@ def draft_spec(preset: Preset, num_layers: int | None = None) -> DraftSpec:
         has_fc=True, has_d2t=True, fc_in_features=3 * preset.hidden, fc_out_features=preset.hidden)
 
 
-def trace_full_size(preset: str = "kimi-k2.5", engine: EngineProfile | str = "vllm", scenario: str | None = None,
+def trace_full_size(preset: str = "kimi-k2.5", *, engine: EngineProfile | str = "vllm", scenario: str | None = None,
                     arch: str = "llama", seq_len: int = 8, num_layers: int | None = None) -> WiringResult:
     """Shape-only wiring trace of a full-size target and draft on the meta device."""
     try:

@@ -204,6 +204,20 @@ class Tracer:
         return records_figure(self.table(), title=title)
 
 
+def trace_forward(model: nn.Module, *, include: Include | Sequence[Include] | None = None, seq_len: int = 8,
+                  seed: int = 0) -> Tracer:
+    """One forward of ``model`` (a causal LM) on ``seq_len`` seeded random token ids under a :class:`Tracer`.
+
+    Returns the tracer, its hooks removed and its records filled (``table()``, ``findings``).
+    """
+    embed = model.get_input_embeddings()
+    ids = torch.randint(0, embed.num_embeddings, (1, seq_len), generator=torch.Generator().manual_seed(seed))
+    ids = ids.to(embed.weight.device)
+    with Tracer(model, include=include) as tracer, torch.no_grad():
+        model(ids)
+    return tracer
+
+
 # -- describing values ----------------------------------------------------------------------
 def meta_of(value: Any) -> Any:
     """Replace every tensor in a nested value by its TensorMeta; other leaves by their type name."""

@@ -19,7 +19,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import torch
 
-from ..checkpoint import Checkpoint
+from ..checkpoint import Checkpoint, CheckpointLike, as_checkpoint
 from ..engines import all_profiles, resolve
 from ..errors import ConversionRefused, UsageError
 from ..findings import Finding, Severity, fix_command, to_jsonable
@@ -225,21 +225,35 @@ def _sizes(ckpt: Checkpoint, target: Checkpoint | None, d2t_key: str | None, t2d
 
 
 # -- the probe ----------------------------------------------------------------------------------
-def inspect_vocab(ckpt: Checkpoint, target: Checkpoint | None = None, tokenizer: Any = None,
+def inspect_vocab(draft: CheckpointLike, *, target: CheckpointLike | None = None, tokenizer: Any = None,
                   token_counts: Any = None, text: str | None = None) -> VocabResult:
     """Check a draft's d2t / t2d, classify what is wrong and say what each engine does with it.
 
-    ``target``: the target checkpoint, to compare the draft ``lm_head`` with ``target.lm_head[ids]``.
+    ``draft`` / ``target``: checkpoints or their paths; the target's ``lm_head`` rows are compared with the
+    draft's (``target.lm_head[ids]``).
     ``token_counts``: target-token frequencies (path to .json list/dict or .npy, or a sequence/tensor/dict);
     ``tokenizer`` (object or directory) + ``text``: counts from a text sample; the tokenizer also
     decodes the most frequent missed tokens.
     """
-    return _Analysis(ckpt, target).result(tokenizer=tokenizer, token_counts=token_counts, text=text)
+    return _Analysis(as_checkpoint(draft), as_checkpoint(target)).result(
+        tokenizer=tokenizer, token_counts=token_counts, text=text)
 
 
-def plan_d2t_repair(ckpt: Checkpoint, target: Checkpoint | None = None) -> D2tRepair:
+def compare_mappings(drafts: Sequence[CheckpointLike], *, target: CheckpointLike | None = None) -> list[dict[str, Any]]:
+    """The vocab probe on several drafts against one target, a summary row each: draft, status, diagnosis."""
+    tgt = as_checkpoint(target)
+    rows = []
+    for draft in drafts:
+        ckpt = as_checkpoint(draft)
+        r = inspect_vocab(ckpt, target=tgt)
+        rows.append({"draft": ckpt.path.name, "status": r.status, "diagnosis": r.diagnosis})
+    return rows
+
+
+def plan_d2t_repair(draft: CheckpointLike, target: CheckpointLike | None = None) -> D2tRepair:
     """The repaired d2t (and t2d when it must change) that the evidence proves; refuses when ambiguous."""
-    analysis = _Analysis(ckpt, target)
+    ckpt = as_checkpoint(draft)
+    analysis = _Analysis(ckpt, as_checkpoint(target))
     result = analysis.result()
     if result.status in ("valid", "full-vocab"):
         raise ConversionRefused(f"{ckpt.path}: the d2t/t2d mapping is already valid; nothing to repair")

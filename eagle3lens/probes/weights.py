@@ -17,13 +17,19 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, Mapping
 
-from ..checkpoint import DECODER_KEY, Checkpoint, DraftSpec
+from ..checkpoint import (
+    DECODER_KEY,
+    Checkpoint,
+    CheckpointLike,
+    DraftSpec,
+    as_checkpoint,
+)
 from ..errors import UsageError
 from ..findings import Finding, Severity, to_jsonable
+from ..progress import Counter, Progress
 from ..safetensors_header import DTYPE_BITS, torch_dtype
 from .stats import DEFAULT_CHUNK_BYTES, TensorStats, iter_element_chunks, tensor_stats
 
-PROGRESS_MIN_BYTES = 100_000_000
 HF_DEFAULT_INIT_RANGE = 0.02
 KURTOSIS = {"normal": 0.0, "uniform": -1.2}
 TRAINED, ONES, NAN, INF, ZERO, BUFFER, UNREAD = "trained", "init:ones", "nan", "inf", "all-zero", "buffer", "unsupported"
@@ -273,18 +279,20 @@ class WeightsResult:
 
 # -- the probe ------------------------------------------------------------------------------
 def weight_stats(
-    ckpt: Checkpoint,
+    draft: CheckpointLike,
+    *,
+    target: CheckpointLike | None = None,
+    against: CheckpointLike | None = None,
     names: str | Iterable[str] | None = None,
     device: str = "cpu",
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-    progress: bool | None = None,
-    target: Checkpoint | None = None,
-    against: Checkpoint | None = None,
     threads: int | None = None,
+    progress: Progress | None = None,
 ) -> WeightsResult:
     """Stream every tensor (or ``names``: a glob pattern or exact names) and judge its provenance.
 
-    ``progress``: None shows a tqdm bar when more than ~100 MB are read, True/False force it.
+    ``target``: check the embed_tokens / lm_head copies; ``against``: compare every common tensor with it.
+    ``progress(done, total, label)``: bytes read, one phase per label (the draft, the copies, the comparison).
     ``device="cuda"`` moves each chunk to the GPU before reducing it.
     ``threads``: CPU threads that stream a large tensor's spans side by side (default: up to 4 usable cores).
     """
@@ -292,17 +300,18 @@ def weight_stats(
     threads = default_threads() if threads is None else threads
     if threads < 1:
         raise UsageError(f"threads must be at least 1, got {threads}")
+    ckpt, target, against = as_checkpoint(draft), as_checkpoint(target), as_checkpoint(against)
     selected = select_names(ckpt, names)
     total = sum(ckpt.info(n).nbytes for n in selected)
-    with _progress_bar(total, progress, ckpt.path) as bar:
-        stats = [tensor_stats(ckpt, n, chunk_bytes, device, bar.update, threads) for n in selected]
+    read = Counter(progress, total, f"weights {ckpt.path}")
+    stats = [tensor_stats(ckpt, n, chunk_bytes, device, read.add, threads) for n in selected]
     spec = ckpt.spec
     notes: list[str] = []
     copies: tuple[CopyCheck, ...] = ()
     if target is not None:
         head_and_embed = sum(ckpt.info(n).nbytes for n in ckpt.tensors if module_of(n) in ("lm_head", "embed_tokens"))
-        with _progress_bar(head_and_embed, progress, f"copies of {target.path}") as bar:
-            copies = tuple(check_copies(ckpt, target, chunk_bytes, notes, bar.update))
+        copied = Counter(progress, head_and_embed, f"weights copies of {target.path}")
+        copies = tuple(check_copies(ckpt, target, chunk_bytes, notes, copied.add))
     confirmed = {c.draft for c in copies if c.matches}
     reports = tuple(replace(r, verdict=TARGET_COPY) if r.name in confirmed else r for r in (judge(s, spec) for s in stats))
     modules = summarise_modules(reports)
@@ -316,8 +325,8 @@ def weight_stats(
     comparison = None
     if against is not None:
         common = sum(ckpt.info(n).nbytes for n in selected if n in against)
-        with _progress_bar(common, progress, f"against {against.path}") as bar:
-            comparison = compare(ckpt, against, selected, chunk_bytes, notes, bar.update)
+        compared = Counter(progress, common, f"weights against {against.path}")
+        comparison = compare(ckpt, against, selected, chunk_bytes, notes, compared.add)
     findings = provenance_findings(reports, spec, ckpt.layout, target is not None) + copy_findings(copies)
     return WeightsResult(str(ckpt.path), reports, modules, decoder, copies, comparison, tuple(findings), tuple(notes))
 
@@ -346,26 +355,6 @@ def select_names(ckpt: Checkpoint, names: str | Iterable[str] | None) -> list[st
             raise UsageError(f"{ckpt.path}: no tensor matches {names!r}")
         return picked
     return [ckpt.info(n).name for n in names]
-
-
-class _NoBar:
-    def update(self, n: int) -> None:
-        pass
-
-    def __enter__(self) -> "_NoBar":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        pass
-
-
-def _progress_bar(total: int, progress: bool | None, what: Any):
-    show = total > PROGRESS_MIN_BYTES if progress is None else progress
-    if not show:
-        return _NoBar()
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=f"weights {what}")
 
 
 def judge(s: TensorStats, spec: DraftSpec) -> TensorReport:

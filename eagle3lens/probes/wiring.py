@@ -1,6 +1,6 @@
 """EAGLE-3 wiring check: run the target, capture the aux layers an engine would, feed the draft as that engine does.
 
-    result = check_wiring("demo/target", Checkpoint.open("demo/speculators"), "sglang==0.5.11", scenario="aux-off")
+    result = check_wiring("demo/speculators", target="demo/target", engine="sglang==0.5.11", scenario="aux-off")
     [f.code for f in result.findings]       # ['trace/fc-bypassed', ...]
 
 Scenarios reproduce engine faults: ``aux-off`` (no aux capture: the target's final hidden state is fed),
@@ -16,11 +16,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..checkpoint import Checkpoint
+from ..checkpoint import Checkpoint, CheckpointLike, as_checkpoint
 from ..draft import Eagle3Draft, canonical_key, map_to_target
+from ..engines import EngineProfile, own_loader, resolve
 from ..errors import CheckpointError, UsageError
 from ..findings import Finding, Severity, to_jsonable
-from ..engines import EngineProfile, resolve
 from .aux_layers import AuxResolution, describe_layer, resolve_aux_layers
 from .trace import TensorMeta, Tracer, first_tensor, meta_of
 
@@ -222,23 +222,27 @@ def _share_embedding(module: Eagle3Draft, model: nn.Module, ckpt: Checkpoint, pr
 
 
 # -- the check ----------------------------------------------------------------------------------
-def check_wiring(target: Any, draft: Checkpoint | str | Path, engine: EngineProfile | str, inputs: torch.Tensor | None = None,
-                 scenario: str | None = None, device: str = "cpu", seq_len: int = 16,
-                 device_map: str | dict[str, Any] | None = None,
+def check_wiring(draft: CheckpointLike, *, target: Any = None, engine: EngineProfile | str | None = None,
+                 inputs: torch.Tensor | None = None, scenario: str | None = None, device: str = "cpu",
+                 seq_len: int = 16, device_map: str | dict[str, Any] | None = None,
                  dtype: torch.dtype | str = torch.float32) -> WiringResult:
     """Run ``target``, capture the aux layers ``engine`` would, feed ``draft`` as the engine does, report.
 
-    ``device``, ``device_map`` and ``dtype`` are :func:`load_target`'s (for a target given as a path).
+    ``target``: an HF causal LM, its Checkpoint or directory. ``engine`` None: the loader the draft's config
+    is written for. ``device``, ``device_map`` and ``dtype`` are :func:`load_target`'s (for a target given
+    as a path).
     """
     if scenario not in (None, *SCENARIOS):
         raise UsageError(f"unknown scenario {scenario!r}: use one of {', '.join(SCENARIOS)}")
-    ckpt = draft if isinstance(draft, Checkpoint) else Checkpoint.open(draft)
+    if target is None:
+        raise UsageError("the wiring check needs a target: an HF causal LM or its directory")
+    ckpt = as_checkpoint(draft)
     if not (ckpt.spec.has_fc and ckpt.spec.decoder_prefix):
         raise CheckpointError(ckpt.path, "not an EAGLE-3 draft (no fc.weight / decoder layer)")
-    profile = resolve(engine)
+    profile = own_loader(ckpt.spec.flavour) if engine is None else resolve(engine)
     model = load_target(target, device, device_map=device_map, dtype=dtype)
     _, layers = find_decoder_layers(model)
-    resolution = resolve_aux_layers(ckpt.spec, len(layers), profile, checkpoint=ckpt.path)
+    resolution = resolve_aux_layers(ckpt, len(layers), profile)
     module = load_draft_as(ckpt, profile).to(draft_device(model))
     _share_embedding(module, model, ckpt, profile)
     return wire(model, module, resolution, profile, scenario=scenario, inputs=inputs, has_d2t=ckpt.spec.has_d2t,

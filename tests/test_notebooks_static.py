@@ -1,0 +1,49 @@
+"""The walkthroughs hold no logic: every code cell only calls the library and displays (fast, no kernel)."""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+
+NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
+LOGIC = (ast.For, ast.AsyncFor, ast.While, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
+         ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+
+def code_cells(path: Path) -> list[tuple[int, str]]:
+    cells = json.loads(path.read_text())["cells"]
+    return [(i, "".join(c["source"])) for i, c in enumerate(cells) if c["cell_type"] == "code"]
+
+
+def logic_in(source: str) -> list[str]:
+    """``line: NodeType`` for each loop, definition or comprehension in a cell's source."""
+    return [f"{node.lineno}: {type(node).__name__}" for node in ast.walk(ast.parse(source)) if isinstance(node, LOGIC)]
+
+
+def test_the_walkthroughs_are_found() -> None:
+    assert len(NOTEBOOKS) >= 6
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_code_cells_are_calls_and_displays_only(path: Path) -> None:
+    found = [f"cell {i} line {hit}" for i, source in code_cells(path) for hit in logic_in(source)]
+    assert not found, f"{path.name}: move this logic into eagle3lens: {found}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_committed_without_outputs_and_with_a_parameters_cell(path: Path) -> None:
+    cells = json.loads(path.read_text())["cells"]
+    code = [c for c in cells if c["cell_type"] == "code"]
+    assert not [c for c in code if c.get("outputs") or c.get("execution_count") is not None]
+    assert sum("parameters" in c.get("metadata", {}).get("tags", []) for c in code) == 1
+
+
+def test_the_check_sees_each_kind_of_logic() -> None:
+    source = ("for x in y:\n    pass\nwhile 0:\n    pass\ndef f():\n    pass\nclass C:\n    pass\n"
+              "[a for a in b]\n{a for a in b}\n{a: a for a in b}\nsum(a for a in b)\n")
+    kinds = {hit.split(": ")[1] for hit in logic_in(source)}
+    assert kinds == {"For", "While", "FunctionDef", "ClassDef", "ListComp", "SetComp", "DictComp", "GeneratorExp"}
+    assert logic_in("nb.show(simulate_load(checkpoint, engine))\nwidgets.probe_panel(lambda x: f(x), {})") == []
