@@ -219,7 +219,7 @@ def _param_source(param: ParamSpec, writes: list[tuple[str, str | None]], profil
     missing = tuple(s for s in param.shards if s not in {sh for _, sh in writes}) if param.shards and writes else ()
     by_design = profile.shared(param.role, spec)
     if param.role == "vocab":
-        by_design = by_design or "reported as vocab/d2t-missing when the mapping is needed"
+        by_design = by_design or "judged by the vocab probe (vocab/d2t-missing when the mapping is needed)"
     return ParamSource(param, keys, missing, by_design)
 
 
