@@ -261,3 +261,13 @@ def test_findings_name_the_raising_module_and_outputs_that_change_dtype():
     [varies] = tracer.findings
     assert varies.code == "trace/output-varies" and varies.evidence == {"outputs": {"<root>": ["float32@cpu",
                                                                                                "float64@cpu"]}}
+
+
+def test_trace_forward_runs_one_seeded_forward_under_the_tracer():
+    from eagle3lens.probes.trace import trace_forward
+
+    model = tiny_llama()
+    tracer = trace_forward(model, include="model.layers.*", seq_len=6)
+    assert [r.path for r in tracer.records] == ["model.layers.0", "model.layers.1", "model.layers.2"]
+    assert tracer.records[0].first_input == TensorMeta((1, 6, 32), "float32", "cpu")
+    assert hook_count(model) == 0 and not tracer.active
