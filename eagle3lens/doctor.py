@@ -14,6 +14,7 @@ from typing import Any
 
 from .checkpoint import Checkpoint
 from .findings import Finding, Report, Severity, sort_findings
+from .launch import Launch, launch_from_log, parse_launch
 
 # code prefixes in causal order; the first matching entry gives a finding's place
 # Silent causes lead: a server that logs accept len 1.00 did load the draft, so loud failures
@@ -25,6 +26,7 @@ CAUSAL_ORDER: tuple[tuple[str, str], ...] = (
     ("config/missing", "no config.json: nothing can build the draft"),
     ("config/unrecognized", "the engine does not recognise the draft's config"),
     ("keys/raises", "the engine refuses to load the checkpoint"),
+    ("launch/server-fails", "the server stops at start or at the first decode"),
     ("trace/aux-width-mismatch", "the aux feature has the wrong width"),
     ("weights/nan", "non-finite weights"),
     ("weights/inf", "non-finite weights"),
@@ -40,6 +42,7 @@ CAUSAL_ORDER: tuple[tuple[str, str], ...] = (
     ("config/", "config the engine reads differently"),
     ("trace/", "hidden-state wiring"),
     ("weights/", "weight statistics"),
+    ("launch/", "the launch runs no speculative decoding"),
     ("logs/", "the symptom in the server log"),
 )
 
@@ -135,11 +138,14 @@ def diagnose(
     progress: bool | None = None,
     device_map: str | None = None,
     dtype: str = "float32",
+    launch: "str | Launch | None" = None,
 ) -> Report:
     """Run the applicable probes on a draft and return a Report whose findings are ranked causes first.
 
     ``device_map`` / ``dtype`` place the target for the wiring check (accelerate's ``auto`` spreads a large
-    target over GPUs and CPU; ``dtype="auto"`` keeps the checkpoint's dtype).
+    target over GPUs and CPU; ``dtype="auto"`` keeps the checkpoint's dtype). ``launch``: the server command
+    line (or a parsed :class:`~eagle3lens.launch.Launch`); without it, a ``log``'s start-up lines are read for one.
+    With a target, the launch gives the predicted wiring beside the traced one.
     """
     from .engines import resolve
     from .probes.aux_layers import resolve_aux_layers
@@ -197,9 +203,29 @@ def diagnose(
     else:
         skipped["logs"] = "no --log given: acceptance not read"
 
+    _predict(report, run, ckpt, tgt, profile, launch, log)
+
     # the log probe's own fix is "run the doctor": here the causes above are the fix
     findings = owned_findings_only(report.findings, report.results)
     report.findings = rank_findings([replace(f, fix=None) if f.area == "logs" else f for f in findings])
     triage = Triage(rank_causes(report.findings), tuple(ran), skipped)
     report.results = {"doctor": triage, **report.results}
     return report
+
+
+def _predict(report: Report, run: Any, ckpt: Checkpoint, tgt: Checkpoint | None, profile: Any,
+             launch: "str | Launch | None", log: str | Path | None) -> None:
+    """The launch-based wiring prediction, when a target config and a launch (or a log recording one) are given."""
+    from .probes.prediction import predict_wiring
+
+    parsed = parse_launch(launch) if isinstance(launch, str) else launch
+    if parsed is None and log is not None:
+        parsed = launch_from_log(log)
+    if parsed is None or tgt is None or ckpt.config is None:
+        return
+    if profile is not None and profile.name != parsed.engine:
+        report.notes.append(f"the launch ({parsed.source}) starts {parsed.engine}, not {profile.spec}: "
+                            "wiring not predicted from it")
+        return
+    run("prediction", predict_wiring, tgt, ckpt, engine=profile, launch=parsed,
+        observed=report.results.get("wiring"))
