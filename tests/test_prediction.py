@@ -228,3 +228,19 @@ def test_doctor_ranks_the_predicted_bypass_beside_the_trace(demo_dir):
     prediction = report.results["prediction"]
     assert prediction.outcome == "fc-bypassed"
     assert prediction.observed is not None and prediction.observed["fc_ran"] is True  # the trace ran it as EAGLE3
+
+
+def test_vllm_eagle3_capture_support_by_release(tmp_path):
+    target = kimi_target_config(tmp_path / "t", architecture="KimiK25ForConditionalGeneration")
+    draft = sparse_eagle3_draft(tmp_path / "d")
+    launch = parse_launch("vllm serve /m/kimi --speculative-config "
+                          "'{\"method\": \"eagle3\", \"model\": \"/d/kimi\", \"num_speculative_tokens\": 3}'")
+    result = predict_wiring(target, draft, engine="vllm==0.33.0", launch=launch)
+    assert result.outcome == "wired" and result.received_width == 21504
+    old = capture_support("vllm", "0.10.0", "DeepseekV3ForCausalLM")
+    assert not old.captures
+    assert old.error == "AttributeError: 'DeepseekV3ForCausalLM' object has no attribute 'set_aux_hidden_state_layers'"
+    assert capture_support("vllm", "0.11.0", "DeepseekV3ForCausalLM").error.startswith(
+        "RuntimeError: Model does not support EAGLE3 interface")
+    assert capture_support("vllm", "0.8.5", "LlamaForCausalLM").captures
+    assert known_releases("vllm")[0] == "0.8.5" and known_releases("vllm")[-1] == "0.33.0"

@@ -26,7 +26,8 @@ from typing import Iterable
 from packaging.version import InvalidVersion, Version
 
 CAPTURE_METHOD = "set_eagle3_layers_to_capture"
-VLLM_INTERFACE = "SupportsEagle3"
+VLLM_INTERFACE = "SupportsEagle3"  # vLLM 0.11.0+
+VLLM_METHOD = "set_aux_hidden_state_layers"  # vLLM before the interface: the runner calls it directly
 _WHEEL = re.compile(r"^(?P<name>sglang|vllm)-(?P<version>[^-]+)-")
 
 
@@ -40,8 +41,8 @@ class ReleaseCapture:
     missing: str  # "AttributeError" | "ValueError" | "RuntimeError": what start-up raises for a class without it
 
 
-def _class_table(sources: Iterable[str]) -> tuple[dict[str, tuple[set[str], bool]], set[str]]:
-    """class name -> (base names, defines the capture method or derives the interface); and EntryClass names."""
+def _class_table(sources: Iterable[str], methods: frozenset[str]) -> tuple[dict[str, tuple[set[str], bool]], set[str]]:
+    """class name -> (base names, defines one of ``methods`` or derives the interface); and EntryClass names."""
     classes: dict[str, tuple[set[str], bool]] = {}
     entries: set[str] = set()
     for text in sources:
@@ -53,7 +54,7 @@ def _class_table(sources: Iterable[str]) -> tuple[dict[str, tuple[set[str], bool
             if isinstance(node, ast.ClassDef):
                 bases = {b.id if isinstance(b, ast.Name) else b.attr for b in node.bases
                          if isinstance(b, (ast.Name, ast.Attribute))}
-                defines = any(isinstance(n, ast.FunctionDef) and n.name == CAPTURE_METHOD for n in node.body)
+                defines = any(isinstance(n, ast.FunctionDef) and n.name in methods for n in node.body)
                 old_bases, old_defines = classes.get(node.name, (set(), False))
                 classes[node.name] = (old_bases | bases, old_defines or defines or VLLM_INTERFACE in bases)
             elif isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "EntryClass"
@@ -88,7 +89,8 @@ def scan_wheel(path: Path) -> ReleaseCapture:
         models_dir = f"{engine}/srt/models/" if engine == "sglang" else "vllm/model_executor/models/"
         model_files = [n for n in names if n.startswith(models_dir) and n.endswith(".py")]
         sources = [wheel.read(n).decode("utf-8", "replace") for n in model_files]
-        classes, entries = _class_table(sources)
+        methods = frozenset({CAPTURE_METHOD} if engine == "sglang" else {VLLM_METHOD})
+        classes, entries = _class_table(sources, methods)
         if engine == "sglang":
             runner = [wheel.read(n).decode("utf-8", "replace") for n in names
                       if n.startswith("sglang/srt/model_executor/") and n.endswith(".py")]
@@ -101,7 +103,8 @@ def scan_wheel(path: Path) -> ReleaseCapture:
             classes_of = _vllm_registry(registry)
             served = set(classes_of)
             capture = {arch for arch, cls in classes_of.items() if _captures(cls, classes)}
-            missing = "RuntimeError"
+            interface = any(f"class {VLLM_INTERFACE}" in t for t in sources)
+            missing = "RuntimeError" if interface else "AttributeError-vllm"
     return ReleaseCapture(version, frozenset(served), frozenset(capture), missing)
 
 
@@ -133,7 +136,8 @@ def compress(releases: list[ReleaseCapture], engine: str, source: str) -> dict[s
 SOURCES = {
     "sglang": ("sglang/srt/models/*.py (classes defining set_eagle3_layers_to_capture, bases, EntryClass); "
                "sglang/srt/model_executor/** (what start-up raises when the target class lacks it)"),
-    "vllm": ("vllm/model_executor/models/*.py (classes deriving SupportsEagle3), models/registry.py (architectures)"),
+    "vllm": ("vllm/model_executor/models/*.py (classes deriving SupportsEagle3, or before 0.11.0 defining "
+             "set_aux_hidden_state_layers), models/registry.py (architecture -> class)"),
 }
 
 

@@ -24,6 +24,8 @@ _MISSING = {
     "AttributeError": "AttributeError: '{cls}' object has no attribute 'set_eagle3_layers_to_capture'",
     "ValueError": ("ValueError: Model {cls} does not implement set_eagle3_layers_to_capture, which EAGLE3 aux "
                    "hidden-state capture requires."),
+    # vLLM before SupportsEagle3 (<= 0.10.x): the runner calls the method unconditionally (inferred from the classes)
+    "AttributeError-vllm": "AttributeError: '{cls}' object has no attribute 'set_aux_hidden_state_layers'",
     "RuntimeError": ("RuntimeError: Model does not support EAGLE3 interface but aux_hidden_state_outputs was "
                      "requested"),
 }
