@@ -27,7 +27,8 @@ PROBES: dict[str, tuple[str, ...]] = {
     "keys": ("probes/keys.py",),
     "vocab": ("probes/vocab.py",),
     "weights": ("probes/weights.py",),
-    "wiring": ("probes/wiring.py", "probes/aux_layers.py"),  # the aux-layer resolver is the wiring check's static half
+    # the aux-layer resolver is the wiring check's static half, the launch-based prediction its predictive one
+    "wiring": ("probes/wiring.py", "probes/aux_layers.py", "probes/prediction.py"),
     "trace": ("probes/trace.py",),
     "logs": ("probes/logs.py",),
     "doctor": ("doctor.py",),
@@ -131,6 +132,12 @@ CODES: tuple[Code, ...] = (
          meaning="a module's output dtype or device changed between calls"),
     Code("trace/dtype-mismatch", owner="wiring", severity="warning", rank=200,
          meaning="target features and draft weights differ in dtype"),
+    Code("launch/server-fails", owner="wiring", severity="critical", rank=65,
+         meaning="predicted from the launch: the server stops at start (a target class that cannot capture aux "
+                 "states, an architecture the release does not serve) or at the first decode; the engine's own "
+                 "error in `evidence`"),
+    Code("launch/speculation-off", owner="wiring", severity="warning", rank=215,
+         meaning="the launch names no speculative algorithm: the draft is never used"),
     Code("logs/zero-acceptance", owner="logs", severity="critical", rank=220,
          meaning="mean accept length ≤ 1.05: proposals are (almost) never right"),
     Code("logs/low-acceptance", owner="logs", severity="warning", rank=220,

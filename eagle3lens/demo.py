@@ -81,6 +81,7 @@ class DemoPaths:
     broken_untrained: Path
     broken_lm_head_nan: Path
     sglang_log: Path
+    sglang_eagle_log: Path
     vllm_log: Path
     token_counts: Path
     readme: Path
@@ -90,7 +91,7 @@ class DemoPaths:
     def under(cls, root: Path) -> "DemoPaths":
         root = Path(root)
         names = {f.name: f.name.replace("_", "-") for f in fields(cls) if f.name != "root"}
-        names.update(sglang_log="sglang.log", vllm_log="vllm.log", token_counts="token_counts.json",
+        names.update(sglang_log="sglang.log", sglang_eagle_log="sglang-eagle.log", vllm_log="vllm.log", token_counts="token_counts.json",
                      readme="README.md", manifest="manifest.json")
         return cls(root=root, **{key: root / name for key, name in names.items()})
 
@@ -184,6 +185,7 @@ def _build_into(paths: DemoPaths, progress: Callable[[str], None]) -> None:
     _write_speculators(paths.broken_untrained, init_state)
     _write_speculators(paths.broken_lm_head_nan, {**trained, "lm_head.weight": torch.full_like(trained["lm_head.weight"], float("nan"))})
     paths.sglang_log.write_text(SGLANG_LOG, encoding="utf-8")
+    paths.sglang_eagle_log.write_text(SGLANG_EAGLE_LOG, encoding="utf-8")
     paths.vllm_log.write_text(VLLM_LOG, encoding="utf-8")
     _write_json(paths.token_counts, {"vocab_size": V, "num_tokens": int(counts.sum()), "source":
                                      "target-sampled sequences (prompts + generated tokens)", "counts": counts.tolist()})
@@ -386,6 +388,9 @@ def _manifest(metrics: dict[str, Any], d2t: torch.Tensor) -> dict[str, Any]:
                      for name, (what, codes, by_engine) in VARIANTS.items()},
         "logs": {"sglang.log": {"engine": "sglang==0.5.11", "accept_len": 1.0, "accept_rate": 0.0,
                                 "expected_findings": ["logs/zero-acceptance"]},
+                 "sglang-eagle.log": {"engine": "sglang==0.5.11", "draft": "eagle", "speculative_algorithm": "EAGLE",
+                                      "accept_len": 1.0, "expected_findings": ["logs/zero-acceptance"],
+                                      "expected_wiring_prediction": ["trace/fc-bypassed"]},
                  "vllm.log": {"engine": "vllm==0.33.0", "mean_acceptance_length": 1.0,
                               "expected_findings": ["logs/zero-acceptance"]}},
     }
@@ -419,6 +424,11 @@ Logs: `sglang.log` (SGLang 0.5.x decode lines, accept len 1.00, accept rate 0.00
 with a random decoder. Served exactly as `speculators/` is, SGLang would not even recognise the config
 (`config/unrecognized`); `eagle3lens convert --to sglang==0.5.11` fixes both.
 
+`sglang-eagle.log` is the same server serving the healthy `eagle/` draft launched with
+`--speculative-algorithm EAGLE` instead of `EAGLE3`: SGLang then captures no aux states, hands the draft the
+target's final 64-wide hidden state, and its width gate skips fc without a word. Nothing in the weights is
+wrong; `eagle3lens wiring --target target --draft eagle --log sglang-eagle.log` predicts it from the launch.
+
 The head of a valid `d2t` is a run of zeros (ids 0..k-1 are in the draft vocab): that is normal.
 
 Try:
@@ -429,10 +439,10 @@ Try:
 """
 
 
-def _sglang_log() -> str:
+def _sglang_log(algorithm: str = "EAGLE3", draft: str = "speculators") -> str:
     lines = [
-        "[2026-05-04 09:12:01] server_args=ServerArgs(model_path='target', speculative_algorithm='EAGLE3', "
-        "speculative_draft_model_path='speculators', speculative_num_steps=4, speculative_eagle_topk=1, "
+        f"[2026-05-04 09:12:01] server_args=ServerArgs(model_path='target', speculative_algorithm='{algorithm}', "
+        f"speculative_draft_model_path='{draft}', speculative_num_steps=4, speculative_eagle_topk=1, "
         "speculative_num_draft_tokens=5, decode_log_interval=40)",
         "[2026-05-04 09:12:04] Load weight begin. avail mem=139.21 GB",
         "[2026-05-04 09:12:05] Load weight end. type=LlamaForCausalLMEagle3, dtype=torch.float32, avail mem=139.20 GB",
@@ -470,4 +480,6 @@ def _vllm_log() -> str:
 
 
 SGLANG_LOG = _sglang_log()
+# the same server with the healthy eagle/ draft, launched as EAGLE: no aux capture, fc skipped by the width gate
+SGLANG_EAGLE_LOG = _sglang_log("EAGLE", "eagle")
 VLLM_LOG = _vllm_log()

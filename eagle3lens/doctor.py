@@ -14,6 +14,7 @@ from . import catalogue
 from .checkpoint import CheckpointLike, as_checkpoint
 from .engines import EngineProfile, as_profile, own_loader
 from .findings import Finding, Report, Severity, sort_findings
+from .launch import Launch, launch_from_log, parse_launch
 from .progress import Progress
 
 
@@ -86,12 +87,15 @@ def diagnose(
     device_map: str | None = None,
     dtype: str = "float32",
     progress: Progress | None = None,
+    launch: "str | Launch | None" = None,
 ) -> Report:
     """Run the applicable probes on a draft and return a Report whose findings are ranked causes first.
 
     ``device_map`` / ``dtype`` place the target for the wiring check (accelerate's ``auto`` spreads a large
     target over GPUs and CPU; ``dtype="auto"`` keeps the checkpoint's dtype). ``progress`` goes to the probes
-    that stream tensor bytes (weights).
+    that stream tensor bytes (weights). ``launch``: the server command
+    line (or a parsed :class:`~eagle3lens.launch.Launch`); without it, a ``log``'s start-up lines are read for one.
+    With a target, the launch gives the predicted wiring beside the traced one.
     """
     from .probes.aux_layers import resolve_aux_layers
     from .probes.keys import simulate_load
@@ -147,8 +151,28 @@ def diagnose(
     else:
         skipped["logs"] = "no --log given: acceptance not read"
 
+    _predict(report, run, ckpt, tgt, profile, launch, log)
+
     # the log probe's own fix is "run the doctor": here the causes above are the fix
     report.findings = rank_findings([replace(f, fix=None) if f.area == "logs" else f for f in report.findings])
     triage = Triage(rank_causes(report.findings), tuple(ran), skipped)
     report.results = {"doctor": triage, **report.results}
     return report
+
+
+def _predict(report: Report, run: Any, ckpt: Any, tgt: Any, profile: EngineProfile | None,
+             launch: "str | Launch | None", log: str | Path | None) -> None:
+    """The launch-based wiring prediction, when a target config and a launch (or a log recording one) are given."""
+    from .probes.prediction import predict_wiring
+
+    parsed = parse_launch(launch) if isinstance(launch, str) else launch
+    if parsed is None and log is not None:
+        parsed = launch_from_log(log)
+    if parsed is None or tgt is None or ckpt.config is None:
+        return
+    if profile is not None and profile.name != parsed.engine:
+        report.notes.append(f"the launch ({parsed.source}) starts {parsed.engine}, not {profile.spec}: "
+                            "wiring not predicted from it")
+        return
+    run("prediction", predict_wiring, tgt, ckpt, engine=profile, launch=parsed,
+        observed=report.results.get("wiring"))

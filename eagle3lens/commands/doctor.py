@@ -26,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
     report = diagnose(args.checkpoint, engine=args.engine, target=args.target, log=args.log,
                       baseline_tps=args.baseline_tps, num_draft_tokens=args.num_draft_tokens,
                       scenario=args.scenario, weights=not args.no_weights, device_map=args.device_map,
-                      dtype=args.dtype, progress=bars(not args.json))
+                      dtype=args.dtype, progress=bars(not args.json), launch=args.launch)
     if args.html:
         write_html(Path(args.html), report.to_html(title=f"eagle3lens doctor: {args.checkpoint}"))
     code = finish(report, args)
@@ -51,6 +51,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--engine", metavar="E", help="serving engine, NAME[==VERSION], e.g. sglang==0.5.11, vllm==0.33.0")
     p.add_argument("--target", metavar="T", help="target model checkpoint (HF layout): copies, wiring, aux layers")
     p.add_argument("--log", metavar="FILE", help="server log with acceptance lines (SGLang or vLLM)")
+    p.add_argument("--launch", metavar="CMD",
+                   help="the server command line, quoted (parsed, never run): predicts the wiring with --target; "
+                        "without it the --log's start-up arguments are used")
     p.add_argument("--baseline-tps", type=positive_float, metavar="X", help="decode tok/s without speculation, for break-even")
     p.add_argument("--num-draft-tokens", type=positive_int, metavar="K", help="draft tokens per step, when the log cannot say")
     p.add_argument("--scenario", choices=SCENARIO_NAMES,

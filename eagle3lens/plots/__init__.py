@@ -5,5 +5,6 @@ module and are listed here.
 """
 
 from .registry import figures, html_view, rich_view
+from . import prediction  # noqa: F401  (registers its views)
 
 __all__ = ["figures", "html_view", "rich_view"]

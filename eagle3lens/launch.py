@@ -1,0 +1,311 @@
+"""The server launch as data: what a pasted command line or a server log says about speculative decoding.
+
+    parse_launch("python -m sglang.launch_server --model-path T --speculative-algorithm EAGLE ...")
+    launch_from_log("server.log")          # SGLang's ``server_args=ServerArgs(...)``, vLLM's ``non-default args``
+
+Untrusted text is parsed, never evaluated: command lines with :mod:`shlex` (shell operators end the
+command; ``$(...)`` and backticks stay literal text), ``ServerArgs(...)`` and vLLM's config dumps with
+:func:`ast.parse` and :func:`ast.literal_eval` on single literal nodes.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+from .errors import UsageError
+from .inputfile import open_text_lines
+
+MAX_LAUNCH_CHARS = 1 << 20  # a pasted command line or one log line
+_SHELL_OPERATORS = {";", "&&", "||", "|", "&", "(", ")", ";;", "|&"}
+_ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What the server was (or will be) started with, as far as speculative decoding is concerned."""
+
+    engine: str  # "sglang" | "vllm"
+    source: str  # "command line" | "ServerArgs line of LOG" | "vLLM non-default args of LOG" | ...
+    target: str | None = None
+    algorithm: str | None = None  # SGLang --speculative-algorithm (upper case) or vLLM method (lower case)
+    draft: str | None = None
+    num_steps: int | None = None
+    num_draft_tokens: int | None = None
+    topk: int | None = None
+    cuda_graph: bool | None = None  # False: --disable-cuda-graph / --enforce-eager
+    engine_version: str | None = None  # from a log banner, when it names one
+    options: Mapping[str, Any] = field(default_factory=dict)  # every option read, as given
+
+    @property
+    def speculative(self) -> bool:
+        return bool(self.algorithm)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"engine": self.engine, "source": self.source, "target": self.target, "algorithm": self.algorithm,
+                "draft": self.draft, "num_steps": self.num_steps, "num_draft_tokens": self.num_draft_tokens,
+                "topk": self.topk, "cuda_graph": self.cuda_graph, "engine_version": self.engine_version,
+                "options": {k: _plain(v) for k, v in self.options.items()}}
+
+
+# -- command lines ------------------------------------------------------------------------------
+def parse_launch(text: str) -> Launch:
+    """The launch a pasted ``sglang`` / ``vllm`` server command line describes."""
+    if len(text) > MAX_LAUNCH_CHARS:
+        raise UsageError(f"launch command: longer than {MAX_LAUNCH_CHARS} characters")
+    words = _command_words(text)
+    engine, args = _engine_and_args(words)
+    options, positional = _options(args)
+    if engine == "sglang":
+        return _sglang_launch(options, "command line")
+    if positional and "model" not in options:
+        options["model"] = positional[0]
+    return _vllm_launch(options, "command line")
+
+
+def _command_words(text: str) -> list[str]:
+    """The words of the command that starts the server; shell operators split commands, nothing is expanded."""
+    lexer = shlex.shlex(text.replace("\\\r\n", " ").replace("\\\n", " "), posix=True, punctuation_chars=";&|()")
+    lexer.whitespace_split = True
+    lexer.commenters = ""
+    try:
+        tokens = list(lexer)
+    except ValueError as exc:  # no closing quotation
+        raise UsageError(f"launch command: cannot split it into words ({exc})") from None
+    commands: list[list[str]] = [[]]
+    for token in tokens:
+        if token in _SHELL_OPERATORS:
+            commands.append([])
+        else:
+            commands[-1].append(token)
+    for words in commands:
+        if _launcher(words) is not None:
+            return words
+    raise UsageError("launch command: no sglang or vllm server command in it "
+                     "(expected python -m sglang.launch_server, sglang serve, vllm serve or "
+                     "python -m vllm.entrypoints.openai.api_server)")
+
+
+def _launcher(words: list[str]) -> tuple[str, int] | None:
+    """(engine, index of the first argument) when ``words`` start an sglang or vllm server."""
+    i = 0
+    while i < len(words) and (_ENV_ASSIGNMENT.match(words[i]) or words[i] in ("env", "exec", "nohup", "sudo")):
+        i += 1
+    for j in range(i, min(len(words), i + 6)):
+        word = words[j]
+        name = Path(word).name
+        if word == "-m" and j + 1 < len(words):
+            module = words[j + 1]
+            if module.startswith("sglang.launch_server") or module == "sglang.launch_server":
+                return "sglang", j + 2
+            if module.startswith("vllm.entrypoints"):
+                return "vllm", j + 2
+        if name in ("sglang", "vllm") and j + 1 < len(words) and words[j + 1] == "serve":
+            return name, j + 2
+    return None
+
+
+def _engine_and_args(words: list[str]) -> tuple[str, list[str]]:
+    found = _launcher(words)
+    assert found is not None
+    engine, start = found
+    return engine, words[start:]
+
+
+def _options(args: list[str]) -> tuple[dict[str, Any], list[str]]:
+    """``--flag value`` / ``--flag=value`` / bare ``--flag`` (True), names with ``-`` as ``_``."""
+    options: dict[str, Any] = {}
+    positional: list[str] = []
+    i = 0
+    while i < len(args):
+        word = args[i]
+        if word.startswith("--") and len(word) > 2:
+            name, eq, value = word[2:].partition("=")
+            key = name.replace("-", "_")
+            if eq:
+                options[key] = value
+            elif i + 1 < len(args) and not args[i + 1].startswith("--"):
+                options[key] = args[i + 1]
+                i += 1
+            else:
+                options[key] = True
+        elif not options:
+            positional.append(word)
+        i += 1
+    return options, positional
+
+
+# -- engine-specific readings ------------------------------------------------------------------
+def _sglang_launch(options: Mapping[str, Any], source: str) -> Launch:
+    algorithm = options.get("speculative_algorithm")
+    algorithm = str(algorithm).upper() if algorithm not in (None, "", "None") else None
+    disable = options.get("disable_cuda_graph")
+    return Launch(
+        engine="sglang", source=source,
+        target=_text(options.get("model_path") or options.get("model")),
+        algorithm=algorithm,
+        draft=_text(options.get("speculative_draft_model_path") or options.get("speculative_draft")),
+        num_steps=_count(options.get("speculative_num_steps")),
+        num_draft_tokens=_count(options.get("speculative_num_draft_tokens")),
+        topk=_count(options.get("speculative_eagle_topk")),
+        cuda_graph=None if disable is None else not _truthy(disable),
+        options=dict(options))
+
+
+def _vllm_launch(options: Mapping[str, Any], source: str, version: str | None = None) -> Launch:
+    spec = options.get("speculative_config")
+    if isinstance(spec, str):
+        spec = _json_object(spec)
+    spec = spec if isinstance(spec, Mapping) else {}
+    method = spec.get("method")
+    draft = spec.get("model") or options.get("speculative_model")
+    tokens = spec.get("num_speculative_tokens", spec.get("num_spec_tokens", options.get("num_speculative_tokens")))
+    eager = options.get("enforce_eager")
+    return Launch(
+        engine="vllm", source=source, target=_text(options.get("model")),
+        algorithm=str(method).lower() if method not in (None, "") else ("draft" if draft else None),
+        draft=_text(draft), num_steps=_count(tokens), num_draft_tokens=None, topk=None,
+        cuda_graph=None if eager is None else not _truthy(eager), engine_version=version,
+        options={**options, "speculative_config": dict(spec)} if spec else dict(options))
+
+
+def _json_object(text: str) -> Mapping[str, Any]:
+    try:
+        value = json.loads(text, parse_int=_bounded_int)
+    except (ValueError, RecursionError):
+        raise UsageError(f"--speculative-config is not a JSON object: {text[:80]!r}") from None
+    if not isinstance(value, dict):
+        raise UsageError(f"--speculative-config is not a JSON object: {text[:80]!r}")
+    return value
+
+
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > 18:
+        raise ValueError("integer too long")
+    return int(text)
+
+
+def _count(value: Any) -> int | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int):
+        return value if 0 <= value < 1 << 31 else None
+    text = str(value).strip()
+    return int(text) if text.isdigit() and len(text) <= 9 else None
+
+
+def _truthy(value: Any) -> bool:
+    return value is True or str(value).strip().lower() in ("1", "true", "yes", "on")
+
+
+def _text(value: Any) -> str | None:
+    return None if value in (None, "", "None") or isinstance(value, bool) else str(value)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return str(value)
+
+
+# -- logs ---------------------------------------------------------------------------------------
+_SERVER_ARGS = "ServerArgs("
+_VLLM_ARGS = "non-default args: "
+_VLLM_ENGINE = re.compile(r"LLM engine \(v(?P<version>[0-9][0-9A-Za-z.+-]{0,40})\) with config: ")
+
+
+def launch_from_log(path: str | Path) -> Launch | None:
+    """The launch the first start-up line of a server log records, or None when the log has none."""
+    vllm_version: str | None = None
+    for line in _lines(path):
+        start = line.find(_SERVER_ARGS)
+        if start >= 0:
+            keywords = _call_keywords(line[start:].rstrip())
+            if keywords is not None:
+                return _sglang_launch(keywords, f"ServerArgs line of {Path(path).name}")
+        engine = _VLLM_ENGINE.search(line)
+        if engine:
+            vllm_version = engine.group("version")
+            keywords = _call_keywords("f(" + line[engine.end():].rstrip() + ")")
+            if keywords is not None and "speculative_config" in keywords:
+                return _vllm_launch(_vllm_config_dump(keywords), f"vLLM engine config of {Path(path).name}",
+                                    vllm_version)
+        at = line.find(_VLLM_ARGS)
+        if at >= 0:
+            try:
+                value = ast.literal_eval(line[at + len(_VLLM_ARGS):].strip())
+            except (ValueError, SyntaxError, RecursionError, MemoryError, TypeError):
+                continue
+            if isinstance(value, dict):
+                return _vllm_launch(value, f"vLLM non-default args of {Path(path).name}", vllm_version)
+    return None
+
+
+def _lines(path: str | Path) -> Iterator[str]:
+    yield from open_text_lines(path, "server log", max_line=MAX_LAUNCH_CHARS)
+
+
+def _call_keywords(text: str) -> dict[str, Any] | None:
+    """Keyword arguments of the call expression ``text`` starts with, literal values only (others as text)."""
+    depth, end, quote = 0, None, None
+    i = 0
+    while i < len(text):  # find the closing parenthesis, skipping quoted text: linear
+        ch = text[i]
+        if quote:
+            if ch == "\\":
+                i += 1
+            elif ch == quote:
+                quote = None
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+            if depth == 0:
+                end = i + 1
+                break
+        i += 1
+    if end is None:
+        return None
+    try:
+        node = ast.parse(text[:end].strip(), mode="eval").body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    if not isinstance(node, ast.Call):
+        return None
+    out: dict[str, Any] = {}
+    for keyword in node.keywords:
+        if keyword.arg is None:
+            continue
+        out[keyword.arg] = _literal(keyword.value)
+    return out
+
+
+def _literal(node: ast.expr) -> Any:
+    if isinstance(node, ast.Call):  # SpeculativeConfig(method='eagle3', ...): its keywords
+        return {k.arg: _literal(k.value) for k in node.keywords if k.arg is not None}
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, SyntaxError, RecursionError, MemoryError, TypeError):
+        return ast.unparse(node)[:200]
+
+
+def _vllm_config_dump(keywords: Mapping[str, Any]) -> dict[str, Any]:
+    """vLLM's ``with config: model=..., speculative_config=SpeculativeConfig(...)`` as non-default-args keys."""
+    out = dict(keywords)
+    spec = out.get("speculative_config")
+    if isinstance(spec, Mapping):
+        out["speculative_config"] = dict(spec)
+    if out.get("enforce_eager") is not None:
+        out["enforce_eager"] = _truthy(out["enforce_eager"])
+    return out
