@@ -174,5 +174,5 @@ def _predict(report: Report, run: Any, ckpt: Any, tgt: Any, profile: EngineProfi
         report.notes.append(f"the launch ({parsed.source}) starts {parsed.engine}, not {profile.spec}: "
                             "wiring not predicted from it")
         return
-    run("prediction", predict_wiring, tgt, ckpt, engine=profile, launch=parsed,
+    run("prediction", predict_wiring, ckpt, target=tgt, engine=profile, launch=parsed,
         observed=report.results.get("wiring"))

@@ -37,7 +37,7 @@ def sglang(algorithm: str) -> str:
 
 def test_kimi_k25_wrapper_without_capture_fails_at_start_on_0_5_9(kimi):
     target, draft = kimi
-    result = predict_wiring(target, draft, engine="sglang==0.5.9", launch=parse_launch(sglang("EAGLE3")))
+    result = predict_wiring(draft, target=target, engine="sglang==0.5.9", launch=parse_launch(sglang("EAGLE3")))
     assert result.outcome == "fails-at-start"
     assert codes(result) == ["launch/server-fails"]
     finding = result.findings[0]
@@ -50,7 +50,7 @@ def test_kimi_k25_wrapper_without_capture_fails_at_start_on_0_5_9(kimi):
 @pytest.mark.parametrize("version", ["0.5.10", "0.5.11", "0.5.15", "0.5.23"])
 def test_kimi_k25_captures_three_layers_from_0_5_10(kimi, version):
     target, draft = kimi
-    result = predict_wiring(target, draft, engine=f"sglang=={version}", launch=parse_launch(sglang("EAGLE3")))
+    result = predict_wiring(draft, target=target, engine=f"sglang=={version}", launch=parse_launch(sglang("EAGLE3")))
     assert result.outcome == "wired" and result.aux_capture
     assert len(result.resolution.captured) == 3
     assert result.received_width == 3 * KIMI_H == result.fc_in_features == 21504
@@ -61,7 +61,7 @@ def test_kimi_k25_captures_three_layers_from_0_5_10(kimi, version):
 @pytest.mark.parametrize("algorithm", ["EAGLE", "NEXTN"])
 def test_eagle3_draft_launched_as_eagle_bypasses_fc(kimi, version, algorithm):
     target, draft = kimi
-    result = predict_wiring(target, draft, engine=f"sglang=={version}", launch=parse_launch(sglang(algorithm)))
+    result = predict_wiring(draft, target=target, engine=f"sglang=={version}", launch=parse_launch(sglang(algorithm)))
     assert result.outcome == "fc-bypassed" and not result.aux_capture
     [finding] = result.findings
     assert finding.code == "trace/fc-bypassed" and finding.severity.value == "critical"
@@ -72,7 +72,7 @@ def test_eagle3_draft_launched_as_eagle_bypasses_fc(kimi, version, algorithm):
 def test_launched_as_eagle_with_a_narrower_draft_fails_at_the_first_decode(tmp_path):
     target = kimi_target_config(tmp_path / "t")
     draft = sparse_eagle3_draft(tmp_path / "d", hidden=4096)  # H != H_t: the gate applies fc to a 7168-wide state
-    result = predict_wiring(target, draft, engine="sglang==0.5.23", launch=parse_launch(sglang("EAGLE")))
+    result = predict_wiring(draft, target=target, engine="sglang==0.5.23", launch=parse_launch(sglang("EAGLE")))
     assert result.outcome == "fails-at-first-decode"
     assert codes(result) == ["launch/server-fails"] and "mat1 and mat2" in result.error
 
@@ -86,7 +86,7 @@ def test_launched_as_eagle_with_a_narrower_draft_fails_at_the_first_decode(tmp_p
 def test_architecture_no_release_supports(tmp_path, version, error):
     target = kimi_target_config(tmp_path / "t", architecture="FooBarForCausalLM")
     draft = sparse_eagle3_draft(tmp_path / "d")
-    result = predict_wiring(target, draft, engine=f"sglang=={version}", launch=parse_launch(sglang("EAGLE3")))
+    result = predict_wiring(draft, target=target, engine=f"sglang=={version}", launch=parse_launch(sglang("EAGLE3")))
     assert result.outcome == "fails-at-start" and result.error == error
     assert capture_support("sglang", version, "FooBarForCausalLM").first_capture is None
 
@@ -105,8 +105,8 @@ def test_command_line_and_server_args_line_predict_the_same(kimi, tmp_path):
     assert from_log.algorithm == from_cmd.algorithm == "EAGLE"
     assert (from_log.target, from_log.draft, from_log.num_steps, from_log.topk, from_log.num_draft_tokens) == \
         (from_cmd.target, from_cmd.draft, from_cmd.num_steps, from_cmd.topk, from_cmd.num_draft_tokens)
-    a = predict_wiring(target, draft, engine="sglang==0.5.23", launch=from_log).to_dict()
-    b = predict_wiring(target, draft, engine="sglang==0.5.23", launch=from_cmd).to_dict()
+    a = predict_wiring(draft, target=target, engine="sglang==0.5.23", launch=from_log).to_dict()
+    b = predict_wiring(draft, target=target, engine="sglang==0.5.23", launch=from_cmd).to_dict()
     for d in (a, b):
         d.pop("launch")
         for f in d["findings"]:
@@ -132,7 +132,7 @@ def test_vllm_speculative_config_and_method_eagle(tmp_path):
     eagle = parse_launch("vllm serve /m/kimi --speculative-config "
                          "'{\"method\": \"eagle\", \"model\": \"/d/kimi\", \"num_speculative_tokens\": 3}'")
     assert eagle.engine == "vllm" and eagle.algorithm == "eagle" and eagle.num_steps == 3 and eagle.target == "/m/kimi"
-    result = predict_wiring(target, draft, engine="vllm==0.33.0", launch=eagle)
+    result = predict_wiring(draft, target=target, engine="vllm==0.33.0", launch=eagle)
     assert result.outcome == "fails-at-start"
     assert "EagleLlamaForCausalLMEagle3" in result.error
 
@@ -140,7 +140,7 @@ def test_vllm_speculative_config_and_method_eagle(tmp_path):
 def test_engine_and_launch_disagree_is_a_usage_error(kimi):
     target, draft = kimi
     with pytest.raises(UsageError, match="the launch starts sglang"):
-        predict_wiring(target, draft, engine="vllm==0.33.0", launch=parse_launch(sglang("EAGLE3")))
+        predict_wiring(draft, target=target, engine="vllm==0.33.0", launch=parse_launch(sglang("EAGLE3")))
 
 
 @pytest.mark.parametrize("text, problem", [
@@ -235,7 +235,7 @@ def test_vllm_eagle3_capture_support_by_release(tmp_path):
     draft = sparse_eagle3_draft(tmp_path / "d")
     launch = parse_launch("vllm serve /m/kimi --speculative-config "
                           "'{\"method\": \"eagle3\", \"model\": \"/d/kimi\", \"num_speculative_tokens\": 3}'")
-    result = predict_wiring(target, draft, engine="vllm==0.33.0", launch=launch)
+    result = predict_wiring(draft, target=target, engine="vllm==0.33.0", launch=launch)
     assert result.outcome == "wired" and result.received_width == 21504
     old = capture_support("vllm", "0.10.0", "DeepseekV3ForCausalLM")
     assert not old.captures

@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
 
     launch = read_launch(args.launch, args.log)
     draft = Checkpoint.open(args.draft)
-    result = predict_wiring(args.target, draft, engine=args.engine, launch=launch)
+    result = predict_wiring(draft, target=args.target, engine=args.engine, launch=launch)
     report = Report(checkpoint=draft.summary(), engine=result.engine)
     report.add("prediction", result)
     report.notes.extend(result.notes)

@@ -1,6 +1,6 @@
 """Predict the EAGLE-3 wiring from the launch: will the target's aux states reach the draft's fc?
 
-    predict_wiring("kimi-target/config.json", "kimi-eagle3", engine="sglang==0.5.9",
+    predict_wiring("kimi-eagle3", target="kimi-target/config.json", engine="sglang==0.5.9",
                    launch=parse_launch("python -m sglang.launch_server ... --speculative-algorithm EAGLE"))
 
 Decided before any GPU runs, from the target's ``config.json`` (architecture, text widths, layer count),
@@ -105,7 +105,7 @@ def read_target_shape(target: str | Path | Checkpoint) -> TargetShape:
     return TargetShape(str(config_path), archs[0], sizes["hidden_size"], sizes["num_hidden_layers"])
 
 
-def predict_wiring(target: str | Path | Checkpoint, draft: str | Path | Checkpoint, *,
+def predict_wiring(draft: str | Path | Checkpoint, *, target: str | Path | Checkpoint,
                    engine: str | EngineProfile | None = None, launch: Launch,
                    observed: Any = None) -> WiringPrediction:
     """Predict what ``launch`` feeds ``draft`` on ``target`` under ``engine`` (default: the launch's engine, newest
