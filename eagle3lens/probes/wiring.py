@@ -187,7 +187,7 @@ def load_draft_as(ckpt: Checkpoint, engine: EngineProfile | str | None = None, s
     from ..draft import DraftConfig
 
     torch.manual_seed(seed)
-    draft = Eagle3Draft(DraftConfig.from_spec(ckpt.spec, ckpt.path))
+    draft = Eagle3Draft(DraftConfig.from_checkpoint(ckpt))
     own = draft.state_dict()
     keys = list(ckpt.tensors) if engine is None else loaded_keys(ckpt, engine)
     state = {}
@@ -279,7 +279,8 @@ def wire(model: nn.Module, module: Eagle3Draft, resolution: AuxResolution, profi
             feature = feature.to(draft_param.dtype)
         ids, feat = inputs[:, 1:], feature[:, :-1]  # position t: token t+1 with the feature of t
         if not _fc_shape_error(gate, feature.shape[-1], H, fc_in):  # else fc's matmul fails: reported below
-            with Tracer(module, include=["fc", "layers.0", "layers.0.self_attn.q_proj", "lm_head"]) as tracer:
+            first_proj = module.decoder_input_path  # q_proj (Llama), q_a_proj (MLA): reads the 2H decoder input
+            with Tracer(module, include=["fc", "layers.0", first_proj, "lm_head"]) as tracer:
                 try:
                     with torch.no_grad():
                         out = module(ids, feat, fc_gate=gate)
@@ -287,7 +288,7 @@ def wire(model: nn.Module, module: Eagle3Draft, resolution: AuxResolution, profi
                     engine_error = f"{type(exc).__name__}: {exc}".splitlines()[0]
                     out = None
             fc_ran = any(r.path == "fc" and not r.raised for r in tracer.records)
-            decoder_input = next((r.first_input for r in tracer.records if r.path == "layers.0.self_attn.q_proj"), None)
+            decoder_input = next((r.first_input for r in tracer.records if r.path == first_proj), None)
             logits = next((r.first_output for r in tracer.records if r.path == "lm_head" and not r.raised), None)
             table = tuple(tracer.table())
         if out is not None and not on_meta and target_logits is not None:
