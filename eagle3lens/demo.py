@@ -511,14 +511,15 @@ The head of a valid `d2t` is a run of zeros (ids 0..k-1 are in the draft vocab):
 
 ## The incident's target family: a Kimi-like pair
 
-`kimi-target/` is a tiny HF DeepSeek-V3 (`DeepseekV3ForCausalLM`, the architecture of Kimi-K2.x: MLA attention
-with q_lora_rank {MLA['q_lora_rank']}, kv_lora_rank {MLA['kv_lora_rank']}, qk_nope/qk_rope/v head dims
-{MLA['qk_nope_head_dim']}/{MLA['qk_rope_head_dim']}/{MLA['v_head_dim']}; a dense first layer, then MoE layers of
-{KIMI_TARGET['n_routed_experts']} routed experts (top {KIMI_TARGET['num_experts_per_tok']}) plus a shared one;
-{KIMI_TARGET['num_hidden_layers']} layers, hidden 64, vocab {V}; random init except the heavy-tailed tables).
-Its drafter reads aux layers {KIMI_AUX_IDS} (SGLang convention {KIMI_SGLANG_AUX_IDS}, like Kimi's [1, 29, 57]),
-shares the target's MLA sizes and predicts the target's next token with accuracy {kimi_metrics['accuracy']:.1%}
-(majority baseline {kimi_metrics['majority_baseline']:.1%}).
+`kimi-target/` is a tiny HF DeepSeek-V3 (`DeepseekV3ForCausalLM`, the architecture of Kimi-K2.x; 8 layers,
+hidden 64, vocab {V}): MLA attention (q_lora_rank {MLA['q_lora_rank']}, kv_lora_rank {MLA['kv_lora_rank']},
+qk_nope / qk_rope / v head dims {MLA['qk_nope_head_dim']} / {MLA['qk_rope_head_dim']} / {MLA['v_head_dim']}), a dense
+first layer, then MoE layers of {KIMI_TARGET['n_routed_experts']} routed experts (top {KIMI_TARGET['num_experts_per_tok']})
+plus a shared one; random init except the heavy-tailed tables. Its drafter shares the target's MLA sizes, reads aux
+layers {KIMI_AUX_IDS} (SGLang convention {KIMI_SGLANG_AUX_IDS}, as Kimi drafts store [1, 29, 57]) and was trained
+briefly ({kimi_metrics['steps']} steps) on the target's aux states over the sequences sampled above; its draft vocab
+is the N tokens this target predicts most often there. It predicts the target's next token with accuracy
+{kimi_metrics['accuracy']:.1%} (majority baseline {kimi_metrics['majority_baseline']:.1%}).
 
 | variant | what it is | what should be found |
 |---|---|---|
