@@ -315,3 +315,13 @@ def test_kimi_mla_draft_was_trained_on_the_targets_aux_states(demo_dir: Path) ->
         majority = (want == want.flatten().mode().values).float().mean().item()
         assert trained > 2.5 * majority and trained > 10 * agreement(at_init, aux)
         assert trained > agreement(draft, torch.zeros_like(aux))  # the aux states carry part of the signal
+
+
+def test_kimi_manifest_tells_the_truth_without_an_engine(demo_dir: Path) -> None:
+    """The MLA drafter's own expected findings (none) are what the doctor finds; the by-engine ones need the MLA
+    engine profiles (issue 14) and are checked where those live."""
+    from eagle3lens.doctor import diagnose
+
+    for name, variant in json.loads((demo_dir / "manifest.json").read_text())["kimi"]["variants"].items():
+        found = {f.code for f in diagnose(demo_dir / name).findings if f.severity.value != "info"}
+        assert found == set(variant["expected_findings"]), (name, found)
