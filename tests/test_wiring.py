@@ -343,3 +343,13 @@ def test_kimi_wiring_feeds_the_mla_draft_the_target_hidden_states(demo_dir):
     mapped = expected + draft.d2t[expected]
     assert result.agreement == pytest.approx(float((mapped == out.logits[:, 1:].argmax(-1)).float().mean()))
     assert result.fc_ran and result.layers_used == (2, 4, 5)
+
+
+def test_cli_trace_of_an_moe_target_on_meta_is_one_line(demo_dir, capsys):
+    from eagle3lens.cli import main
+
+    code = main(["trace", "--target", str(demo_dir / "kimi-target"), "--draft", str(demo_dir / "kimi-mla"),
+                 "--engine", "sglang==0.5.23", "--device", "meta"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1
+    assert "cannot run on the meta device" in err and "--device cpu" in err

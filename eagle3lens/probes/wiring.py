@@ -241,8 +241,16 @@ def check_wiring(target: Any, draft: Checkpoint | str | Path, engine: EngineProf
     resolution = resolve_aux_layers(ckpt.spec, len(layers), profile, checkpoint=ckpt.path)
     module = load_draft_as(ckpt, profile).to(draft_device(model))
     _share_embedding(module, model, ckpt, profile)
-    return wire(model, module, resolution, profile, scenario=scenario, inputs=inputs, has_d2t=ckpt.spec.has_d2t,
-                seq_len=seq_len)
+    try:
+        return wire(model, module, resolution, profile, scenario=scenario, inputs=inputs, has_d2t=ckpt.spec.has_d2t,
+                    seq_len=seq_len)
+    except (NotImplementedError, RuntimeError) as exc:
+        if not is_shape_only(model):
+            raise
+        problem = (str(exc).strip().splitlines() or [""])[0][:160]
+        raise UsageError(f"{target}: the target's forward cannot run on the meta device ({type(exc).__name__}: "
+                         f"{problem}; MoE routing and some kernels need real values): trace it with --device cpu "
+                         "or --device-map auto") from None
 
 
 def wire(model: nn.Module, module: Eagle3Draft, resolution: AuxResolution, profile: EngineProfile | str, scenario: str | None = None,
