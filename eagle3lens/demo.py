@@ -9,7 +9,10 @@
 4. a draft trained on the target's aux hidden states (speculators ids [2, 5, 7] = HF
    ``hidden_states[2|5|7]``) to predict the target's next token, speculators-style: ``embed_tokens`` and
    ``lm_head = target lm_head[t2d]`` copied and frozen, fc + decoder layer + norm trained;
-5. the same weights in speculators and EAGLE/SpecForge layouts, the broken variants, and server logs.
+5. the same weights in speculators and EAGLE/SpecForge layouts, the broken variants, and server logs;
+6. the incident's target family in miniature: a tiny Kimi-like target (DeepSeek-V3 architecture: MLA attention,
+   a dense first layer then 4-expert MoE layers; seeded HF init) and an MLA drafter (SGLang's
+   ``Eagle3DeepseekV2ForCausalLM`` layout) trained the same way on that target's aux hidden states.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import torch.nn.functional as F
 
 from .draft import DraftConfig, Eagle3Draft, map_to_target
 from .errors import UsageError
+from .mla_config import read_mla
 
 SEED = 20260504
 V, N = 2048, 512  # target vocab, draft vocab
@@ -40,6 +44,18 @@ SEQS, PROMPT_LEN, NEW_TOKENS, PROMPT_IDS = 256, 16, 48, 64
 TEMPERATURE = 0.1
 TRAIN_SEQS, BATCH, STEPS, LR = 224, 32, 240, 1e-2
 SPECULATIVE_TOKENS = 5
+# the Kimi-like pair: DeepSeek-V3 architecture (Kimi-K2.x's) at demo size; the drafter's MLA mirrors the target's
+MLA: dict[str, int] = {"q_lora_rank": 32, "kv_lora_rank": 16, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8,
+                       "v_head_dim": 16}
+KIMI_TARGET: dict[str, Any] = {
+    "hidden_size": 64, "num_hidden_layers": 8, "vocab_size": V, "num_attention_heads": 4, "num_key_value_heads": 4,
+    "intermediate_size": 128, "moe_intermediate_size": 32, "n_routed_experts": 4, "num_experts_per_tok": 2,
+    "n_shared_experts": 1, "n_group": 1, "topk_group": 1, "first_k_dense_replace": 1, **MLA,
+    "max_position_embeddings": 256, "rms_norm_eps": 1e-6, "initializer_range": 0.02, "tie_word_embeddings": False}
+KIMI_AUX_IDS = [2, 4, 5]  # [2, L//2, L-3] for L = 8, HF hidden_states indices
+KIMI_SGLANG_AUX_IDS = [k - 1 for k in KIMI_AUX_IDS]  # as Kimi drafts store them ([1, 29, 57] for L = 61)
+KIMI_STEPS = 60
+KIMI_MLA_ARCH = "Eagle3DeepseekV2ForCausalLM"
 ST_METADATA = {"format": "pt"}
 
 SGLANG_OLD = "sglang==0.5.11"
@@ -65,6 +81,13 @@ VARIANTS = {  # directory -> (what it is, findings on their own, findings added 
     "broken-lm-head-nan": ("lm_head is the speculators NaN placeholder (verifier weights never loaded)",
                            ["weights/nan"], SPECULATORS_ON_SGLANG_OLD),
 }
+# drafts of kimi-target/: directory -> (what it is, findings on their own, findings added by an engine)
+KIMI_VARIANTS: dict[str, tuple[str, list[str], dict[str, list[str]]]] = {
+    "kimi-mla": (("MLA drafter of kimi-target/ (Eagle3DeepseekV2ForCausalLM, layers.0.* keys with DeepSeek attention "
+                  "names q_a_proj/kv_a_proj_with_mqa/kv_b_proj, eagle_config ids [1, 3, 4] in SGLang's convention); "
+                  "SGLang loads it from 0.5.12 on, earlier releases do not know the class"),
+                 [], {"sglang==0.5.11": ["config/unrecognized"]}),
+}
 
 
 @dataclass(frozen=True)
@@ -80,6 +103,8 @@ class DemoPaths:
     broken_d2t_missing: Path
     broken_untrained: Path
     broken_lm_head_nan: Path
+    kimi_target: Path
+    kimi_mla: Path
     sglang_log: Path
     sglang_eagle_log: Path
     vllm_log: Path
@@ -97,8 +122,13 @@ class DemoPaths:
 
     @property
     def drafts(self) -> dict[str, Path]:
-        """Variant directory name -> path, for every draft checkpoint (good and broken)."""
+        """Variant directory name -> path, for every draft of ``target/`` (good and broken)."""
         return {name: self.root / name for name in VARIANTS}
+
+    @property
+    def kimi_drafts(self) -> dict[str, Path]:
+        """Variant directory name -> path, for every draft of ``kimi-target/``."""
+        return {name: self.root / name for name in KIMI_VARIANTS}
 
 
 def is_demo(manifest: Path) -> bool:
@@ -174,7 +204,9 @@ def _build_into(paths: DemoPaths, progress: Callable[[str], None]) -> None:
         logits = out.logits
     progress("draft: training fc + decoder layer on the target's aux hidden states")
     with _deterministic():
-        draft, init_state, metrics = _train_draft(target, seqs, aux, logits, d2t, t2d)
+        draft, init_state, metrics = _train_draft(_draft_config(target.config), target, seqs, aux, logits, d2t, t2d)
+    progress("kimi-target: tiny DeepSeek-V3 (MLA + MoE, 8 layers); MLA drafter trained on its aux hidden states")
+    kimi_metrics = _build_kimi(paths, seqs)
     progress("writing checkpoints, logs and manifest")
     trained = {k: v.detach().clone().contiguous() for k, v in draft.state_dict().items()}
     _write_speculators(paths.speculators, trained)
@@ -189,19 +221,38 @@ def _build_into(paths: DemoPaths, progress: Callable[[str], None]) -> None:
     paths.vllm_log.write_text(VLLM_LOG, encoding="utf-8")
     _write_json(paths.token_counts, {"vocab_size": V, "num_tokens": int(counts.sum()), "source":
                                      "target-sampled sequences (prompts + generated tokens)", "counts": counts.tolist()})
-    _write_json(paths.manifest, _manifest(metrics, d2t))
-    paths.readme.write_text(_readme(metrics), encoding="utf-8")
+    _write_json(paths.manifest, _manifest(metrics, d2t, kimi_metrics))
+    paths.readme.write_text(_readme(metrics, kimi_metrics), encoding="utf-8")
 
 
-def _build_target(path: Path):
-    from transformers import LlamaConfig, LlamaForCausalLM
+def _build_kimi(paths: DemoPaths, seqs: torch.Tensor) -> dict[str, Any]:
+    """The Kimi-like pair: the target reads the Llama target's sampled sequences (sampling an MoE target would
+    cost the demo seconds; the drafter learns this target's own next token from this target's aux states), the
+    draft vocab is the N tokens this target predicts most often there, the MLA drafter trains as the Llama one."""
+    with _deterministic(), torch.no_grad():
+        target = _build_target(paths.kimi_target, kimi=True)
+        out = target(input_ids=seqs, output_hidden_states=True)
+        aux = torch.cat([out.hidden_states[k] for k in KIMI_AUX_IDS], dim=-1)
+        logits = out.logits
+        d2t, t2d = draft_vocab(torch.bincount(logits.argmax(-1).flatten(), minlength=V), N)
+    with _deterministic():
+        draft, _, metrics = _train_draft(_draft_config(target.config), target, seqs, aux, logits, d2t, t2d,
+                                         steps=KIMI_STEPS, seed=SEED + 5)
+    _write_kimi_mla(paths.kimi_mla, {k: v.detach().clone().contiguous() for k, v in draft.state_dict().items()})
+    return metrics
+
+
+def _build_target(path: Path, kimi: bool = False):
+    from transformers import AutoConfig, AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
-    torch.manual_seed(SEED)
-    config = LlamaConfig(**TARGET, bos_token_id=1, eos_token_id=2, dtype="float32")
-    config.architectures = ["LlamaForCausalLM"]
-    target = LlamaForCausalLM(config).eval()
-    _heavy_tailed_tables(target)
+    torch.manual_seed(SEED + 7 if kimi else SEED)
+    arch, sizes = ("DeepseekV3ForCausalLM", KIMI_TARGET) if kimi else ("LlamaForCausalLM", TARGET)
+    config = AutoConfig.for_model("deepseek_v3" if kimi else "llama", **sizes, bos_token_id=1, eos_token_id=2,
+                                  dtype="float32")
+    config.architectures = [arch]
+    target = AutoModelForCausalLM.from_config(config).eval()
+    _heavy_tailed_tables(target, SEED + 8 if kimi else SEED + 4)
     verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
@@ -214,12 +265,12 @@ def _build_target(path: Path):
     return target
 
 
-def _heavy_tailed_tables(target) -> None:
+def _heavy_tailed_tables(target, seed: int) -> None:
     """Give the untrained target's embed_tokens and lm_head the heavy tails of trained tables (Student-t, 8 degrees
     of freedom, rows of norm 0.02·√hidden), as every real target has: the drafters copy these tables, and an
     EAGLE/SpecForge head still at normal(0, 0.02) is an untrained head (weights/init-like). The decoder layers
     stay at their init."""
-    gen = torch.Generator().manual_seed(SEED + 4)
+    gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for weight in (target.model.embed_tokens.weight, target.lm_head.weight):
             normal = torch.randn(weight.shape, generator=gen)
@@ -251,15 +302,21 @@ def draft_vocab(counts: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tenso
     return d2t, t2d
 
 
-def _train_draft(target, seqs, aux, logits, d2t, t2d):
+def _draft_config(tcfg) -> DraftConfig:
+    """The drafter's sizes: the target's hidden, heads and MLP width (and its MLA sizes, for the Kimi-like one)."""
+    mla = read_mla({k: getattr(tcfg, k) for k in MLA}, "kimi-target") if hasattr(tcfg, "kv_lora_rank") else None
+    return DraftConfig(hidden=tcfg.hidden_size, target_hidden=tcfg.hidden_size, num_aux=3,
+                       intermediate=tcfg.intermediate_size, heads=tcfg.num_attention_heads,
+                       kv_heads=tcfg.num_key_value_heads,
+                       head_dim=tcfg.hidden_size // tcfg.num_attention_heads if mla else tcfg.head_dim,
+                       draft_vocab=N, vocab=V, rms_eps=tcfg.rms_norm_eps,
+                       rope_theta=float(tcfg.rope_parameters["rope_theta"]),
+                       initializer_range=tcfg.initializer_range, mla=mla)
+
+
+def _train_draft(cfg: DraftConfig, target, seqs, aux, logits, d2t, t2d, steps: int = STEPS, seed: int = SEED + 2):
     """Train fc + decoder + norm; the draft sees token t+1 and aux(t), predicts the target's argmax at t+1."""
-    tcfg = target.config
-    cfg = DraftConfig(hidden=tcfg.hidden_size, target_hidden=tcfg.hidden_size, num_aux=len(AUX_IDS),
-                      intermediate=tcfg.intermediate_size, heads=tcfg.num_attention_heads,
-                      kv_heads=tcfg.num_key_value_heads, head_dim=tcfg.head_dim, draft_vocab=N, vocab=V,
-                      rms_eps=tcfg.rms_norm_eps, rope_theta=float(tcfg.rope_parameters["rope_theta"]),
-                      initializer_range=tcfg.initializer_range)
-    torch.manual_seed(SEED + 2)
+    torch.manual_seed(seed)
     draft = Eagle3Draft(cfg)
     with torch.no_grad():
         draft.embed_tokens.weight.copy_(target.model.embed_tokens.weight)
@@ -276,9 +333,9 @@ def _train_draft(target, seqs, aux, logits, d2t, t2d):
     valid = t2d[full_next]  # positions whose target token the draft can propose at all
     params = [p for p in draft.parameters() if p.requires_grad]
     opt = torch.optim.Adam(params, lr=LR)
-    gen = torch.Generator().manual_seed(SEED + 3)
+    gen = torch.Generator().manual_seed(seed + 1)
     draft.train()
-    for _ in range(STEPS):
+    for _ in range(steps):
         batch = torch.randint(0, TRAIN_SEQS, (BATCH,), generator=gen)
         out = draft(ids[batch], feats[batch])
         loss = F.cross_entropy(out.logits[valid[batch]], teacher[batch][valid[batch]])
@@ -303,7 +360,7 @@ def _train_draft(target, seqs, aux, logits, d2t, t2d):
         "uniform_chance": round(1 / N, 6),
         "draft_vocab_coverage": round(valid[held].float().mean().item(), 4),
         "final_train_loss": round(loss.item(), 4),
-        "steps": STEPS, "batch_sequences": BATCH, "lr": LR, "train_sequences": TRAIN_SEQS,
+        "steps": steps, "batch_sequences": BATCH, "lr": LR, "train_sequences": TRAIN_SEQS,
         "heldout_sequences": SEQS - TRAIN_SEQS, "sequence_length": PROMPT_LEN + NEW_TOKENS,
     }
     return draft, init_state, metrics
@@ -371,7 +428,25 @@ def _write_eagle(path: Path, state: dict[str, torch.Tensor]) -> None:
     _save(path, tensors, config)
 
 
-def _manifest(metrics: dict[str, Any], d2t: torch.Tensor) -> dict[str, Any]:
+def _write_kimi_mla(path: Path, state: dict[str, torch.Tensor]) -> None:
+    """SGLang's MLA drafter layout (``kimi_k25_eagle3.py``): flat DeepSeek-V3 config naming the EAGLE-3 MLA class,
+    ``layers.0.*`` keys (its loader maps them to ``midlayer.``), embeddings saved, SGLang-convention ids."""
+    t = KIMI_TARGET
+    config = {
+        "architectures": [KIMI_MLA_ARCH], "model_type": "deepseek_v3", "hidden_size": t["hidden_size"],
+        "intermediate_size": t["intermediate_size"], "num_attention_heads": t["num_attention_heads"],
+        "num_key_value_heads": t["num_key_value_heads"], **MLA, "rope_interleave": True,
+        "num_hidden_layers": 1, "vocab_size": V, "draft_vocab_size": N, "target_hidden_size": t["hidden_size"],
+        "max_position_embeddings": t["max_position_embeddings"], "rms_norm_eps": t["rms_norm_eps"],
+        "rope_theta": 10000.0, "rope_scaling": None, "hidden_act": "silu", "attention_bias": False,
+        "initializer_range": t["initializer_range"], "tie_word_embeddings": False, "bos_token_id": 1,
+        "eos_token_id": 2, "torch_dtype": "float32",
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": KIMI_SGLANG_AUX_IDS, "use_aux_hidden_state": True},
+    }
+    _save(path, state, config)
+
+
+def _manifest(metrics: dict[str, Any], d2t: torch.Tensor, kimi_metrics: dict[str, Any]) -> dict[str, Any]:
     zero_head = int((d2t != 0).nonzero()[0].item()) if (d2t != 0).any() else N
     return {
         "tool": "eagle3lens demo",
@@ -386,6 +461,17 @@ def _manifest(metrics: dict[str, Any], d2t: torch.Tensor) -> dict[str, Any]:
         "variants": {name: {"path": name, "layout": "eagle" if name == "eagle" else "speculators",
                             "what": what, "expected_findings": codes, "expected_findings_by_engine": by_engine}
                      for name, (what, codes, by_engine) in VARIANTS.items()},
+        "kimi": {
+            "target": {"path": "kimi-target", "architecture": "DeepseekV3ForCausalLM",
+                       "num_hidden_layers": KIMI_TARGET["num_hidden_layers"], "hidden_size": KIMI_TARGET["hidden_size"],
+                       "vocab_size": V, "mla": MLA, "n_routed_experts": KIMI_TARGET["n_routed_experts"],
+                       "first_k_dense_replace": KIMI_TARGET["first_k_dense_replace"]},
+            "aux_layer_ids": {"sglang": KIMI_SGLANG_AUX_IDS, "hf_hidden_states": KIMI_AUX_IDS},
+            "training": kimi_metrics,
+            "variants": {name: {"path": name, "layout": "eagle", "architecture": KIMI_MLA_ARCH, "what": what,
+                                "expected_findings": codes, "expected_findings_by_engine": by_engine}
+                         for name, (what, codes, by_engine) in KIMI_VARIANTS.items()},
+        },
         "logs": {"sglang.log": {"engine": "sglang==0.5.11", "accept_len": 1.0, "accept_rate": 0.0,
                                 "expected_findings": ["logs/zero-acceptance"]},
                  "sglang-eagle.log": {"engine": "sglang==0.5.11", "draft": "eagle", "speculative_algorithm": "EAGLE",
@@ -396,12 +482,14 @@ def _manifest(metrics: dict[str, Any], d2t: torch.Tensor) -> dict[str, Any]:
     }
 
 
-def _readme(metrics: dict[str, Any]) -> str:
+def _readme(metrics: dict[str, Any], kimi_metrics: dict[str, Any]) -> str:
     def found(codes: list[str], by_engine: dict[str, list[str]]) -> str:
         own = ", ".join(f"`{c}`" for c in codes) or "nothing (healthy)"
         return own + "".join(f"; with `--engine {e}`: " + ", ".join(f"`{c}`" for c in extra) for e, extra in by_engine.items())
 
     rows = "\n".join(f"| `{name}/` | {what} | {found(codes, by_engine)} |" for name, (what, codes, by_engine) in VARIANTS.items())
+    kimi_rows = "\n".join(f"| `{name}/` | {what} | {found(codes, by_engine)} |"
+                          for name, (what, codes, by_engine) in KIMI_VARIANTS.items())
     return f"""# eagle3lens demo: the silent zero-acceptance incident, in miniature
 
 Built by `eagle3lens demo` (deterministic: the same bytes on every build).
@@ -431,11 +519,28 @@ wrong; `eagle3lens wiring --target target --draft eagle --log sglang-eagle.log` 
 
 The head of a valid `d2t` is a run of zeros (ids 0..k-1 are in the draft vocab): that is normal.
 
+## The incident's target family: a Kimi-like pair
+
+`kimi-target/` is a tiny HF DeepSeek-V3 (`DeepseekV3ForCausalLM`, the architecture of Kimi-K2.x; 8 layers,
+hidden 64, vocab {V}): MLA attention (q_lora_rank {MLA['q_lora_rank']}, kv_lora_rank {MLA['kv_lora_rank']},
+qk_nope / qk_rope / v head dims {MLA['qk_nope_head_dim']} / {MLA['qk_rope_head_dim']} / {MLA['v_head_dim']}), a dense
+first layer, then MoE layers of {KIMI_TARGET['n_routed_experts']} routed experts (top {KIMI_TARGET['num_experts_per_tok']})
+plus a shared one; random init except the heavy-tailed tables. Its drafter shares the target's MLA sizes, reads aux
+layers {KIMI_AUX_IDS} (SGLang convention {KIMI_SGLANG_AUX_IDS}, as Kimi drafts store [1, 29, 57]) and was trained
+briefly ({kimi_metrics['steps']} steps) on the target's aux states over the sequences sampled above; its draft vocab
+is the N tokens this target predicts most often there. It predicts the target's next token with accuracy
+{kimi_metrics['accuracy']:.1%} (majority baseline {kimi_metrics['majority_baseline']:.1%}).
+
+| variant | what it is | what should be found |
+|---|---|---|
+{kimi_rows}
+
 Try:
 
     eagle3lens doctor speculators --engine sglang==0.5.11 --log sglang.log
     eagle3lens vocab broken-d2t-double-subtracted
     eagle3lens weights broken-untrained --target target
+    eagle3lens trace --target kimi-target --draft kimi-mla --engine sglang==0.5.23
 """
 
 

@@ -11,17 +11,23 @@ One draft step (FACTS.md §1), for token ids and a feature ``g``:
 Later steps (``rollout``) feed the draft its own output: the token it predicted (``i + d2t[i]``) and
 ``h`` in place of ``g`` (already H wide, so fc is not applied), one position further on.
 
+``self_attn`` is Llama GQA attention, or, for Kimi-K2.x / DeepSeek-V3 drafts (``Eagle3DeepseekV2ForCausalLM``),
+DeepSeek's multi-head latent attention (:class:`MLAttention`, sizes from ``mla_config``); everything around
+it is the same layer.
+
 Parameter names are the speculators names (``layers.0.self_attn.q_proj.weight``, ``fc.weight``,
 ``lm_head.weight``, ``d2t``...), so a speculators state dict loads as is; EAGLE / SpecForge
 (``midlayer.*``, ``model.``-prefixed) keys are renamed on load. Every stage is a named submodule
 (``fc``, ``layers[0].self_attn``, ``layers[0].mlp``, ``norm``, ``lm_head``) so forward hooks see it.
+An MLA draft's attention keys are DeepSeek's (``layers.0.self_attn.q_a_proj.weight``, ``kv_a_proj_with_mqa``,
+``kv_b_proj``...), as the Kimi-K2.x EAGLE-3 checkpoints store them.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
 import torch
@@ -29,6 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .errors import CheckpointError
+from .mla_config import MLAConfig, YarnScaling, is_mla, read_mla
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -60,6 +67,15 @@ class DraftConfig:
     norm_before_fc: bool = False
     fc_norm: bool = False
     norm_output: bool = False
+    mla: MLAConfig | None = None  # None: Llama attention (q/k/v_proj); else DeepSeek MLA sizes
+
+    @classmethod
+    def from_checkpoint(cls, ckpt: Checkpoint) -> DraftConfig:
+        """Sizes from a checkpoint: its DraftSpec, plus the MLA sizes of its config when it is an MLA draft."""
+        cfg = cls.from_spec(ckpt.spec, ckpt.path)
+        if is_mla(ckpt.config, ckpt.tensors):
+            cfg = replace(cfg, mla=read_mla(ckpt.config, ckpt.path))
+        return cfg
 
     @classmethod
     def from_spec(cls, spec: DraftSpec, source: str | Path = "draft") -> DraftConfig:
@@ -134,6 +150,8 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(2 * cfg.hidden, cfg.kv_heads * cfg.head_dim, bias=False)
         self.o_proj = nn.Linear(cfg.heads * cfg.head_dim, cfg.hidden, bias=False)
 
+    first_projection = "q_proj"  # the submodule that reads the 2H input first
+
     def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         cfg = self.cfg
         B, T, _ = x.shape
@@ -145,6 +163,101 @@ class Attention(nn.Module):
         k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return self.o_proj(y.transpose(1, 2).reshape(B, T, cfg.heads * cfg.head_dim))
+
+
+def yarn_mscale(factor: float, mscale: float) -> float:
+    """YaRN's magnitude correction ``0.1 * mscale * ln(factor) + 1`` (1 when not stretching)."""
+    return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
+
+
+def rope_frequencies(d: int, theta: float, yarn: YarnScaling | None = None) -> tuple[torch.Tensor, float]:
+    """Inverse frequencies of a ``d``-wide rotary embedding and the factor on cos/sin.
+
+    YaRN (DeepSeek's form) keeps the fast dimensions as they are, divides the slow ones by ``factor`` and
+    blends linearly between the dimensions that turn ``beta_fast`` and ``beta_slow`` times over the original
+    context; cos/sin are scaled by ``mscale(factor, mscale) / mscale(factor, mscale_all_dim)``.
+    """
+    inv_freq = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
+    if yarn is None:
+        return inv_freq, 1.0
+
+    def dim_turning(turns: float) -> float:  # the dimension that turns ``turns`` times over the original context
+        return d * math.log(yarn.original_max_position_embeddings / (turns * 2 * math.pi)) / (2 * math.log(theta))
+
+    low = max(math.floor(dim_turning(yarn.beta_fast)), 0)
+    high = min(math.ceil(dim_turning(yarn.beta_slow)), d - 1)
+    ramp = ((torch.arange(d // 2, dtype=torch.float32) - low) / max(high - low, 1e-3)).clamp(0, 1)
+    inv_freq = inv_freq / yarn.factor * ramp + inv_freq * (1 - ramp)
+    return inv_freq, yarn_mscale(yarn.factor, yarn.mscale) / yarn_mscale(yarn.factor, yarn.mscale_all_dim)
+
+
+def rope_pairs(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor, interleaved: bool,
+               scale: float = 1.0) -> torch.Tensor:
+    """Rotary embedding of ``x`` [B, heads, T, d]: DeepSeek's adjacent pairs (x0, x1), (x2, x3), ... when
+    ``interleaved``, else Llama's halves (x_j, x_{j+d/2}); pair j turns by ``position * inv_freq[j]``."""
+    angles = positions[:, None, :, None].float() * inv_freq.to(x.device)  # [B, 1, T, d/2]
+    cos, sin = angles.cos() * scale, angles.sin() * scale
+    x32 = x.float()
+    a, b = (x32[..., 0::2], x32[..., 1::2]) if interleaved else x32.chunk(2, dim=-1)
+    ra, rb = a * cos - b * sin, b * cos + a * sin
+    out = torch.stack([ra, rb], dim=-1).flatten(-2) if interleaved else torch.cat([ra, rb], dim=-1)
+    return out.to(x.dtype)
+
+
+class MLAttention(nn.Module):
+    """DeepSeek multi-head latent attention whose two down-projections read 2H features: [embedding ; hidden].
+
+    Queries go through a low-rank bottleneck (``q_a_proj`` -> ``q_a_layernorm`` -> ``q_b_proj``; a plain
+    ``q_proj`` when ``q_lora_rank`` is None). Keys and values share one latent: ``kv_a_proj_with_mqa`` gives
+    ``kv_lora_rank`` latent features plus one ``qk_rope_head_dim`` rotary key shared by every head; the latent
+    is normed (``kv_a_layernorm``) and ``kv_b_proj`` expands it to per-head no-rope keys and values. Each head's
+    key is [k_nope ; k_rope], its query [q_nope ; q_rope]; rope touches only the rope part. Engines fuse
+    ``q_a_proj`` and ``kv_a_proj_with_mqa`` into one 2H-input projection; here they stay separate, as stored.
+    """
+
+    inv_freq: torch.Tensor
+
+    def __init__(self, cfg: DraftConfig) -> None:
+        super().__init__()
+        assert cfg.mla is not None
+        self.cfg, m = cfg, cfg.mla
+        width = 2 * cfg.hidden
+        if m.q_lora_rank is None:
+            self.q_proj = nn.Linear(width, cfg.heads * m.qk_head_dim, bias=False)
+        else:
+            self.q_a_proj = nn.Linear(width, m.q_lora_rank, bias=False)
+            self.q_a_layernorm = RMSNorm(m.q_lora_rank, cfg.rms_eps)
+            self.q_b_proj = nn.Linear(m.q_lora_rank, cfg.heads * m.qk_head_dim, bias=False)
+        self.kv_a_proj_with_mqa = nn.Linear(width, m.kv_lora_rank + m.qk_rope_head_dim, bias=False)
+        self.kv_a_layernorm = RMSNorm(m.kv_lora_rank, cfg.rms_eps)
+        self.kv_b_proj = nn.Linear(m.kv_lora_rank, cfg.heads * (m.qk_nope_head_dim + m.v_head_dim), bias=False)
+        self.o_proj = nn.Linear(cfg.heads * m.v_head_dim, cfg.hidden, bias=False)
+        inv_freq, self.rope_scale = rope_frequencies(m.qk_rope_head_dim, cfg.rope_theta, m.yarn)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        mscale = yarn_mscale(m.yarn.factor, m.yarn.mscale_all_dim) if m.yarn and m.yarn.mscale_all_dim else 1.0
+        self.softmax_scale = m.qk_head_dim ** -0.5 * mscale * mscale
+
+    @property
+    def first_projection(self) -> str:
+        """The submodule that reads the 2H input first (where a trace sees what the decoder was fed)."""
+        return "q_a_proj" if self.cfg.mla and self.cfg.mla.q_lora_rank is not None else "q_proj"
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        cfg, m = self.cfg, self.cfg.mla
+        assert m is not None
+        B, T, _ = x.shape
+        q = self.q_proj(x) if m.q_lora_rank is None else self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x)))
+        q_nope, q_rope = q.view(B, T, cfg.heads, m.qk_head_dim).transpose(1, 2).split(
+            [m.qk_nope_head_dim, m.qk_rope_head_dim], dim=-1)
+        latent, k_rope = self.kv_a_proj_with_mqa(x).split([m.kv_lora_rank, m.qk_rope_head_dim], dim=-1)
+        kv = self.kv_b_proj(self.kv_a_layernorm(latent)).view(B, T, cfg.heads, m.qk_nope_head_dim + m.v_head_dim)
+        k_nope, v = kv.transpose(1, 2).split([m.qk_nope_head_dim, m.v_head_dim], dim=-1)
+        q_rope = rope_pairs(q_rope, positions, self.inv_freq, m.rope_interleave, self.rope_scale)
+        k_rope = rope_pairs(k_rope.view(B, 1, T, m.qk_rope_head_dim), positions, self.inv_freq, m.rope_interleave,
+                            self.rope_scale).expand(B, cfg.heads, T, m.qk_rope_head_dim)
+        q, k = torch.cat([q_nope, q_rope], dim=-1), torch.cat([k_nope, k_rope], dim=-1)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.softmax_scale)
+        return self.o_proj(y.transpose(1, 2).reshape(B, T, cfg.heads * m.v_head_dim))
 
 
 class MLP(nn.Module):
@@ -159,14 +272,14 @@ class MLP(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    """The single EAGLE-3 decoder layer: attention over [normed embedding ; normed feature]."""
+    """The single EAGLE-3 decoder layer: attention (Llama GQA or DeepSeek MLA) over [normed embedding ; normed feature]."""
 
     def __init__(self, cfg: DraftConfig) -> None:
         super().__init__()
         self.cfg = cfg
         self.input_layernorm = RMSNorm(cfg.hidden, cfg.rms_eps)
         self.hidden_norm = RMSNorm(cfg.hidden, cfg.rms_eps)
-        self.self_attn = Attention(cfg)
+        self.self_attn: Attention | MLAttention = MLAttention(cfg) if cfg.mla else Attention(cfg)
         self.post_attention_layernorm = RMSNorm(cfg.hidden, cfg.rms_eps)
         self.mlp = MLP(cfg)
 
@@ -184,6 +297,9 @@ class Eagle3Draft(nn.Module):
     >>> out = draft(input_ids, aux_hidden)          # aux_hidden: [B, T, n_aux * H_t]
     >>> target_ids = map_to_target(out.logits.argmax(-1), draft.d2t)
     """
+
+    d2t: torch.Tensor
+    t2d: torch.Tensor
 
     def __init__(self, cfg: DraftConfig) -> None:
         super().__init__()
@@ -209,6 +325,13 @@ class Eagle3Draft(nn.Module):
                 nn.init.normal_(module.weight, mean=0.0, std=self.cfg.initializer_range)
             elif isinstance(module, RMSNorm):
                 nn.init.ones_(module.weight)
+
+    @property
+    def decoder_input_path(self) -> str:
+        """Module path of the projection that first reads the decoder's 2H input (a hook there sees it)."""
+        layer = self.layers[0]
+        assert isinstance(layer, DecoderLayer)
+        return f"layers.0.self_attn.{layer.self_attn.first_projection}"
 
     # -- forward ---------------------------------------------------------------------------
     def project(self, hidden: torch.Tensor, fc_gate: FcGate = "always") -> tuple[torch.Tensor, bool]:
@@ -272,14 +395,14 @@ class Eagle3Draft(nn.Module):
 
     # -- loading ---------------------------------------------------------------------------
     @classmethod
-    def from_checkpoint(cls, ckpt: "Checkpoint", embed_tokens: torch.Tensor | None = None) -> "Eagle3Draft":
+    def from_checkpoint(cls, ckpt: Checkpoint, embed_tokens: torch.Tensor | None = None) -> Eagle3Draft:
         """Build from a speculators or EAGLE/SpecForge checkpoint (keys renamed to speculators names).
 
         ``embed_tokens`` supplies the target's table for layouts that do not save it (SpecForge);
         without it such a draft keeps a NaN table, so nothing silently runs on random embeddings.
         Absent ``d2t``/``t2d`` stay zero (identity mapping). Unknown keys or shape mismatches raise.
         """
-        cfg = DraftConfig.from_spec(ckpt.spec, ckpt.path)
+        cfg = DraftConfig.from_checkpoint(ckpt)
         model = cls(cfg)
         state = {canonical_key(name): ckpt.read(name) for name in ckpt.tensors}
         if embed_tokens is not None:

@@ -243,3 +243,85 @@ def test_existing_demo_is_reused_and_foreign_dirs_refused(demo_dir: Path, tmp_pa
     (foreign / "manifest.json").write_text('{"name": "my webapp"}')
     assert cli.main(["demo", str(foreign), "--force"]) == 2
     assert (foreign / "notes.txt").read_text() == "keep me"
+
+
+# -- the Kimi-like pair ---------------------------------------------------------------------------
+KIMI_MLA_KEYS = {"embed_tokens.weight", "fc.weight", "norm.weight", "lm_head.weight", "d2t", "t2d"} | {
+    f"layers.0.{name}.weight" for name in (
+        "self_attn.q_a_proj", "self_attn.q_a_layernorm", "self_attn.q_b_proj", "self_attn.kv_a_proj_with_mqa",
+        "self_attn.kv_a_layernorm", "self_attn.kv_b_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj",
+        "mlp.down_proj", "input_layernorm", "hidden_norm", "post_attention_layernorm")}
+
+
+def test_kimi_target_is_a_tiny_deepseek_v3_with_mla_and_moe(demo_dir: Path) -> None:
+    cfg = config(demo_dir / "kimi-target")
+    assert cfg["architectures"] == ["DeepseekV3ForCausalLM"] and cfg["model_type"] == "deepseek_v3"
+    assert (cfg["hidden_size"], cfg["num_hidden_layers"], cfg["vocab_size"]) == (64, 8, V)
+    assert (cfg["q_lora_rank"], cfg["kv_lora_rank"], cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"],
+            cfg["v_head_dim"]) == (32, 16, 16, 8, 16)
+    assert cfg["first_k_dense_replace"] == 1 and cfg["n_routed_experts"] == 4
+    names = set(tensors(demo_dir / "kimi-target"))
+    assert "model.layers.0.self_attn.kv_a_proj_with_mqa.weight" in names and "model.layers.0.mlp.gate_proj.weight" in names
+    assert any(n.startswith("model.layers.1.mlp.experts.") for n in names) and "model.layers.1.mlp.gate.weight" in names
+    ckpt = Checkpoint.open(demo_dir / "kimi-target")
+    assert ckpt.layout == "hf" and not ckpt.spec.is_draft
+
+
+def test_kimi_mla_draft_is_sglang_loadable_and_copies_the_targets_tables(demo_dir: Path) -> None:
+    cfg = config(demo_dir / "kimi-mla")
+    assert cfg["architectures"] == ["Eagle3DeepseekV2ForCausalLM"] and cfg["num_hidden_layers"] == 1
+    assert cfg["draft_vocab_size"] == N and cfg["vocab_size"] == V and cfg["tie_word_embeddings"] is False
+    assert cfg["eagle_config"] == {"eagle_aux_hidden_state_layer_ids": [1, 3, 4], "use_aux_hidden_state": True}
+    assert all(cfg[k] == config(demo_dir / "kimi-target")[k] for k in
+               ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"))
+    draft, target = tensors(demo_dir / "kimi-mla"), tensors(demo_dir / "kimi-target")
+    assert set(draft) == KIMI_MLA_KEYS
+    assert draft["layers.0.self_attn.q_a_proj.weight"].shape == (32, 128)  # reads [embedding ; feature] = 2H
+    assert draft["layers.0.self_attn.kv_a_proj_with_mqa.weight"].shape == (16 + 8, 128)
+    assert draft["fc.weight"].shape == (64, 192)
+    assert torch.equal(draft["embed_tokens.weight"], target["model.embed_tokens.weight"])
+    assert torch.equal(draft["lm_head.weight"], target["lm_head.weight"][draft["t2d"]])
+    assert not torch.equal(draft["embed_tokens.weight"], tensors(demo_dir / "target")["model.embed_tokens.weight"])
+    spec = Checkpoint.open(demo_dir / "kimi-mla").spec
+    assert (spec.flavour, spec.decoder_prefix, spec.aux_layer_ids, spec.num_aux) == ("sglang", "layers.0.", (1, 3, 4), 3)
+    manifest = json.loads((demo_dir / "manifest.json").read_text())
+    assert set(manifest["kimi"]["variants"]) == {"kimi-mla"} and manifest["kimi"]["aux_layer_ids"]["hf_hidden_states"] == [2, 4, 5]
+    assert "`kimi-mla/`" in (demo_dir / "README.md").read_text()
+
+
+def test_kimi_mla_draft_was_trained_on_the_targets_aux_states(demo_dir: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    training = json.loads((demo_dir / "manifest.json").read_text())["kimi"]["training"]
+    assert training["accuracy"] > 2.5 * training["majority_baseline"]
+    target = AutoModelForCausalLM.from_pretrained(demo_dir / "kimi-target").eval()
+    draft = Eagle3Draft.from_checkpoint(Checkpoint.open(demo_dir / "kimi-mla"))
+    assert draft.cfg.mla is not None and draft.cfg.mla.kv_lora_rank == 16
+    torch.manual_seed(0)
+    at_init = Eagle3Draft(draft.cfg).eval()  # the same tables and d2t, fc + decoder + norm never trained
+    at_init.load_state_dict({k: v for k, v in draft.state_dict().items()
+                             if k in ("embed_tokens.weight", "lm_head.weight", "d2t", "t2d")}, strict=False)
+    ids = torch.randint(0, 64, (24, 48), generator=torch.Generator().manual_seed(99))  # low ids, as the demo's prompts
+    with torch.no_grad():
+        out = target(input_ids=ids, output_hidden_states=True)
+        aux = torch.cat([out.hidden_states[k] for k in (2, 4, 5)], dim=-1)[:, :-1]
+        want = out.logits[:, 1:].argmax(-1)
+
+        def agreement(model: Eagle3Draft, feature: torch.Tensor) -> float:
+            got = map_to_target(model(ids[:, 1:], feature).logits.argmax(-1), model.d2t)
+            return (got == want).float().mean().item()
+
+        trained = agreement(draft, aux)
+        majority = (want == want.flatten().mode().values).float().mean().item()
+        assert trained > 2.5 * majority and trained > 10 * agreement(at_init, aux)
+        assert trained > agreement(draft, torch.zeros_like(aux))  # the aux states carry part of the signal
+
+
+def test_kimi_manifest_tells_the_truth_without_an_engine(demo_dir: Path) -> None:
+    """The MLA drafter's own expected findings (none) are what the doctor finds; the by-engine ones need the MLA
+    engine profiles (issue 14) and are checked where those live."""
+    from eagle3lens.doctor import diagnose
+
+    for name, variant in json.loads((demo_dir / "manifest.json").read_text())["kimi"]["variants"].items():
+        found = {f.code for f in diagnose(demo_dir / name).findings if f.severity.value != "info"}
+        assert found == set(variant["expected_findings"]), (name, found)

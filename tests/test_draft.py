@@ -255,3 +255,149 @@ def test_spec_reads_rope_theta_and_the_draft_uses_it(config, theta) -> None:
         spec = build_spec(cfg, {})
         assert spec.rope_theta == theta
         assert DraftConfig.from_spec(spec).rope_theta == (theta or 10000.0)
+
+
+# -- the MLA (Kimi-K2.x / DeepSeek-V3) draft ----------------------------------------------------
+MLA_FIELDS = {"q_lora_rank": 12, "kv_lora_rank": 8, "qk_nope_head_dim": 6, "qk_rope_head_dim": 4, "v_head_dim": 5}
+YARN = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 8.0, "original_max_position_embeddings": 16,
+        "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 0.8}
+
+
+def mla_config(**over) -> DraftConfig:
+    from eagle3lens.mla_config import read_mla
+
+    fields = {**MLA_FIELDS, **over}
+    return DraftConfig(hidden=16, target_hidden=12, num_aux=3, intermediate=24, heads=3, kv_heads=3, head_dim=5,
+                       draft_vocab=30, vocab=50, mla=read_mla(fields))
+
+
+@pytest.mark.parametrize("over", [{}, {"q_lora_rank": None, "rope_interleave": False}, {"rope_parameters": YARN}],
+                         ids=["q-lora", "plain-q-halves-rope", "yarn"])
+def test_mla_attention_matches_transformers_deepseek_v3(over) -> None:
+    """The reference MLA against transformers' own DeepSeek-V3 attention on the same weights: HF's attention built
+    2H wide (its input), its o_proj cut to the draft's H output rows."""
+    from transformers import DeepseekV3Config
+    from transformers.models.deepseek_v3.modeling_deepseek_v3 import (
+        DeepseekV3Attention,
+        DeepseekV3RotaryEmbedding,
+    )
+
+    from eagle3lens.draft import MLAttention
+
+    H = 16
+    fields = {**MLA_FIELDS, **{k: v for k, v in over.items() if k != "rope_parameters"}}
+    hf_cfg = DeepseekV3Config(hidden_size=2 * H, num_attention_heads=3, num_key_value_heads=3, rms_norm_eps=1e-6,
+                              max_position_embeddings=128, **fields,
+                              **({"rope_parameters": over["rope_parameters"]} if "rope_parameters" in over else {}))
+    hf_cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    hf = DeepseekV3Attention(hf_cfg, 0).eval()
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.normal_(0, 0.3)
+    mine = MLAttention(mla_config(**over))
+    state = dict(hf.state_dict())
+    state["o_proj.weight"] = state["o_proj.weight"][:H]
+    mine.load_state_dict(state, strict=True)  # the same parameter names and shapes, bar o_proj's output rows
+    x = torch.randn(2, 40, 2 * H, generator=torch.Generator().manual_seed(1))
+    positions = torch.arange(40).expand(2, -1)  # beyond the yarn case's original 16 positions
+    with torch.no_grad():
+        want = hf(x, DeepseekV3RotaryEmbedding(hf_cfg)(x, positions), None)[0][..., :H]
+        got = mine(x, positions)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+def _save_mla_draft(path: Path, draft: Eagle3Draft, *, prefix: str = "layers.0.", **config_over) -> dict:
+    path.mkdir(parents=True, exist_ok=True)
+    state = {k.replace("layers.0.", prefix): v.contiguous() for k, v in draft.state_dict().items()}
+    save_file(state, str(path / "model.safetensors"))
+    config = {"architectures": ["Eagle3DeepseekV2ForCausalLM"], "model_type": "deepseek_v3", "hidden_size": 16,
+              "intermediate_size": 24, "num_attention_heads": 3, "num_key_value_heads": 3, "head_dim": 5,
+              **MLA_FIELDS, "num_hidden_layers": 1, "vocab_size": 50, "draft_vocab_size": 30,
+              "target_hidden_size": 12, "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "tie_word_embeddings": False,
+              "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 2, 3], "use_aux_hidden_state": True},
+              **config_over}
+    (path / "config.json").write_text(json.dumps(config))
+    return state
+
+
+def test_mla_draft_loads_its_keys_and_runs(tmp_path: Path) -> None:
+    cfg = mla_config()
+    torch.manual_seed(0)
+    draft = Eagle3Draft(cfg)
+    with torch.no_grad():
+        draft.d2t.copy_(torch.arange(30) // 2)
+        for p in draft.parameters():
+            if p.dim() == 1:
+                p.uniform_(0.5, 1.5)  # norms away from 1.0, so a norm left at init would show
+    names = set(draft.state_dict())
+    attn = "layers.0.self_attn."
+    assert {attn + n + ".weight" for n in ("q_a_proj", "q_a_layernorm", "q_b_proj", "kv_a_proj_with_mqa",
+                                           "kv_a_layernorm", "kv_b_proj", "o_proj")} <= names
+    assert not any(n.endswith(("k_proj.weight", "v_proj.weight")) for n in names)
+    shapes = {n: tuple(t.shape) for n, t in draft.state_dict().items()}
+    assert shapes[attn + "q_a_proj.weight"] == (12, 32) and shapes[attn + "kv_a_proj_with_mqa.weight"] == (8 + 4, 32)
+    assert shapes[attn + "q_b_proj.weight"] == (3 * 10, 12) and shapes[attn + "kv_b_proj.weight"] == (3 * (6 + 5), 8)
+    assert shapes[attn + "o_proj.weight"] == (16, 3 * 5) and shapes["fc.weight"] == (16, 36)
+
+    state = _save_mla_draft(tmp_path / "sglang", draft)
+    _save_mla_draft(tmp_path / "midlayer", draft, prefix="midlayer.")
+    ids, aux = inputs(T=5, width=36, vocab=50)
+    with torch.no_grad():
+        want = draft(ids, aux)
+    for layout in ("sglang", "midlayer"):
+        loaded = Eagle3Draft.from_checkpoint(Checkpoint.open(tmp_path / layout))
+        assert loaded.cfg == cfg
+        for name, tensor in loaded.state_dict().items():
+            assert torch.equal(tensor, state[name]), name
+        with torch.no_grad():
+            out = loaded(ids, aux)
+        assert out.logits.shape == (2, 5, 30) and out.hidden_out.shape == (2, 5, 16) and out.fc_applied
+        torch.testing.assert_close(out.logits, want.logits)
+
+    (tmp_path / "sglang" / "config.json").write_text(json.dumps(
+        {**json.loads((tmp_path / "sglang" / "config.json").read_text()), "kv_lora_rank": None}))
+    with pytest.raises(CheckpointError, match="kv_lora_rank"):
+        Eagle3Draft.from_checkpoint(Checkpoint.open(tmp_path / "sglang"))
+    bad = _save_mla_draft(tmp_path / "bad", draft)
+    save_file({**bad, attn + "kv_b_proj.weight": torch.zeros(3, 8)}, str(tmp_path / "bad" / "model.safetensors"))
+    with pytest.raises(CheckpointError, match="kv_b_proj"):
+        Eagle3Draft.from_checkpoint(Checkpoint.open(tmp_path / "bad"))
+
+
+def test_mla_trace_shows_fc_and_the_aux_width() -> None:
+    from eagle3lens.probes.trace import Tracer
+
+    draft = Eagle3Draft(mla_config()).eval()
+    assert draft.decoder_input_path == "layers.0.self_attn.q_a_proj"
+    assert Eagle3Draft(mla_config(q_lora_rank=None)).decoder_input_path == "layers.0.self_attn.q_proj"
+    ids, aux = inputs(T=4, width=36, vocab=50)
+    include = ["fc", draft.decoder_input_path, "layers.0.self_attn.kv_a_proj_with_mqa", "lm_head"]
+    with Tracer(draft, include=include) as tracer, torch.no_grad():
+        draft(ids, aux, fc_gate="width-differs")
+    rows = {(r["path"], r["call"]): r for r in tracer.table()}
+    assert rows[("fc", 0)]["input"] == "f32[2, 4, 36]@cpu" and rows[("fc", 0)]["output"] == "f32[2, 4, 16]@cpu"
+    assert rows[("layers.0.self_attn.q_a_proj", 0)]["input"] == "f32[2, 4, 32]@cpu"  # [embedding ; feature]: 2H
+    assert rows[("layers.0.self_attn.kv_a_proj_with_mqa", 0)]["output"] == "f32[2, 4, 12]@cpu"  # latent + rope key
+    assert rows[("lm_head", 0)]["output"] == "f32[2, 4, 30]@cpu"
+    with Tracer(draft, include=include) as tracer, torch.no_grad():  # an H-wide feature under SGLang's gate
+        out = draft(ids, torch.randn(2, 4, 16), fc_gate="width-differs")
+    assert not out.fc_applied and not tracer.find("fc") and tracer.find("layers.0.self_attn.q_a_proj")
+
+
+def test_mla_config_detection_and_errors() -> None:
+    from eagle3lens.mla_config import YarnScaling, is_mla, read_mla
+
+    flat = {"architectures": ["Eagle3DeepseekV3ForCausalLM"], **MLA_FIELDS}
+    assert is_mla(flat) and is_mla({"kv_lora_rank": 8}) and is_mla({}, ["layers.0.self_attn.kv_a_proj_with_mqa.weight"])
+    assert not is_mla({"architectures": ["LlamaForCausalLMEagle3"], "hidden_size": 8}, ["fc.weight"])
+    nested = {"speculators_model_type": "eagle3", "transformer_layer_config": {"model_type": "deepseek_v3", **MLA_FIELDS}}
+    assert is_mla(nested) and read_mla(nested) == read_mla(flat)
+    assert read_mla({**MLA_FIELDS, "rope_scaling": {**YARN, "type": "yarn"}}).yarn == YarnScaling(
+        factor=8.0, original_max_position_embeddings=16, beta_fast=32.0, beta_slow=1.0, mscale=1.0, mscale_all_dim=0.8)
+    assert read_mla({**MLA_FIELDS, "rope_parameters": {"rope_type": "default", "rope_theta": 5.0}}).yarn is None
+    for bad, problem in (({**MLA_FIELDS, "v_head_dim": 0}, "v_head_dim"), ({**MLA_FIELDS, "q_lora_rank": "x"}, "q_lora_rank"),
+                         ({**MLA_FIELDS, "qk_rope_head_dim": 3}, "even"),
+                         ({**MLA_FIELDS, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, "llama3")):
+        with pytest.raises(CheckpointError, match=problem):
+            read_mla(bad, "cfg.json")

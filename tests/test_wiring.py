@@ -302,3 +302,54 @@ def test_sglang_wrong_width_is_a_mismatch_not_a_crash(demo_dir, target):
     mismatch = next(f for f in result.findings if f.code == "trace/aux-width-mismatch")
     assert mismatch.evidence["feature_width"] == 128 and mismatch.evidence["fc_in_features"] == 192
     assert result.engine_error is None and not result.fc_ran and "trace/fc-bypassed" not in codes(result)
+
+
+# -- the Kimi-like pair: DeepSeek-V3 target, MLA drafter ---------------------------------------
+def test_trace_runs_the_kimi_mla_pair_on_cpu(demo_dir, capsys):
+    from eagle3lens.cli import main
+
+    args = ["trace", "--target", str(demo_dir / "kimi-target"), "--draft", str(demo_dir / "kimi-mla"),
+            "--engine", "sglang==0.5.23", "--json"]
+    assert main(args) == 0
+    wiring = json.loads(capsys.readouterr().out)["results"]["wiring"]
+    assert wiring["num_target_layers"] == 8 and wiring["layers_used"] == [2, 4, 5]  # [1, 3, 4] + 1
+    assert wiring["feature"]["shape"][-1] == 192 == wiring["fc_in_features"] and wiring["fc_ran"]
+    rows = {row["path"]: row for row in wiring["draft_trace"]}
+    assert rows["layers.0.self_attn.q_a_proj"]["all_inputs"][0]["shape"][-1] == 128  # MLA reads [embed ; g] = 2H
+    assert wiring["decoder_input"]["shape"][-1] == 128 and wiring["logits"]["shape"][-1] == 512
+    assert main(args + ["--scenario", "aux-off"]) == 1  # SGLang's gate lets the H-wide final state skip fc
+    data = json.loads(capsys.readouterr().out)
+    assert "trace/fc-bypassed" in {f["code"] for f in data["findings"]}
+    assert not data["results"]["wiring"]["fc_ran"] and data["results"]["wiring"]["decoder_input"]["shape"][-1] == 128
+
+
+def test_kimi_wiring_feeds_the_mla_draft_the_target_hidden_states(demo_dir):
+    from transformers import AutoModelForCausalLM
+
+    from eagle3lens.probes.wiring import wire
+
+    target = AutoModelForCausalLM.from_pretrained(demo_dir / "kimi-target", dtype=torch.float32).eval()
+    ckpt = Checkpoint.open(demo_dir / "kimi-mla")
+    draft = load_draft_as(ckpt)  # every tensor (the trainer's view): the MLA attention included
+    assert draft.cfg.mla is not None and draft.decoder_input_path == "layers.0.self_attn.q_a_proj"
+    ids = torch.randint(0, 64, (1, 24), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        out = target(input_ids=ids, output_hidden_states=True)
+        hs = out.hidden_states
+        expected = draft(ids[:, 1:], torch.cat([hs[2], hs[4], hs[5]], -1)[:, :-1]).logits.argmax(-1)
+    profile = resolve("sglang==0.5.23")
+    resolution = resolve_aux_layers(ckpt.spec, 8, profile)
+    result = wire(target, draft, resolution, profile, inputs=ids)
+    mapped = expected + draft.d2t[expected]
+    assert result.agreement == pytest.approx(float((mapped == out.logits[:, 1:].argmax(-1)).float().mean()))
+    assert result.fc_ran and result.layers_used == (2, 4, 5)
+
+
+def test_cli_trace_of_an_moe_target_on_meta_is_one_line(demo_dir, capsys):
+    from eagle3lens.cli import main
+
+    code = main(["trace", "--target", str(demo_dir / "kimi-target"), "--draft", str(demo_dir / "kimi-mla"),
+                 "--engine", "sglang==0.5.23", "--device", "meta"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1
+    assert "cannot run on the meta device" in err and "--device cpu" in err

@@ -1,4 +1,5 @@
-"""``eagle3lens demo [DIR]``: build the miniature incident (tiny target, trained draft, broken variants, logs)."""
+"""``eagle3lens demo [DIR]``: build the miniature incident (tiny target, trained draft, broken variants, logs,
+and a Kimi-like DeepSeek-V3 target with an MLA drafter)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"root": str(paths.root), "target": str(paths.target),
                           "drafts": {name: str(path) for name, path in paths.drafts.items()},
+                          "kimi_target": str(paths.kimi_target),
+                          "kimi_drafts": {name: str(path) for name, path in paths.kimi_drafts.items()},
                           "logs": [str(paths.sglang_log), str(paths.vllm_log)], "manifest": manifest}, indent=2))
         return 0
     training = manifest["training"]
@@ -31,12 +34,20 @@ def run(args: argparse.Namespace) -> int:
         codes = ", ".join(variant["expected_findings"]) or "healthy"
         codes += "".join(f"; {engine}: {', '.join(extra)}" for engine, extra in variant["expected_findings_by_engine"].items())
         table.add_row(f"{name}/", codes)
+    kimi = manifest["kimi"]
+    table.add_row("kimi-target/", f"tiny DeepSeek-V3 (Kimi-like: MLA + MoE), {kimi['target']['num_hidden_layers']} layers")
+    for name, variant in kimi["variants"].items():
+        codes = ", ".join(variant["expected_findings"]) or "healthy"
+        codes += "".join(f"; {engine}: {', '.join(extra)}" for engine, extra in variant["expected_findings_by_engine"].items())
+        table.add_row(f"{name}/", codes)
     table.add_row("sglang.log, vllm.log", "logs/zero-acceptance")
     console.print(table)
     console.print(f"draft accuracy {training['accuracy']:.1%} (majority baseline {training['majority_baseline']:.1%})")
     console.print("next:")
     console.print(f"  eagle3lens info {paths.speculators}", soft_wrap=True)
     console.print(f"  eagle3lens doctor {paths.speculators} --engine sglang==0.5.11 --log {paths.sglang_log}", soft_wrap=True)
+    console.print(f"  eagle3lens trace --target {paths.kimi_target} --draft {paths.kimi_mla} --engine sglang==0.5.23",
+                  soft_wrap=True)
     return 0
 
 

@@ -61,6 +61,7 @@ def register(sub: argparse._SubParsersAction) -> None:
             "eagle3lens trace --target demo/target --draft demo/eagle --engine sglang==0.5.11",
             "eagle3lens trace --target demo/target --draft demo/eagle --engine sglang==0.5.11 --scenario aux-off",
             "eagle3lens trace --target demo/target --draft demo/speculators --engine vllm==0.33.0 --scenario ids-shifted",
+            "eagle3lens trace --target demo/kimi-target --draft demo/kimi-mla --engine sglang==0.5.23   # MLA drafter",
             "eagle3lens trace --target big/target --draft big/eagle --device-map auto --dtype auto",
             "eagle3lens trace --preset kimi-k2.5 --device meta          # 3 x 7168 = 21504 into fc, no weights"))
     p.add_argument("--target", metavar="T", help="HF target model directory")

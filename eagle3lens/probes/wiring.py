@@ -187,7 +187,7 @@ def load_draft_as(ckpt: Checkpoint, engine: EngineProfile | str | None = None, s
     from ..draft import DraftConfig
 
     torch.manual_seed(seed)
-    draft = Eagle3Draft(DraftConfig.from_spec(ckpt.spec, ckpt.path))
+    draft = Eagle3Draft(DraftConfig.from_checkpoint(ckpt))
     own = draft.state_dict()
     keys = list(ckpt.tensors) if engine is None else loaded_keys(ckpt, engine)
     state = {}
@@ -245,8 +245,16 @@ def check_wiring(draft: CheckpointLike, *, target: Any = None, engine: EnginePro
     resolution = resolve_aux_layers(ckpt, len(layers), profile)
     module = load_draft_as(ckpt, profile).to(draft_device(model))
     _share_embedding(module, model, ckpt, profile)
-    return wire(model, module, resolution, profile, scenario=scenario, inputs=inputs, has_d2t=ckpt.spec.has_d2t,
-                seq_len=seq_len)
+    try:
+        return wire(model, module, resolution, profile, scenario=scenario, inputs=inputs, has_d2t=ckpt.spec.has_d2t,
+                    seq_len=seq_len)
+    except (NotImplementedError, RuntimeError) as exc:
+        if not is_shape_only(model):
+            raise
+        problem = (str(exc).strip().splitlines() or [""])[0][:160]
+        raise UsageError(f"{target}: the target's forward cannot run on the meta device ({type(exc).__name__}: "
+                         f"{problem}; MoE routing and some kernels need real values): trace it with --device cpu "
+                         "or --device-map auto") from None
 
 
 def wire(model: nn.Module, module: Eagle3Draft, resolution: AuxResolution, profile: EngineProfile | str, scenario: str | None = None,
@@ -283,7 +291,8 @@ def wire(model: nn.Module, module: Eagle3Draft, resolution: AuxResolution, profi
             feature = feature.to(draft_param.dtype)
         ids, feat = inputs[:, 1:], feature[:, :-1]  # position t: token t+1 with the feature of t
         if not _fc_shape_error(gate, feature.shape[-1], H, fc_in):  # else fc's matmul fails: reported below
-            with Tracer(module, include=["fc", "layers.0", "layers.0.self_attn.q_proj", "lm_head"]) as tracer:
+            first_proj = module.decoder_input_path  # q_proj (Llama), q_a_proj (MLA): reads the 2H decoder input
+            with Tracer(module, include=["fc", "layers.0", first_proj, "lm_head"]) as tracer:
                 try:
                     with torch.no_grad():
                         out = module(ids, feat, fc_gate=gate)
@@ -291,7 +300,7 @@ def wire(model: nn.Module, module: Eagle3Draft, resolution: AuxResolution, profi
                     engine_error = f"{type(exc).__name__}: {exc}".splitlines()[0]
                     out = None
             fc_ran = any(r.path == "fc" and not r.raised for r in tracer.records)
-            decoder_input = next((r.first_input for r in tracer.records if r.path == "layers.0.self_attn.q_proj"), None)
+            decoder_input = next((r.first_input for r in tracer.records if r.path == first_proj), None)
             logits = next((r.first_output for r in tracer.records if r.path == "lm_head" and not r.raised), None)
             table = tuple(tracer.table())
         if out is not None and not on_meta and target_logits is not None:
