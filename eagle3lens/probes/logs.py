@@ -1,27 +1,33 @@
 """Acceptance-log probe: read SGLang / vLLM server logs and say whether speculation pays.
 
 Lines are matched by *label*, never by position, so extra fields from forks and
-reordered fields are tolerated. Formats read (FACTS.md §6, checked against the engines'
-sources):
+reordered fields are tolerated. What each release prints, read from the wheels
+(ENGINE_VERSIONS.md §2c, §3c; the release table is ``ERAS`` below):
 
-- SGLang ``Decode batch`` lines: 0.4.x (``Decode batch.`` + ``accept len``), 0.5.x
-  (``accept len`` + ``accept rate``), with ``[N]`` iteration, ``#full token`` (hybrid
-  models), prealloc fields, ``cuda/cpu/npu graph`` labels; the lifetime
-  ``avg_spec_accept_length=`` line.
-- vLLM ``SpecDecoding metrics:`` lines in their three historical forms (rate only;
-  + mean length and per-position; 0.33.0 with accepted/drafted throughput) and the
-  ``Avg generation throughput`` stats line.
+- SGLang ``Decode batch`` lines: ``Decode batch.`` with ``accept len`` only through
+  0.5.3.post1; ``Decode batch.`` + ``accept rate`` in 0.5.3.post2–0.5.3.post3; ``Decode batch [N],`` /
+  ``Decode batch,`` from 0.5.4. The accept rate's formula changed twice: ``len/(steps+1)``
+  (0.5.3.post2–0.5.5.post2), ``len/num_draft_tokens`` (0.5.5.post3–0.5.10.post1),
+  ``(len-1)/(num_draft_tokens-1)`` (0.5.11+). Also the lifetime ``avg_spec_accept_length=`` line.
+- vLLM ``SpecDecoding metrics:`` lines: rate only (0.8.3–0.8.4); + mean length and per-position
+  (0.8.5–0.10.1.1, where **0.8.5–0.8.5.post1's mean length excludes the bonus token**); the 0.10.2+
+  form with accepted/drafted throughput; and the ``Avg generation throughput`` stats line.
 
-A metrics-looking line that yields nothing is counted as *unparsed* (with examples);
-other lines are *ignored*. Neither is ever fatal.
+``engine="NAME==VERSION"`` reads the log by that release's convention; a log whose lines that
+release never prints is read by its own format, and the disagreement is reported. Without a
+version, a line whose meaning depends on the release is reported with every reading.
+
+Input is untrusted: the file must be a regular file (at most ``MAX_LOG_BYTES``), lines are
+streamed and capped at ``MAX_LINE_BYTES`` (longer ones are counted and skipped), parsing is
+linear (no backtracking patterns, no re-slicing per label), absurd values are counted and
+skipped, and every stored text is stripped of terminal control sequences.
 
 Judging (accept len always counts the bonus token, so accepted drafts per step = len - 1):
 ``logs/zero-acceptance`` when the mean accept len is <= 1.05; ``logs/low-acceptance`` when
 len - 1 is under half of what ``expected_accept_len`` promises, or speculation is measured
 slower than ``baseline_tps``, or (no baseline) len is under the break-even heuristic
 1 + 0.1·K; ``logs/speculation-slower`` when measured tok/s is under the baseline (critical
-under 0.5×). SGLang's accept rate changed meaning in 0.5.11, so the (len, rate) pairs are
-used to infer the formula era and K (FACTS.md §6.4).
+under 0.5×); ``logs/engine-mismatch`` when ``engine`` names one engine and the log is the other's.
 """
 
 from __future__ import annotations
@@ -30,15 +36,19 @@ import math
 import os
 import re
 import statistics
+from array import array
 from collections import Counter
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, BinaryIO
 
-from ..errors import Eagle3LensError, UsageError
+from packaging.version import InvalidVersion, Version
+
+from ..errors import CheckpointError, Eagle3LensError, UsageError
 from ..findings import Finding, Severity, fix_command, to_jsonable
+from ..inputs import GiB, open_regular
 
 ZERO_ACCEPT_LEN = 1.05  # ≤ 1 accepted draft token per 20 verify steps: "zero"
 EXPECTED_SHORTFALL = 0.5  # low when < half the accepted drafts the training promised
@@ -46,100 +56,163 @@ DRAFT_STEP_COST = 0.1  # break-even heuristic: each draft step costs ~10% of a t
 DEFAULT_DRAFT_STEPS = 3  # K assumed for break-even when nothing pins it (SGLang 0.5.23 auto, non-Llama)
 MAX_EXAMPLES = 5
 FIELD_SCAN_LINES = 500  # fork fields are collected from the first lines of each engine
+MAX_LOG_BYTES = 2 * GiB  # a server log over this is refused (split it or pass its tail)
+MAX_LINE_BYTES = 64 * 1024  # a longer line is no engine's metrics line: counted and skipped
+MAX_SERIES = 4096  # samples kept for the series/figures; more are decimated evenly (the summary uses all)
+MAX_PAIRS = 4096  # distinct SGLang (len, rate) pairs used to infer the formula and K
+MAX_UNKNOWN_FIELDS = 32
 _MAX_K = 16
+_MAX_POSITIONS = 64
+_MAX_NUMBER_CHARS = 48  # a longer number is no engine's output
+_MAX_ACCEPT_LEN = 1000.0  # K + 1 is far below this for any engine
+_MAX_RATE_VALUE = 1e9  # tok/s, request and token counts above this are absurd
 
 ENGINES = ("sglang", "vllm")
 FORMAT_DESCRIPTIONS = {
-    "sglang-0.4": "SGLang 0.4.x 'Decode batch.' with accept len only",
-    "sglang-0.5": "SGLang 0.5.x 'Decode batch,' with accept len and accept rate",
+    "sglang-0.4": "SGLang 'Decode batch.' with accept len only (0.4.1.post7 through 0.5.3.post1: no accept rate "
+                  "before 0.5.3.post2)",
+    "sglang-0.5.3": "SGLang 0.5.3.post2-0.5.3.post3 'Decode batch.' with accept len and accept rate = len/(steps+1)",
+    "sglang-0.5": "SGLang 0.5.4+ 'Decode batch [N],' / 'Decode batch,' with accept len and accept rate "
+                  "(the rate's formula depends on the release)",
     "sglang-no-spec": "SGLang decode line without speculative fields",
     "sglang-lifetime": "SGLang lifetime avg_spec_accept_length",
-    "vllm-rate-only": "vLLM 'SpecDecoding metrics' with draft acceptance rate only (earliest V1)",
-    "vllm-mean-length": "vLLM 'SpecDecoding metrics' with mean length and per-position rates",
-    "vllm-throughput": "vLLM 'SpecDecoding metrics' with accepted/drafted throughput (0.33.0 form)",
+    "vllm-rate-only": "vLLM 0.8.3-0.8.4 'SpecDecoding metrics' with draft acceptance rate only",
+    "vllm-mean-length": "vLLM 0.8.5-0.10.1.1 'SpecDecoding metrics' with mean length and per-position rates "
+                        "(0.8.5-0.8.5.post1: mean length excludes the bonus token; 0.9.0+: includes it)",
+    "vllm-throughput": "vLLM 0.10.2+ 'SpecDecoding metrics' with accepted/drafted throughput (format unchanged "
+                       "through 0.33.0)",
     "vllm-engine-stats": "vLLM engine stats line (generation throughput, running reqs)",
 }
 FORMULA_TEXT = {
-    "0.5.5": "accept_len / (K+1)",
-    "0.5.11+": "(accept_len - 1) / (num_draft_tokens - 1)",
+    "0.5.5": "accept_len / (K+1): len/(steps+1) in 0.5.3.post2-0.5.5.post2, len/num_draft_tokens in "
+             "0.5.5.post3-0.5.10.post1",
+    "0.5.11+": "(accept_len - 1) / (num_draft_tokens - 1), or / num_steps when num_draft_tokens is unset (0.5.11+)",
 }
 
 
 class LogFileError(Eagle3LensError):
-    """A log file that is missing or unreadable."""
+    """A log file that is missing, unreadable, not a regular file or too large."""
 
     def __init__(self, path: str | Path, problem: str) -> None:
         self.path = str(path)
         super().__init__(f"{self.path}: {problem}")
 
 
-# ---------------------------------------------------------------- line grammar (data)
-
-_NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|nan|inf"
-_SEPARATORS = ",:.]"  # a label starts the message or follows one of these (then spaces)
-_BOUNDARY = r"(?:^|[,:.\]]\s*)"
-
+# ---------------------------------------------------------------- releases (data)
 
 @dataclass(frozen=True)
-class _Field:
-    """A ``label: number[suffix]`` field found by its label wherever it sits in the line."""
+class Era:
+    """What one range of releases prints: line formats, vLLM's bonus convention, SGLang's rate formula."""
 
-    label: str
-    suffix: str = ""
-    scale: float = 1.0
+    engine: str
+    first: str  # first release of the range (inclusive)
+    after: str | None  # first release no longer in the range (None: open-ended)
+    formats: frozenset[str]
+    bonus_included: bool = True  # vLLM mean acceptance length counts the bonus token
+    formula: str | None = None  # SGLang accept-rate family ("0.5.5" | "0.5.11+"), None: no accept rate
+    denominator: str = ""  # what the 0.5.5 family divides by: "steps+1" or "num_draft_tokens"
+    source: str = ""
 
-    def read(self, message: str) -> float | None:
-        """The value after the first occurrence of the label that starts a field, or None."""
-        at = message.find(self.label)
-        while at >= 0:
-            before = message[:at].rstrip()
-            if not before or before[-1] in _SEPARATORS:
-                match = _value_pattern(self.suffix).match(message, at + len(self.label))
-                if match is not None:
-                    value = float(match.group(1))
-                    return None if math.isnan(value) or math.isinf(value) else value * self.scale
-            at = message.find(self.label, at + 1)
-        return None
+    @property
+    def releases(self) -> str:
+        last = {"0.5.3.post2": "0.5.3.post1", "0.5.4": "0.5.3.post3", "0.5.5.post3": "0.5.5.post2",
+                "0.5.11": "0.5.10.post1", "0.8.5": "0.8.4", "0.9.0": "0.8.5.post1", "0.10.2": "0.10.1.1"}
+        first = "" if self.first == "0" else self.first
+        if self.after is None:
+            return f"{self.engine} {first}+"
+        return f"{self.engine} {first}-{last[self.after]}" if first else f"{self.engine} <= {last[self.after]}"
+
+    def covers(self, version: Version) -> bool:
+        return Version(self.first) <= version and (self.after is None or version < Version(self.after))
 
 
-@lru_cache(maxsize=None)
-def _value_pattern(suffix: str) -> re.Pattern[str]:
-    return re.compile(r"\s*:\s*(" + _NUM + ")" + re.escape(suffix))
+_SG = "sglang/srt/managers/scheduler_metrics_mixin.py"
+ERAS = (
+    Era("sglang", "0", "0.5.3.post2", frozenset({"sglang-0.4", "sglang-no-spec", "sglang-lifetime"}),
+        source=f"{_SG} 0.5.3.post1:215-226"),
+    Era("sglang", "0.5.3.post2", "0.5.4", frozenset({"sglang-0.5.3", "sglang-no-spec", "sglang-lifetime"}),
+        formula="0.5.5", denominator="steps+1", source=f"{_SG} 0.5.3.post2:251-272"),
+    Era("sglang", "0.5.4", "0.5.5.post3", frozenset({"sglang-0.5", "sglang-no-spec", "sglang-lifetime"}),
+        formula="0.5.5", denominator="steps+1", source=f"{_SG} 0.5.4:249-270"),
+    Era("sglang", "0.5.5.post3", "0.5.11", frozenset({"sglang-0.5", "sglang-no-spec", "sglang-lifetime"}),
+        formula="0.5.5", denominator="num_draft_tokens", source=f"{_SG} 0.5.5.post3:267-291"),
+    Era("sglang", "0.5.11", None, frozenset({"sglang-0.5", "sglang-no-spec", "sglang-lifetime"}),
+        formula="0.5.11+", source="sglang/srt/observability/scheduler_metrics_mixin.py 0.5.11:522-547"),
+    Era("vllm", "0", "0.8.5", frozenset({"vllm-rate-only", "vllm-engine-stats"}),
+        source="vllm/v1/spec_decode/metrics.py 0.8.3-0.8.4"),
+    Era("vllm", "0.8.5", "0.9.0", frozenset({"vllm-mean-length", "vllm-engine-stats"}), bonus_included=False,
+        source="vllm/v1/spec_decode/metrics.py 0.8.5:76,82-88"),
+    Era("vllm", "0.9.0", "0.10.2", frozenset({"vllm-mean-length", "vllm-engine-stats"}),
+        source="vllm/v1/spec_decode/metrics.py 0.9.0:80"),
+    Era("vllm", "0.10.2", None, frozenset({"vllm-throughput", "vllm-engine-stats"}),
+        source="vllm/v1/spec_decode/metrics.py 0.10.2-0.33.0"),
+)
 
 
-# attribute -> field, labels exactly as the engines print them
-SGLANG_FIELDS = {
-    "accept_len": _Field("accept len"),
-    "accept_rate": _Field("accept rate"),
-    "running_reqs": _Field("#running-req"),
-    "gen_tps": _Field("gen throughput (token/s)"),
-}
-VLLM_SPEC_FIELDS = {
-    "accept_len": _Field("Mean acceptance length"),
-    "accepted_tps": _Field("Accepted throughput"),
-    "drafted_tps": _Field("Drafted throughput"),
-    "accepted_tokens": _Field("Accepted"),
-    "drafted_tokens": _Field("Drafted"),
-    "accept_rate": _Field("Avg Draft acceptance rate", "%", 0.01),
-    "legacy_rate": _Field("Draft acceptance rate", "%", 0.01),
-}
-VLLM_ENGINE_FIELDS = {
-    "gen_tps": _Field("Avg generation throughput"),
-    "running_reqs": _Field("Running"),
-}
-_PER_POSITION = re.compile(_BOUNDARY + r"Per-position acceptance rate\s*:\s*((?:\d*\.?\d+)(?:\s*,\s*\d*\.?\d+)*)")
-_LIFETIME = re.compile(r"avg_spec_accept_length['\"]?\s*[=:]\s*(?:np\.float\d*\()?(" + _NUM + ")")
-_SGLANG_DECODE = re.compile(r"Decode batch")
+def era_of(engine: str, version: Version) -> Era:
+    """The release range of ``engine`` that ``version`` falls in."""
+    return next(e for e in ERAS if e.engine == engine and e.covers(version))
+
+
+def eras_printing(engine: str, fmt: str) -> tuple[Era, ...]:
+    """Every release range of ``engine`` whose lines have format ``fmt``."""
+    return tuple(e for e in ERAS if e.engine == engine and fmt in e.formats)
+
+
+# ---------------------------------------------------------------- untrusted text
+
+# ESC sequences: CSI (ESC [ ... final), OSC (ESC ] ... BEL or ST), DCS/SOS/PM/APC (ESC P/X/^/_ ... ST), any other
+# ESC + intermediates + final; and their 8-bit C1 forms. Every branch is a run of one disjoint class: linear.
+_ESCAPES = re.compile(
+    "\x1b\\[[0-?]*[ -/]*[@-~]?"
+    "|\x1b\\][^\x07\x1b\x9c]*(?:\x07|\x1b\\\\|\x9c)?"
+    "|\x1b[PX^_][^\x1b\x9c]*(?:\x1b\\\\|\x9c)?"
+    "|\x1b[ -/]*[0-~]?"
+    "|\x9b[0-?]*[ -/]*[@-~]?"
+    "|[\x9d\x90\x98\x9e\x9f][^\x07\x1b\x9c]*(?:\x07|\x1b\\\\|\x9c)?")
+_CONTROLS = {c: "\ufffd" for c in [*range(0x20), 0x7f, *range(0x80, 0xa0), 0x061c, 0x200e, 0x200f,
+                                    *range(0x202a, 0x202f), *range(0x2066, 0x206a), 0x2028, 0x2029]}
+_CONTROLS[ord("\t")] = " "
+
+
+def clean_text(text: str) -> str:
+    """``text`` safe to print: terminal escape sequences removed, other C0/C1, DEL and bidi controls replaced."""
+    if "\x1b" in text or "\x9b" in text or "\x9d" in text or "\x90" in text:
+        text = _ESCAPES.sub("", text)
+    return text.translate(_CONTROLS)
+
+
+def _strip_escapes(line: str) -> str:
+    return _ESCAPES.sub("", line) if ("\x1b" in line or "\x9b" in line) else line
+
+
+# ---------------------------------------------------------------- line grammar (data)
+
+_SEPARATORS = frozenset(",:.]")  # a label starts the message or follows one of these (then spaces)
+_SPACES = frozenset(" \t")
+_NUMBER = re.compile(r"[ \t]*:[ \t]*([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?nan|[-+]?inf)",
+                     re.IGNORECASE)
+_SGLANG_LABELS = {"accept_len": "accept len", "accept_rate": "accept rate", "running_reqs": "#running-req",
+                  "gen_tps": "gen throughput (token/s)"}
+# (attribute, label, required suffix, scale)
+_VLLM_SPEC_LABELS = (("accept_len", "Mean acceptance length", "", 1.0), ("accepted_tps", "Accepted throughput", "", 1.0),
+                     ("drafted_tps", "Drafted throughput", "", 1.0), ("accepted_tokens", "Accepted", "", 1.0),
+                     ("drafted_tokens", "Drafted", "", 1.0), ("accept_rate", "Avg Draft acceptance rate", "%", 0.01),
+                     ("legacy_rate", "Draft acceptance rate", "%", 0.01))
+_VLLM_ENGINE_LABELS = (("gen_tps", "Avg generation throughput", "", 1.0), ("running_reqs", "Running", "", 1.0))
+_PER_POSITION = "Per-position acceptance rate"
+_LIFETIME = re.compile(r"avg_spec_accept_length['\"]?[ \t]*[=:][ \t]*(?:np\.float\d{0,3}\()?"
+                       r"([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?nan|[-+]?inf)", re.IGNORECASE)
+_SGLANG_DECODE = "Decode batch"
 _VLLM_SPEC = "SpecDecoding metrics"
 _VLLM_STATS = "Avg generation throughput"
-# words that make a line look like acceptance metrics: if nothing parses, it is "unparsed"
-_ANCHORS = ("Decode batch", "SpecDecoding metrics", "accept len", "avg_spec_accept_length",
-            "Mean acceptance length", "Avg generation throughput")
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_SERVER_ARGS_NDT = re.compile(r"\bspeculative_num_draft_tokens=(\d+)")
-_ISO_TIME = re.compile(r"(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?)")
-_VLLM_TIME = re.compile(r"\b(?:INFO|DEBUG|WARNING|ERROR)\s+(\d{2}-\d{2} \d{2}:\d{2}:\d{2})")
-_LABEL = re.compile(r"^\s*([A-Za-z#][A-Za-z0-9 #()/_.\-]*?)\s*:\s*\S")
+_SERVER_ARGS = {"ndt": re.compile(r"\bspeculative_num_draft_tokens=(\d+)"),
+                "steps": re.compile(r"\bspeculative_num_steps=(\d+)")}
+_VLLM_VERSION = re.compile(r"(?:LLM engine \(v|vLLM API server version )(\d{1,4}(?:\.\d{1,6}){1,3}(?:\.?post\d{1,4})?)"
+                           r"(?![\w.])")
+_ISO_TIME = re.compile(r"(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?)")
+_VLLM_TIME = re.compile(r"\b(?:INFO|DEBUG|WARNING|ERROR)[ \t]{1,8}(\d{2}-\d{2} \d{2}:\d{2}:\d{2})")
+_LABEL_CHARS = re.compile(r"[A-Za-z#][A-Za-z0-9 #()/_.\-]{0,59}")
 # labels the engines print that this probe does not need (anything else is reported as a fork field)
 _KNOWN_LABELS = {
     "sglang": {"#running-req", "#token", "token usage", "accept len", "accept rate", "cuda graph", "cpu graph",
@@ -152,14 +225,165 @@ _KNOWN_LABELS = {
     "vllm": {"mean acceptance length", "accepted throughput", "drafted throughput", "accepted", "drafted",
              "per-position acceptance rate", "avg draft acceptance rate", "draft acceptance rate"},
 }
-_FIELD_ANCHOR = {"sglang": "Decode batch", "vllm": _VLLM_SPEC + ":"}
+_FIELD_ANCHOR = {"sglang": _SGLANG_DECODE, "vllm": _VLLM_SPEC + ":"}
+# bounds of a believable value, per attribute (anything else is counted as rejected, never judged)
+_BOUNDS = {"accept_len": (0.0, _MAX_ACCEPT_LEN), "accept_rate": (0.0, 1.0), "legacy_rate": (0.0, 1.0)}
+
+
+def _anchored(line: str) -> bool:
+    """A line that may carry acceptance metrics (cheap substring tests only)."""
+    return ("accept" in line or _SGLANG_DECODE in line or _VLLM_SPEC in line or _VLLM_STATS in line)
+
+
+def _label_at(message: str, label: str, start: int = 0) -> int:
+    """Index just past the first occurrence of ``label`` at or after ``start`` that starts a field, or -1.
+
+    A label starts a field at the message start or after one of ``,:.]`` and spaces. Each occurrence looks back
+    only over its own run of spaces, so the whole search is linear in the message length."""
+    at = message.find(label, start)
+    while at >= 0:
+        i = at
+        while i > 0 and message[i - 1] in _SPACES:
+            i -= 1
+        if i == 0 or message[i - 1] in _SEPARATORS:
+            return at + len(label)
+        at = message.find(label, at + 1)
+    return -1
+
+
+class _Values:
+    """Collects one line's values; counts values that are not believable."""
+
+    __slots__ = ("rejected", "values")
+
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {}
+        self.rejected: list[tuple[str, str]] = []
+
+    def number(self, message: str, name: str, label: str, suffix: str = "", scale: float = 1.0) -> None:
+        """The number after the first field-starting ``label:`` whose number has ``suffix``."""
+        end = _label_at(message, label)
+        while end >= 0:
+            m = _NUMBER.match(message, end)
+            if m is not None and message.startswith(suffix, m.end()):
+                self.accept(name, m.group(1), scale)
+                return
+            end = _label_at(message, label, end)
+        return
+
+    def accept(self, name: str, text: str, scale: float = 1.0) -> None:
+        value = float(text) * scale if len(text) <= _MAX_NUMBER_CHARS else math.inf
+        low, high = _BOUNDS.get(name, (0.0, _MAX_RATE_VALUE))
+        if math.isfinite(value) and low <= value <= high:
+            self.values[name] = round(value) if name in ("running_reqs", "accepted_tokens",
+                                                              "drafted_tokens") else value
+        else:
+            self.rejected.append((name, text[:_MAX_NUMBER_CHARS]))
+
+
+def _per_position(message: str) -> tuple[tuple[float, ...], bool]:
+    """(rates, absurd) after ``Per-position acceptance rate:``: comma-separated numbers up to the first non-number."""
+    end = _label_at(message, _PER_POSITION)
+    if end < 0:
+        return (), False
+    rest = message[end:].lstrip(" \t")
+    if not rest.startswith(":"):
+        return (), False
+    values: list[float] = []
+    for part in rest[1:].split(",", _MAX_POSITIONS)[:_MAX_POSITIONS]:
+        text = part.strip()
+        m = _NUMBER.match(":" + text)
+        if m is None or m.end() != len(text) + 1:
+            break
+        value = float(m.group(1)) if len(text) <= _MAX_NUMBER_CHARS else math.inf
+        if not (math.isfinite(value) and 0.0 <= value <= 1.0):
+            return (), True
+        values.append(value)
+    return tuple(values), False
+
+
+def _parse_sglang(line: str) -> tuple[str | None, _Values]:
+    v = _Values()
+    if "avg_spec_accept_length" in line and (m := _LIFETIME.search(line)):
+        v.accept("accept_len", m.group(1))
+        return ("sglang-lifetime" if "accept_len" in v.values else None), v
+    at = line.find(_SGLANG_DECODE)
+    if at >= 0:
+        message = line[at + len(_SGLANG_DECODE):]
+        dot_form = message.startswith(".")
+    else:  # a decode line cut by a log shipper: read from its first field-starting "accept len"
+        end = _label_at(line, "accept len")
+        if end < 0:
+            return None, v
+        message, dot_form = line[end - len("accept len"):], False
+    for name, label in _SGLANG_LABELS.items():
+        v.number(message, name, label)
+    if "accept_len" not in v.values:
+        # a decode line without speculation still carries its throughput
+        spec_off = at >= 0 and "gen_tps" in v.values and not any(n == "accept_len" for n, _ in v.rejected)
+        return ("sglang-no-spec" if spec_off else None), v
+    if "accept_rate" in v.values:
+        return ("sglang-0.5.3" if dot_form else "sglang-0.5"), v
+    return "sglang-0.4", v
+
+
+def _parse_vllm(line: str) -> tuple[str | None, _Values]:
+    v = _Values()
+    at = line.find(_VLLM_SPEC)
+    if at >= 0:
+        message = line[at + len(_VLLM_SPEC):]
+        for name, label, suffix, scale in _VLLM_SPEC_LABELS:
+            v.number(message, name, label, suffix, scale)
+        legacy = v.values.pop("legacy_rate", None)
+        if "accept_rate" not in v.values and legacy is not None:
+            v.values["accept_rate"] = legacy
+        positions, absurd = _per_position(message)
+        if positions:
+            v.values["per_position"] = positions
+        elif absurd:
+            v.rejected.append(("per_position", "out of [0, 1]"))
+        if "accept_len" not in v.values and "accept_rate" not in v.values:
+            return None, v
+        if "accepted_tps" in v.values or "drafted_tps" in v.values:
+            return "vllm-throughput", v
+        return ("vllm-mean-length" if "accept_len" in v.values else "vllm-rate-only"), v
+    at = line.find(_VLLM_STATS)
+    if at >= 0:
+        message = line[at:]
+        for name, label, suffix, scale in _VLLM_ENGINE_LABELS:
+            v.number(message, name, label, suffix, scale)
+        if "gen_tps" in v.values:
+            return "vllm-engine-stats", v
+    return None, v
+
+
+_PARSERS = {"sglang": _parse_sglang, "vllm": _parse_vllm}
+
+
+def _unknown_labels(engine: str, line: str) -> set[str]:
+    """Labels of ``label: value`` parts this probe does not know (fork additions)."""
+    start = line.find(_FIELD_ANCHOR[engine])
+    if start < 0:
+        return set()
+    message = line[start + len(_FIELD_ANCHOR[engine]):].lstrip(" \t")
+    if message.startswith("["):  # SGLang's "[N]" iteration
+        close = message.find("]", 0, 32)
+        message = message[close + 1:] if close > 0 else message
+    labels = set()
+    for part in message.split(",", 256)[:256]:
+        label, colon, value = part.partition(":")
+        label = label.lstrip(" \t.").rstrip(" \t")
+        if colon and value.strip() and _LABEL_CHARS.fullmatch(label) and label.lower() not in _KNOWN_LABELS[engine]:
+            labels.add(clean_text(label))
+    return labels
 
 
 # ---------------------------------------------------------------- result types
 
 @dataclass(frozen=True)
 class LogSample:
-    """One parsed log line. Rates are fractions (vLLM percentages divided by 100)."""
+    """One parsed log line. Rates are fractions (vLLM percentages divided by 100); ``accept_len`` always counts
+    the bonus token (``logged_accept_len`` keeps the printed value where the release excluded it)."""
 
     line: int
     engine: str
@@ -175,6 +399,7 @@ class LogSample:
     accepted_tokens: int | None = None
     drafted_tokens: int | None = None
     running_reqs: int | None = None
+    logged_accept_len: float | None = None
 
     @property
     def has_acceptance(self) -> bool:
@@ -194,17 +419,32 @@ class DraftInference:
     source: str  # where num_draft_tokens came from
     candidates: tuple[tuple[str, int], ...] = ()
     explanation: str = ""
+    denominator: int | None = None  # the formula's size: K+1 (0.5.5 family) or num_draft_tokens (0.5.11+)
 
     def to_dict(self) -> dict[str, Any]:
         return {"formula": self.formula, "formula_text": FORMULA_TEXT.get(self.formula or ""),
                 "num_draft_tokens": self.num_draft_tokens, "draft_steps": self.draft_steps,
+                "denominator": self.denominator,
                 "source": self.source, "candidates": [list(c) for c in self.candidates],
                 "explanation": self.explanation}
 
 
 @dataclass(frozen=True)
+class LogReading:
+    """One way to read the log's acceptance lines: the releases that print them so, and what they then mean."""
+
+    releases: str
+    meaning: str
+    mean_accept_len: float | None
+    chosen: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: to_jsonable(getattr(self, k)) for k in self.__dataclass_fields__}
+
+
+@dataclass(frozen=True)
 class LogSummary:
-    """Aggregates over the acceptance lines (unweighted means over logged intervals)."""
+    """Aggregates over every acceptance line (unweighted means over logged intervals)."""
 
     acceptance_lines: int = 0
     throughput_lines: int = 0
@@ -230,7 +470,10 @@ class LogSummary:
 
 @dataclass(frozen=True)
 class LogResult:
-    """Everything read from one log: samples, summary, inference, unparsed lines and findings."""
+    """Everything read from one log: samples, summary, inference, unparsed lines and findings.
+
+    ``samples`` is the series for display: every parsed line up to ``MAX_SERIES``, then every
+    ``series_stride``-th one; the summary always covers all ``parsed_lines``."""
 
     source: str
     engine: str | None
@@ -245,6 +488,15 @@ class LogResult:
     unknown_fields: tuple[str, ...]
     notes: tuple[str, ...] = ()
     findings: tuple[Finding, ...] = field(default=())
+    parsed_lines: int | None = None  # None: len(samples)
+    overlong_lines: int = 0
+    rejected_values: int = 0
+    rejected_examples: tuple[tuple[int, str], ...] = ()
+    readings: tuple[LogReading, ...] = ()
+    series_stride: int = 1
+    version: str | None = None  # the engine release whose convention the log was read by
+    version_source: str | None = None  # "option" (engine=) or "log" (the log's own start-up line)
+    disagreement: str | None = None  # how engine= and the log's own format disagree (the log's format wins)
 
     @property
     def acceptance_samples(self) -> tuple[LogSample, ...]:
@@ -252,10 +504,12 @@ class LogResult:
 
     @property
     def format_era(self) -> str:
-        """Human label of the formats seen, e.g. ``sglang-0.5 (accept rate formula 0.5.5)``."""
+        """Human label of the formats seen, e.g. ``sglang-0.5 ×4; accept rate formula 0.5.5: ...``."""
         if not self.formats:
             return "nothing parsed"
         text = ", ".join(f"{name} ×{count}" for name, count in self.formats)
+        if self.version:
+            text += f"; read as {self.engine}=={self.version} ({'given' if self.version_source == 'option' else 'from the log'})"
         if self.inference.formula:
             text += f"; accept rate formula {self.inference.formula}: {FORMULA_TEXT[self.inference.formula]}"
         return text
@@ -264,14 +518,22 @@ class LogResult:
         return {
             "source": self.source,
             "engine": self.engine,
+            "version": self.version,
+            "version_source": self.version_source,
+            "disagreement": self.disagreement,
             "formats": dict(self.formats),
             "format_descriptions": {name: FORMAT_DESCRIPTIONS[name] for name, _ in self.formats},
             "format_era": self.format_era,
             "summary": self.summary.to_dict(),
             "inference": self.inference.to_dict(),
-            "lines": {"total": self.total_lines, "parsed": len(self.samples), "ignored": self.ignored_lines,
-                      "unparsed": self.unparsed_lines},
+            "readings": [r.to_dict() for r in self.readings],
+            "lines": {"total": self.total_lines,
+                      "parsed": len(self.samples) if self.parsed_lines is None else self.parsed_lines,
+                      "ignored": self.ignored_lines, "unparsed": self.unparsed_lines},
+            "limits": {"overlong_lines": self.overlong_lines, "max_line_bytes": MAX_LINE_BYTES,
+                       "rejected_values": self.rejected_values, "series_stride": self.series_stride},
             "unparsed_examples": [{"line": n, "text": t} for n, t in self.unparsed_examples],
+            "rejected_examples": [{"line": n, "text": t} for n, t in self.rejected_examples],
             "unknown_fields": list(self.unknown_fields),
             "notes": list(self.notes),
             "series": [s.to_dict() for s in self.samples],
@@ -294,22 +556,11 @@ class LogResult:
         return summary_rich(self)
 
 
-# ---------------------------------------------------------------- line parsing
-
-def _fields(message: str, table: dict[str, _Field]) -> dict[str, float]:
-    found = {}
-    for name, spec in table.items():
-        value = spec.read(message)
-        if value is not None:
-            found[name] = value
-    return found
-
+# ---------------------------------------------------------------- timestamps
 
 def _timestamp(line: str) -> tuple[str | None, datetime | None]:
     head = line[:120]
-    if m := _ISO_TIME.search(head):
-        text = m.group(1)
-    elif m := _VLLM_TIME.search(head):  # vLLM prints no year; 2000 is a leap year, so 02-29 parses
+    if (m := _ISO_TIME.search(head)) or (m := _VLLM_TIME.search(head)):
         text = m.group(1)
     else:
         return None, None
@@ -320,75 +571,10 @@ def _timestamp(line: str) -> tuple[str | None, datetime | None]:
         return text, None
 
 
-def _ints(values: dict[str, float], *names: str) -> dict[str, int]:
-    return {n: int(round(values[n])) for n in names if n in values}
-
-
-def _parse_sglang(line: str) -> tuple[str, dict[str, Any]] | None:
-    if "avg_spec_accept_length" in line and (m := _LIFETIME.search(line)):
-        value = float(m.group(1))
-        return ("sglang-lifetime", {"accept_len": value}) if math.isfinite(value) else None
-    decode = _SGLANG_DECODE.search(line)
-    values = _fields(line[decode.start():] if decode else line, SGLANG_FIELDS)
-    if "accept_len" not in values and not (decode and "gen_tps" in values):
-        return None  # a decode line without speculation still carries its throughput
-    if "accept_len" not in values:
-        fmt = "sglang-no-spec"
-    elif "accept_rate" in values:
-        fmt = "sglang-0.5"
-    else:
-        fmt = "sglang-0.4"
-    return fmt, {**values, **_ints(values, "running_reqs")}
-
-
-def _parse_vllm(line: str) -> tuple[str, dict[str, Any]] | None:
-    at = line.find(_VLLM_SPEC)
-    if at >= 0:
-        message = line[at + len(_VLLM_SPEC):]
-        values = _fields(message, VLLM_SPEC_FIELDS)
-        legacy = values.pop("legacy_rate", None)
-        if "accept_rate" not in values and legacy is not None:
-            values["accept_rate"] = legacy
-        if pos := _PER_POSITION.search(message):
-            values["per_position"] = tuple(float(v) for v in pos.group(1).split(","))
-        if "accept_len" not in values and "accept_rate" not in values:
-            return None
-        if "accepted_tps" in values or "drafted_tps" in values:
-            fmt = "vllm-throughput"
-        elif "accept_len" in values:
-            fmt = "vllm-mean-length"
-        else:
-            fmt = "vllm-rate-only"
-        return fmt, {**values, **_ints(values, "accepted_tokens", "drafted_tokens")}
-    at = line.find(_VLLM_STATS)
-    if at >= 0:
-        values = _fields(line[at:], VLLM_ENGINE_FIELDS)
-        if "gen_tps" in values:
-            return "vllm-engine-stats", {**values, **_ints(values, "running_reqs")}
-    return None
-
-
-_PARSERS = {"sglang": _parse_sglang, "vllm": _parse_vllm}
-
-
-def _unknown_labels(engine: str, line: str) -> set[str]:
-    """Labels of ``label: value`` parts this probe does not know (fork additions)."""
-    start = line.find(_FIELD_ANCHOR[engine])
-    if start < 0:
-        return set()
-    message = line[start + len(_FIELD_ANCHOR[engine]):]
-    message = re.sub(r"^(?:\s*\[\d+\])?\s*[.,]?", ",", message)  # SGLang "[N]" iteration and separator
-    labels = set()
-    for part in message.split(","):
-        if (m := _LABEL.match(part)) and m.group(1).lower() not in _KNOWN_LABELS[engine]:
-            labels.add(m.group(1))
-    return labels
-
-
 # ---------------------------------------------------------------- inference of K and formula
 
 def _fits_old(length: float, rate: float, n: int) -> bool:
-    """0.5.5: rate = len / (K+1) with n = K+1, both printed to 2 decimals."""
+    """0.5.3.post2-0.5.10.post1: rate = len / n (n = steps+1, or num_draft_tokens from 0.5.5.post3), 2 decimals."""
     return n >= length - 0.005 and abs(length / n - rate) <= 0.005 + 0.005 / n + 1e-9
 
 
@@ -404,40 +590,63 @@ def _candidates(length: float, rate: float) -> set[tuple[str, int]]:
     return found
 
 
-def _version_formula(version: tuple[int, ...] | None) -> str | None:
-    if version is None or version < (0, 5):
-        return None
-    return "0.5.11+" if version >= (0, 5, 11) else "0.5.5"
+def _as_version(version: Version | str | tuple[int, ...] | None) -> Version | None:
+    if version is None or isinstance(version, Version):
+        return version
+    return Version(".".join(map(str, version)) if isinstance(version, tuple) else version)
+
+
+def _allowed_sizes(era: Era | None, num_draft_tokens: int | None, num_steps: int | None) -> dict[str, set[int]]:
+    """The denominators each formula family may have given what is known (empty: unconstrained)."""
+    old: set[int] = set()
+    new: set[int] = set()
+    if num_draft_tokens:
+        new.add(num_draft_tokens)
+        if era is None or era.denominator != "steps+1":
+            old.add(num_draft_tokens)
+    if num_steps:
+        if not num_draft_tokens:
+            new.add(num_steps + 1)  # 0.5.11+ divides by num_steps when num_draft_tokens is unset
+        if era is None or era.denominator == "steps+1" or not num_draft_tokens:
+            old.add(num_steps + 1)
+    return {"0.5.5": old, "0.5.11+": new}
 
 
 def infer_draft_tokens(pairs: Iterable[tuple[float, float]], num_draft_tokens: int | None = None,
-                       version: tuple[int, ...] | None = None, given_by: str = "option") -> DraftInference:
+                       version: Version | str | tuple[int, ...] | None = None, given_by: str = "option", *,
+                       num_steps: int | None = None, formula: str | None = None) -> DraftInference:
     """Intersect, over every SGLang (accept len, accept rate) pair, the formulas and K that fit it.
 
-    0.5.5 logs ``len/(K+1)`` (floor ``1/(K+1)`` for a dead draft); 0.5.11+ logs
-    ``(len-1)/(num_draft_tokens-1)`` (0.00 for a dead draft). ``num_draft_tokens`` and an engine
-    ``version`` narrow the choice; a contradiction is reported, never raised. ``given_by`` says where
-    ``num_draft_tokens`` came from ("option", or "server_args" when the log's own start-up line gave it).
+    0.5.3.post2-0.5.10.post1 log ``len/(K+1)`` (floor ``1/(K+1)`` for a dead draft); 0.5.11+ logs
+    ``(len-1)/(num_draft_tokens-1)`` (0.00 for a dead draft). ``num_draft_tokens`` / ``num_steps`` and an engine
+    ``version`` (or a ``formula`` the log's own format pins) narrow the choice; a contradiction is reported, never
+    raised. ``given_by`` says where ``num_draft_tokens`` came from ("option", or "server_args" when the log's own
+    start-up line gave it).
     """
     pairs = list(pairs)
-    forced = _version_formula(version)
+    v = _as_version(version)
+    era = era_of("sglang", v) if v is not None else None
+    forced = formula or (era.formula if era else None)
+    steps_known = num_steps
     if not pairs:
-        steps = num_draft_tokens - 1 if num_draft_tokens else None
+        steps = steps_known or (num_draft_tokens - 1 if num_draft_tokens else None)
         return DraftInference(forced, num_draft_tokens, steps, given_by if num_draft_tokens else "unknown",
                               explanation="no accept rate in the log: formula and K cannot be read from it")
     common: set[tuple[str, int]] | None = None
     for length, rate in dict.fromkeys(pairs):  # distinct pairs, in order
         common = _candidates(length, rate) if common is None else common & _candidates(length, rate)
+        if not common:
+            break
     assert common is not None
     fitting = set(common)
     if forced:
         fitting = {c for c in fitting if c[0] == forced}
-    if num_draft_tokens:
-        fitting = {c for c in fitting if c[1] == num_draft_tokens}
+    allowed = _allowed_sizes(era, num_draft_tokens, num_steps)
+    fitting = {c for c in fitting if not allowed[c[0]] or c[1] in allowed[c[0]]}
     candidates = tuple(sorted(fitting))
     formulas = {c[0] for c in fitting}
     counts = {c[1] for c in fitting}
-    formula = forced or (formulas.pop() if len(formulas) == 1 else None)
+    chosen = forced or (formulas.pop() if len(formulas) == 1 else None)
     length, rate = pairs[0]
     if num_draft_tokens:
         ndt, source = num_draft_tokens, given_by
@@ -445,68 +654,188 @@ def infer_draft_tokens(pairs: Iterable[tuple[float, float]], num_draft_tokens: i
         ndt, source = next(iter(counts)), "log"
     else:
         ndt, source = None, "unknown"
+
+    def steps_of(n: int | None) -> int | None:
+        return steps_known or (n - 1 if n else None)
+
     if not fitting:
         why = (f"the {len(pairs)} len/rate pairs fit no single formula"
                + (f" with num_draft_tokens={num_draft_tokens}" if num_draft_tokens else "")
                + (f" under the {forced} formula" if forced else "")
                + " (K changed during the run, adaptive speculation, or a fork's own rate)")
-        return DraftInference(formula, ndt, ndt - 1 if ndt else None, source, (), why)
-    if formula == "0.5.5" and ndt:
-        expl = (f"accept rate {rate:.2f} with accept len {length:.2f} fits the 0.5.5-era formula "
-                f"accept_len/(K+1) with K+1 = {ndt} ({length:.2f}/{ndt} = {length / ndt:.2f}); "
-                f"with topk 1 that is num_draft_tokens={ndt}, K={ndt - 1} draft steps")
-    elif formula == "0.5.11+" and ndt:
+        return DraftInference(chosen, ndt, steps_of(ndt), source, (), why)
+    n_fit = next(iter(counts)) if len(counts) == 1 else None
+    if chosen == "0.5.5" and n_fit:
+        expl = (f"accept rate {rate:.2f} with accept len {length:.2f} fits the 0.5.3.post2-0.5.10.post1 formula "
+                f"accept_len/(K+1) with K+1 = {n_fit} ({length:.2f}/{n_fit} = {length / n_fit:.2f}); "
+                f"with topk 1 that is num_draft_tokens={n_fit}, K={n_fit - 1} draft steps")
+    elif chosen == "0.5.11+" and n_fit:
         expl = (f"accept rate {rate:.2f} with accept len {length:.2f} fits the 0.5.11+ formula "
-                f"(len-1)/(num_draft_tokens-1) with num_draft_tokens={ndt} "
-                f"(({length:.2f}-1)/{ndt - 1} = {(length - 1) / (ndt - 1):.2f})")
-    elif formula == "0.5.11+":
+                f"(len-1)/(num_draft_tokens-1) with num_draft_tokens={n_fit} "
+                f"(({length:.2f}-1)/{n_fit - 1} = {(length - 1) / (n_fit - 1):.2f})")
+    elif chosen == "0.5.11+":
         expl = (f"accept rate {rate:.2f} with accept len {length:.2f} fits only the 0.5.11+ formula "
                 "(len-1)/(num_draft_tokens-1); a dead draft logs 0.00 under it for any K, so K is not in the log")
-    elif formula == "0.5.5":
-        expl = f"the pairs fit only the 0.5.5-era formula accept_len/(K+1); K+1 is one of {sorted(counts)}"
+    elif chosen == "0.5.5":
+        expl = (f"the pairs fit only the 0.5.3.post2-0.5.10.post1 formula accept_len/(K+1); K+1 is one of "
+                f"{sorted(counts)}")
     else:
         expl = ("the pairs fit both formulas: " + ", ".join(f"{f} with num_draft_tokens={n}" for f, n in candidates)
                 + "; pass --engine sglang==VERSION or --num-draft-tokens to decide")
-    return DraftInference(formula, ndt, ndt - 1 if ndt else None, source, candidates, expl)
+    return DraftInference(chosen, ndt, steps_of(ndt), source, candidates, expl, denominator=n_fit)
 
 
 # ---------------------------------------------------------------- reading
 
-def _split_engine(engine: str | None) -> tuple[str | None, tuple[int, ...] | None]:
+def _split_engine(engine: str | None) -> tuple[str | None, Version | None]:
+    """``sglang`` / ``vllm==0.10.1`` (a runtime-path suffix such as ``:v1`` is ignored) -> (name, version)."""
     if not engine:
         return None, None
-    name, _, version = engine.strip().lower().partition("==")
+    text = engine.strip()
+    if len(text) > 100:
+        raise UsageError(f"engine spec for logs is {len(text)} characters long: use sglang or vllm, optionally "
+                         "==VERSION")
+    name, _, version = text.lower().partition("==")
+    name = name.split(":", 1)[0].strip()
     if name not in ENGINES:
-        raise UsageError(f"unknown engine {engine!r} for logs: use sglang or vllm (optionally ==VERSION)")
+        raise UsageError(f"unknown engine {clean_text(text)!r} for logs: use sglang or vllm (optionally ==VERSION)")
+    version = version.split(":", 1)[0].strip()
     if not version:
         return name, None
-    return name, tuple(int(p) for p in re.findall(r"\d+", version)[:3])
+    try:
+        return name, Version(version)
+    except (InvalidVersion, ValueError):  # ValueError: an integer part over Python's digit limit
+        raise UsageError(f"invalid {name} version {clean_text(version)[:40]!r} for logs: expected a release such as "
+                         f"{'0.5.11' if name == 'sglang' else '0.10.1.1'}") from None
 
 
-def _lines(path_or_text: str | os.PathLike[str]) -> tuple[str, Iterator[str]]:
-    """(source label, line iterator). Paths are files; a str with a newline or a metrics anchor is text."""
-    if isinstance(path_or_text, os.PathLike) or (
-            isinstance(path_or_text, str) and "\n" not in path_or_text
-            and (os.path.exists(path_or_text) or not any(a in path_or_text for a in _ANCHORS))):
-        path = Path(path_or_text)
-        if not path.exists():
-            raise LogFileError(path, "no such log file")
-        if path.is_dir():
-            raise LogFileError(path, "is a directory, expected a server log file")
+def _file_lines(handle: BinaryIO, path: Path) -> Iterator[str | None]:
+    """The file's lines, decoded; None for a line over ``MAX_LINE_BYTES`` (skipped to its end, never held)."""
+    budget = MAX_LOG_BYTES
+    with handle:
         try:
-            handle = path.open("r", encoding="utf-8", errors="replace")
+            while budget > 0:
+                chunk = handle.readline(MAX_LINE_BYTES + 1)
+                if not chunk:
+                    return
+                budget -= len(chunk)
+                if len(chunk) > MAX_LINE_BYTES and not chunk.endswith(b"\n"):
+                    while chunk and not chunk.endswith(b"\n") and budget > 0:
+                        chunk = handle.readline(MAX_LINE_BYTES + 1)
+                        budget -= len(chunk)
+                    yield None
+                else:
+                    yield chunk.decode("utf-8", "replace")
         except OSError as exc:
             raise LogFileError(path, f"cannot read log file ({exc.strerror or exc})") from None
 
-        def read() -> Iterator[str]:
-            with handle:
-                try:
-                    yield from handle
-                except OSError as exc:
-                    raise LogFileError(path, f"cannot read log file ({exc.strerror or exc})") from None
 
-        return str(path), read()
-    return "<text>", iter(str(path_or_text).splitlines())
+def _text_lines(text: str) -> Iterator[str | None]:
+    for line in text.split("\n"):
+        yield None if len(line) > MAX_LINE_BYTES else line
+
+
+def _lines(path_or_text: str | os.PathLike[str]) -> tuple[str, Iterator[str | None]]:
+    """(source label, line iterator). Paths are files; a str with a newline or a metrics anchor is text."""
+    if isinstance(path_or_text, os.PathLike) or (
+            isinstance(path_or_text, str) and "\n" not in path_or_text and len(path_or_text) < 4096
+            and (os.path.exists(path_or_text) or not _anchored(path_or_text))):
+        path = Path(path_or_text)
+        try:
+            handle = open_regular(path, MAX_LOG_BYTES, "log file")
+        except CheckpointError as exc:
+            raise LogFileError(clean_text(exc.path), exc.problem) from None
+        return clean_text(str(path)), _file_lines(handle, path)
+    return "<text>", _text_lines(str(path_or_text))
+
+
+_FORMAT_CODES = {name: i for i, name in enumerate(FORMAT_DESCRIPTIONS)}
+_NAN = math.nan
+_EPOCH = datetime(1970, 1, 1)
+
+
+class _Collector:
+    """One engine's parsed lines: running aggregates over all of them, a decimated series for display."""
+
+    def __init__(self, engine: str) -> None:
+        self.engine = engine
+        self.count = 0
+        self.stride = 1
+        self.samples: list[LogSample] = []
+        self.formats: Counter[str] = Counter()
+        self.unknown: set[str] = set()
+        # one entry per interval line with acceptance: logged accept len (NaN: none), rate (NaN: none), format code
+        self.lengths = array("d")
+        self.rates = array("d")
+        self.codes = array("b")
+        self.zero_accepted = array("b")  # rate-only vLLM lines with 0 accepted tokens: accept len is exactly 1
+        self.pairs: dict[tuple[float, float], None] = {}
+        self.pairs_capped = False
+        self.tps_sum = self.tps_n = 0.0
+        self.running_sum = self.running_n = 0.0
+        self.accepted: int | None = None
+        self.drafted: int | None = None
+        self.pos_sums: list[float] = []
+        self.pos_counts: list[int] = []
+        self.lifetime: float | None = None
+        self.lifetime_lines = 0
+
+    def add(self, number: int, fmt: str, values: dict[str, Any], line: str) -> None:
+        self.count += 1
+        self.formats[fmt] += 1
+        if fmt == "sglang-lifetime":
+            self.lifetime = values["accept_len"]
+            self.lifetime_lines += 1
+        else:
+            length, rate = values.get("accept_len"), values.get("accept_rate")
+            if length is not None or rate is not None:
+                self.lengths.append(_NAN if length is None else length)
+                self.rates.append(_NAN if rate is None else rate)
+                self.codes.append(_FORMAT_CODES[fmt])
+                self.zero_accepted.append(values.get("accepted_tokens") == 0)
+                if length is not None and rate is not None and self.engine == "sglang":
+                    if len(self.pairs) < MAX_PAIRS:
+                        self.pairs[(length, rate)] = None
+                    elif (length, rate) not in self.pairs:
+                        self.pairs_capped = True
+            if (tps := values.get("gen_tps")) is not None:
+                self.tps_sum += tps
+                self.tps_n += 1
+            if (running := values.get("running_reqs")) is not None:
+                self.running_sum += running
+                self.running_n += 1
+            if (accepted := values.get("accepted_tokens")) is not None:
+                self.accepted = (self.accepted or 0) + accepted
+            if (drafted := values.get("drafted_tokens")) is not None:
+                self.drafted = (self.drafted or 0) + drafted
+            for i, p in enumerate(values.get("per_position", ())):
+                if i == len(self.pos_sums):
+                    self.pos_sums.append(0.0)
+                    self.pos_counts.append(0)
+                self.pos_sums[i] += p
+                self.pos_counts[i] += 1
+            if self.count <= FIELD_SCAN_LINES and len(self.unknown) < MAX_UNKNOWN_FIELDS:
+                self.unknown |= _unknown_labels(self.engine, line)
+        if (self.count - 1) % self.stride == 0:
+            text, when = _timestamp(line)
+            self.samples.append(LogSample(line=number, engine=self.engine, format=fmt, time=text,
+                                          seconds=None if when is None else (when - _EPOCH).total_seconds(), **values))
+            if len(self.samples) > MAX_SERIES:
+                self.samples = self.samples[::2]
+                self.stride *= 2
+
+
+def _server_arg(line: str, name: str, found: dict[str, int], notes: list[str]) -> None:
+    if name in found or not (m := _SERVER_ARGS[name].search(line)):
+        return
+    digits = m.group(1)
+    if len(digits) <= 4 and 0 < int(digits) <= 1024:
+        found[name] = int(digits)
+    elif f"bad-{name}" not in found:
+        found[f"bad-{name}"] = 0
+        label = "speculative_num_draft_tokens" if name == "ndt" else "speculative_num_steps"
+        shown = digits if len(digits) <= 12 else f"<{len(digits)} digits>"
+        notes.append(f"{label}={shown} in the log's server arguments is not a believable size: ignored")
 
 
 def parse_log(path_or_text: str | os.PathLike[str], engine: str | None = None,
@@ -515,8 +844,10 @@ def parse_log(path_or_text: str | os.PathLike[str], engine: str | None = None,
     """Parse an SGLang or vLLM server log into series, a summary and acceptance findings.
 
     ``engine`` (``sglang``, ``vllm``, optionally ``==VERSION``) reads the log as that engine (other engines'
-    lines count as ignored) and, with a version, fixes SGLang's accept-rate formula; by default the engine
-    with most acceptance lines wins.
+    lines count as ignored) and, with a version, by that release's convention (vLLM 0.8.5's mean length without
+    the bonus token, SGLang's accept-rate formula); a log that is the other engine's, or whose lines that release
+    never prints, is read by its own format and the disagreement is reported. By default the engine with most
+    acceptance lines wins, and a line whose meaning depends on the release is reported with every reading.
     ``num_draft_tokens`` is SGLang's ``--speculative-num-draft-tokens`` or vLLM's
     ``num_speculative_tokens``; ``baseline_tps`` the tok/s of the same server without speculation;
     ``expected_accept_len`` what the draft's training metrics promise (bonus token included).
@@ -524,110 +855,218 @@ def parse_log(path_or_text: str | os.PathLike[str], engine: str | None = None,
     name, version = _split_engine(engine)
     for label, value in (("num_draft_tokens", num_draft_tokens), ("baseline_tps", baseline_tps),
                          ("expected_accept_len", expected_accept_len)):
-        if value is not None and value <= 0:
+        if value is not None and not (0 < value < math.inf):
             raise UsageError(f"{label} must be positive, got {value}")
     source, lines = _lines(path_or_text)
-    parsed: dict[str, list[LogSample]] = {e: [] for e in ENGINES}
-    unknown: dict[str, set[str]] = {e: set() for e in ENGINES}
+    collectors = {e: _Collector(e) for e in ENGINES}
+    notes: list[str] = []
     unparsed: list[tuple[int, str]] = []
-    unparsed_count = ignored = total = 0
+    rejected: list[tuple[int, str]] = []
+    unparsed_count = ignored = total = overlong = rejected_count = 0
     first_time: datetime | None = None
-    logged_ndt: int | None = None
+    server_args: dict[str, int] = {}
+    log_version: str | None = None
+    overlong_at: list[int] = []
     for number, raw in enumerate(lines, 1):
         total += 1
-        line = (_ANSI.sub("", raw) if "\x1b" in raw else raw).rstrip("\r\n")
-        if first_time is None:  # times count from the first timestamped line of the file
+        if raw is None:
+            overlong += 1
+            if len(overlong_at) < MAX_EXAMPLES:
+                overlong_at.append(number)
+            continue
+        line = _strip_escapes(raw.rstrip("\r\n"))
+        if first_time is None and number <= 10_000:  # times count from the first timestamped line of the file
             first_time = _timestamp(line)[1]
-        if logged_ndt is None and (m := _SERVER_ARGS_NDT.search(line)):
-            logged_ndt = int(m.group(1))  # SGLang prints its ServerArgs at start-up
-        if not any(a in line for a in _ANCHORS):
+        if "speculative_num_" in line:  # SGLang prints its ServerArgs at start-up
+            _server_arg(line, "ndt", server_args, notes)
+            _server_arg(line, "steps", server_args, notes)
+        if log_version is None and "vLLM" in line and (vm := _VLLM_VERSION.search(line)):
+            log_version = vm.group(1)
+        if not _anchored(line):
             ignored += 1
             continue
-        hit = next(((e, r) for e in ENGINES if (r := _PARSERS[e](line)) is not None), None)
+        hit: tuple[str, str, dict[str, Any]] | None = None
+        for engine_name in ENGINES:
+            fmt, values = _PARSERS[engine_name](line)
+            if values.rejected:
+                rejected_count += len(values.rejected)
+                if len(rejected) < MAX_EXAMPLES:
+                    rejected.append((number, ", ".join(f"{n}: {clean_text(t)}" for n, t in values.rejected)))
+            if fmt is not None:
+                hit = engine_name, fmt, values.values
+                break
         if hit is None:
             unparsed_count += 1
             if len(unparsed) < MAX_EXAMPLES:
-                unparsed.append((number, line.strip()[:300]))
+                unparsed.append((number, clean_text(line.strip()[:300])))
             continue
-        engine_name, (fmt, values) = hit
-        text, when = _timestamp(line)
-        seconds = (when - first_time).total_seconds() if when is not None and first_time is not None else None
-        parsed[engine_name].append(LogSample(line=number, engine=engine_name, format=fmt, time=text,
-                                             seconds=seconds, **values))
-        if fmt != "sglang-lifetime" and len(parsed[engine_name]) <= FIELD_SCAN_LINES:
-            unknown[engine_name] |= _unknown_labels(engine_name, line)
+        collectors[hit[0]].add(number, hit[1], hit[2], line)
 
-    notes: list[str] = []
-    chosen = name or max(ENGINES, key=lambda e: (sum(s.has_acceptance for s in parsed[e]), len(parsed[e])))
-    if not parsed[chosen] and not name:
-        chosen_engine: str | None = None
+    if overlong:
+        notes.append(f"{overlong} lines over {MAX_LINE_BYTES // 1024} KiB skipped (no engine prints such lines; "
+                     f"first at line {', '.join(map(str, overlong_at))})")
+    if rejected_count:
+        notes.append(f"{rejected_count} values out of any believable range (negative, NaN, infinite or huge) were "
+                     "skipped, never judged")
+    requested = name
+    counts = {e: (len(collectors[e].lengths) + collectors[e].lifetime_lines, collectors[e].count) for e in ENGINES}
+    if name is not None and not collectors[name].count and any(collectors[e].count for e in ENGINES if e != name):
+        chosen: str | None = max((e for e in ENGINES if e != name), key=lambda e: counts[e])
+        mismatch = True
     else:
-        chosen_engine = chosen
+        chosen = name or max(ENGINES, key=lambda e: counts[e])
+        mismatch = False
+        if not name and not collectors[chosen].count:
+            chosen = None
     for other in ENGINES:
-        if other != chosen and parsed[other]:
-            notes.append(f"{len(parsed[other])} {other} lines ignored: this log was read as {chosen}")
-            ignored += len(parsed[other])
-    samples = parsed[chosen] if chosen_engine else []
-    ndt_from_log = chosen_engine == "sglang" and num_draft_tokens is None and logged_ndt is not None
-    return _build_result(source, chosen_engine, version, samples, total, ignored, unparsed_count, tuple(unparsed),
-                         tuple(sorted(unknown.get(chosen, set()))), notes,
-                         logged_ndt if ndt_from_log else num_draft_tokens, baseline_tps, expected_accept_len,
-                         "server_args" if ndt_from_log else "option")
-
-
-def _derive_vllm_lengths(samples: list[LogSample], steps: int | None, notes: list[str]) -> list[LogSample]:
-    """Rate-only vLLM lines carry no mean length: 1.00 when nothing was accepted, else 1 + K·rate."""
-    out, derived = [], 0
-    for s in samples:
-        if s.format == "vllm-rate-only" and s.accept_len is None:
-            if s.accepted_tokens == 0 or s.accept_rate == 0:
-                s = replace(s, accept_len=1.0)
-                derived += 1
-            elif steps and s.accept_rate is not None:
-                s = replace(s, accept_len=1 + steps * s.accept_rate)
-                derived += 1
-        out.append(s)
-    if derived:
-        notes.append(f"accept len derived for {derived} rate-only vLLM lines (1 + K x rate; exactly 1.00 when "
-                     "0 tokens were accepted)")
-    return out
+        if other != chosen and collectors[other].count:
+            notes.append(f"{collectors[other].count} {other} lines ignored: this log was read as {chosen}")
+            ignored += collectors[other].count
+    use_version, version_source = (version, "option") if version is not None and not mismatch else (None, None)
+    if use_version is None and chosen == "vllm" and log_version is not None:
+        try:
+            use_version, version_source = Version(log_version), "log"
+        except InvalidVersion:
+            pass
+    collector = collectors[chosen] if chosen else _Collector("sglang")
+    ndt_from_log = chosen == "sglang" and num_draft_tokens is None and "ndt" in server_args
+    return _build_result(
+        source, chosen, collector, first_time, total, ignored, unparsed_count, tuple(unparsed), notes,
+        server_args["ndt"] if ndt_from_log else num_draft_tokens,
+        server_args.get("steps") if chosen == "sglang" else None, baseline_tps, expected_accept_len,
+        "server_args" if ndt_from_log else "option", use_version, version_source, engine if mismatch else None,
+        overlong, rejected_count, tuple(rejected), requested)
 
 
 def _mean(values: list[float]) -> float | None:
     return statistics.fmean(values) if values else None
 
 
-def _build_result(source: str, engine: str | None, version: tuple[int, ...] | None, samples: list[LogSample],
-                  total: int, ignored: int, unparsed_count: int, unparsed: tuple[tuple[int, str], ...],
-                  unknown: tuple[str, ...], notes: list[str], num_draft_tokens: int | None,
-                  baseline_tps: float | None, expected_accept_len: float | None, ndt_given_by: str) -> LogResult:
+_NOT_ACCEPTANCE = frozenset({"sglang-no-spec", "sglang-lifetime", "vllm-engine-stats"})
+
+
+def _check_version(engine: str, version: Version, formats: Iterable[str], spec: str) -> str | None:
+    """Why the log's line formats cannot come from ``engine==version`` (None when they can)."""
+    era = era_of(engine, version)
+    foreign = sorted(f for f in formats if f not in _NOT_ACCEPTANCE and f not in era.formats)
+    if not foreign:
+        return None
+    printers = "; ".join(f"{f} lines are printed by {', '.join(e.releases for e in eras_printing(engine, f))}"
+                         for f in foreign)
+    return (f"{spec} ({era.releases}) does not print this log's lines: {printers}. The log is read by its own "
+            "format, not by that release's convention: check which release served it")
+
+
+def _build_result(source: str, engine: str | None, col: _Collector, first_time: datetime | None, total: int,
+                  ignored: int, unparsed_count: int, unparsed: tuple[tuple[int, str], ...], notes: list[str],
+                  num_draft_tokens: int | None, num_steps: int | None, baseline_tps: float | None,
+                  expected_accept_len: float | None, ndt_given_by: str, version: Version | None,
+                  version_source: str | None, mismatched_spec: str | None, overlong: int, rejected_count: int,
+                  rejected: tuple[tuple[int, str], ...], requested: str | None) -> LogResult:
+    formats = col.formats
+    disagreement = None
+    if mismatched_spec is not None and engine is not None:
+        disagreement = (f"--engine {clean_text(mismatched_spec)} names {requested}, but this log has no {requested} "
+                        f"lines and {col.count} {engine} lines: read as {engine} by its own format")
+    elif engine is not None and version is not None:
+        spec = f"{engine}=={version}" + ("" if version_source == "option" else " (the version the log names)")
+        disagreement = _check_version(engine, version, formats, spec)
+        if disagreement is not None:
+            version, version_source = None, None
+    era = era_of(engine, version) if engine and version else None
+    if engine == "sglang" and era is None and formats.get("sglang-0.5.3") and not formats.get("sglang-0.5"):
+        era = era_of("sglang", Version("0.5.3.post2"))  # the 'Decode batch.' form with a rate pins the release
+        notes.append("'Decode batch.' lines with an accept rate are SGLang 0.5.3.post2-0.5.3.post3's: rate read as "
+                     "accept_len/(steps+1)")
+    readings: list[LogReading] = []
+
+    # vLLM: K, and whether the mean length counts the bonus token
+    bonus = True
+    logged_means = [x for x, c in zip(col.lengths, col.codes)
+                    if c == _FORMAT_CODES["vllm-mean-length"] and not math.isnan(x)] if engine == "vllm" else []
+    if logged_means:
+        below_one = any(x < 1 for x in logged_means)
+        if era is not None and "vllm-mean-length" in era.formats and (below_one or not era.bonus_included):
+            bonus = era.bonus_included or not below_one
+            if not bonus and era.bonus_included:
+                notes.append("mean acceptance length under 1.00 is impossible when the bonus token is counted: read "
+                             "as vLLM 0.8.5-0.8.5.post1, whose mean excludes it")
+        elif era is None and below_one:
+            bonus = False
+            notes.append(f"a mean acceptance length under 1.00 ({min(logged_means):.2f}) is printed only by vLLM "
+                         "0.8.5-0.8.5.post1, whose mean excludes the bonus token: read with the bonus added (+1)")
+        elif era is None:
+            mean = statistics.fmean(logged_means)
+            readings = [LogReading("vllm 0.9.0-0.10.1.1", "mean acceptance length includes the bonus token",
+                                   mean, True),
+                        LogReading("vllm 0.8.5-0.8.5.post1", "mean acceptance length excludes the bonus token: "
+                                   "accept len = logged + 1", mean + 1, False)]
+            notes.append("'Mean acceptance length' without throughput fields is printed by vLLM 0.8.5-0.10.1.1: read "
+                         f"as 0.9.0+ (bonus included, mean {mean:.2f}); if this server ran 0.8.5-0.8.5.post1 (bonus "
+                         f"excluded) the mean is {mean + 1:.2f}: pass --engine vllm==VERSION to decide")
     if engine == "vllm":
-        positions = {len(s.per_position) for s in samples if s.per_position}
-        steps = num_draft_tokens or (max(positions) if positions else None)
-        source_k = "option" if num_draft_tokens else ("per-position count" if positions else "unknown")
+        width = len(col.pos_sums)
+        steps = num_draft_tokens or (width or None)
+        source_k = "option" if num_draft_tokens else ("per-position count" if width else "unknown")
         inference = DraftInference(None, steps, steps, source_k, explanation=(
             f"num_speculative_tokens K = {steps}" if steps else
             "K not in the log (no per-position rates): pass --num-draft-tokens"))
-        samples = _derive_vllm_lengths(samples, steps, notes)
     else:
-        pairs = [(s.accept_len, s.accept_rate) for s in samples
-                 if s.accept_len is not None and s.accept_rate is not None]
-        inference = infer_draft_tokens(pairs, num_draft_tokens, version, ndt_given_by)
-    interval = [s for s in samples if s.format != "sglang-lifetime"]
-    lengths = [s.accept_len for s in interval if s.accept_len is not None]
-    rates = [s.accept_rate for s in interval if s.accept_rate is not None]
-    tps = [s.gen_tps for s in interval if s.gen_tps is not None]
-    running = [float(s.running_reqs) for s in interval if s.running_reqs is not None]
-    lifetime = [s.accept_len for s in samples if s.format == "sglang-lifetime" and s.accept_len is not None]
-    per_pos = [s.per_position for s in interval if s.per_position]
-    width = max((len(p) for p in per_pos), default=0)
-    mean_pos = tuple(statistics.fmean(p[i] for p in per_pos if len(p) > i) for i in range(width))
-    accepted = [s.accepted_tokens for s in interval if s.accepted_tokens is not None]
-    drafted = [s.drafted_tokens for s in interval if s.drafted_tokens is not None]
-    steps = inference.draft_steps
+        pairs = [p for p in col.pairs if p[0] >= 1]
+        if col.pairs_capped:
+            notes.append(f"over {MAX_PAIRS} distinct accept len/rate pairs: the formula and K were inferred from the "
+                         f"first {MAX_PAIRS}")
+        if pairs and era is not None and era.formula is None:
+            disagreement = disagreement or (
+                f"the log has accept rates, which {era.releases} does not print (none before 0.5.3.post2): the rate's "
+                "formula is inferred from the log itself")
+            era = None
+        inference = infer_draft_tokens(pairs, num_draft_tokens, era.first if era and era.first != "0" else None,
+                                       ndt_given_by, num_steps=num_steps)
+        steps = inference.draft_steps
+        families = {c[0] for c in inference.candidates}
+        if inference.formula is None and len(families) == 2:
+            for family, releases in (("0.5.5", "sglang 0.5.3.post2-0.5.10.post1"), ("0.5.11+", "sglang 0.5.11+")):
+                sizes = sorted(n for f, n in inference.candidates if f == family)
+                readings.append(LogReading(releases, f"accept rate = {FORMULA_TEXT[family].split(':')[0]}, "
+                                           f"num_draft_tokens one of {sizes}", None, False))
+
+    # one pass over every acceptance line: the bonus convention, rate-only lengths, impossible values
+    mean_len_code, rate_only_code = _FORMAT_CODES["vllm-mean-length"], _FORMAT_CODES["vllm-rate-only"]
+    lengths: list[float] = []
+    rates: list[float] = []
+    derived = impossible = acceptance_lines = 0
+    isnan = math.isnan
+    for length, rate, code, zero in zip(col.lengths, col.rates, col.codes, col.zero_accepted):
+        if isnan(length):
+            if code == rate_only_code and (zero or rate == 0 or (steps and not isnan(rate))):
+                length = 1.0 if (zero or rate == 0) else 1 + steps * rate  # type: ignore[operator]
+                derived += 1
+        elif code == mean_len_code and not bonus:
+            length += 1
+        elif length < 1:
+            impossible += 1
+            length = _NAN
+        if not isnan(length):
+            lengths.append(length)
+        if not isnan(rate):
+            rates.append(rate)
+        acceptance_lines += not (isnan(length) and isnan(rate))
+    if derived:
+        notes.append(f"accept len derived for {derived} rate-only vLLM lines (1 + K x rate; exactly 1.00 when "
+                     "0 tokens were accepted)")
+    if impossible:
+        notes.append(f"{impossible} accept lengths under 1.00 skipped: accept len counts the bonus token, so it is "
+                     "at least 1 in this format")
+        rejected_count += impossible
+
+    samples = _final_samples(col.samples, bonus, steps, first_time)
+    width = len(col.pos_sums)
+    mean_pos = tuple(col.pos_sums[i] / col.pos_counts[i] for i in range(width))
+    lifetime = col.lifetime if col.lifetime is None or col.lifetime >= 1 else None
     summary = LogSummary(
-        acceptance_lines=sum(s.has_acceptance for s in interval),
-        throughput_lines=len(tps),
+        acceptance_lines=acceptance_lines,
+        throughput_lines=int(col.tps_n),
         mean_accept_len=_mean(lengths),
         median_accept_len=statistics.median(lengths) if lengths else None,
         last_accept_len=lengths[-1] if lengths else None,
@@ -635,26 +1074,57 @@ def _build_result(source: str, engine: str | None, version: tuple[int, ...] | No
         max_accept_len=max(lengths) if lengths else None,
         mean_accept_rate=_mean(rates),
         mean_per_position=mean_pos,
-        mean_gen_tps=_mean(tps),
-        mean_running_reqs=_mean(running),
-        accepted_tokens=sum(accepted) if accepted else None,
-        drafted_tokens=sum(drafted) if drafted else None,
-        lifetime_accept_len=lifetime[-1] if lifetime else None,
+        mean_gen_tps=col.tps_sum / col.tps_n if col.tps_n else None,
+        mean_running_reqs=col.running_sum / col.running_n if col.running_n else None,
+        accepted_tokens=col.accepted,
+        drafted_tokens=col.drafted,
+        lifetime_accept_len=lifetime,
         baseline_tps=baseline_tps,
         expected_accept_len=expected_accept_len,
         break_even_accept_len=1 + DRAFT_STEP_COST * (steps or DEFAULT_DRAFT_STEPS),
     )
-    formats = tuple(sorted(Counter(s.format for s in samples).items(), key=lambda kv: -kv[1]))
-    if not samples:
+    if col.stride > 1:
+        notes.append(f"{col.count} lines parsed: the series keeps every {col.stride}th for display; the summary "
+                     "covers all of them")
+    format_counts = tuple(sorted(formats.items(), key=lambda kv: -kv[1]))
+    if not col.count:
         notes.append("no decode or speculative-metrics lines parsed: is this an SGLang/vLLM server log "
                      "with speculative decoding on?")
     elif not summary.acceptance_lines and summary.lifetime_accept_len is None:
         notes.append("decode lines carry no accept len / acceptance fields: speculative decoding looks off")
-    result = LogResult(source=source, engine=engine, formats=formats, samples=tuple(samples), summary=summary,
+    if disagreement:
+        notes.insert(0, disagreement)
+    result = LogResult(source=source, engine=engine, formats=format_counts, samples=tuple(samples), summary=summary,
                        inference=inference, total_lines=total, ignored_lines=ignored,
-                       unparsed_lines=unparsed_count, unparsed_examples=unparsed, unknown_fields=unknown,
-                       notes=tuple(notes))
+                       unparsed_lines=unparsed_count, unparsed_examples=unparsed,
+                       unknown_fields=tuple(sorted(col.unknown)), notes=tuple(notes), parsed_lines=col.count,
+                       overlong_lines=overlong, rejected_values=rejected_count, rejected_examples=rejected,
+                       readings=tuple(readings), series_stride=col.stride,
+                       version=None if version is None else str(version), version_source=version_source,
+                       disagreement=disagreement)
     return replace(result, findings=tuple(classify(result)))
+
+
+def _final_samples(samples: list[LogSample], bonus: bool, steps: int | None,
+                   first_time: datetime | None) -> list[LogSample]:
+    """The kept samples with accept len in the log's convention made bonus-inclusive, and times made relative."""
+    origin = (first_time - _EPOCH).total_seconds() if first_time is not None else None
+    out = []
+    for s in samples:
+        changes: dict[str, Any] = {}
+        if s.seconds is not None:
+            changes["seconds"] = None if origin is None else s.seconds - origin
+        if s.format == "vllm-mean-length" and not bonus and s.accept_len is not None:
+            changes.update(accept_len=s.accept_len + 1, logged_accept_len=s.accept_len)
+        elif s.format == "vllm-rate-only" and s.accept_len is None:
+            if s.accepted_tokens == 0 or s.accept_rate == 0:
+                changes["accept_len"] = 1.0
+            elif steps and s.accept_rate is not None:
+                changes["accept_len"] = 1 + steps * s.accept_rate
+        elif s.accept_len is not None and s.accept_len < 1 and s.format != "sglang-lifetime":
+            changes["accept_len"] = None
+        out.append(replace(s, **changes) if changes else s)
+    return out
 
 
 # ---------------------------------------------------------------- findings
