@@ -8,8 +8,11 @@ from typing import Any
 
 from ..errors import UsageError
 from ..findings import Report
+from ..inputs import MiB
 from ..jsonio import read_json
 from . import add_output_options, example_epilog, finish
+
+MAX_PARAMS_BYTES = 16 * MiB  # a parameters file is a small JSON object
 
 
 def parse_value(text: str) -> Any:
@@ -26,7 +29,7 @@ def parse_value(text: str) -> Any:
 
 def read_params_file(path: str) -> dict[str, Any]:
     """Parameters from a JSON object file (the remote runner passes them this way, never on a command line)."""
-    data = read_json(path, "parameters file")
+    data = read_json(path, "parameters file", max_bytes=MAX_PARAMS_BYTES)
     if not isinstance(data, dict):
         raise UsageError(f"{path}: parameters file must hold a JSON object of name -> value")
     return data

@@ -945,14 +945,24 @@ def _mean(values: list[float]) -> float | None:
 _NOT_ACCEPTANCE = frozenset({"sglang-no-spec", "sglang-lifetime", "vllm-engine-stats"})
 
 
+def _releases(eras: tuple[Era, ...]) -> str:
+    """Release ranges as text, adjacent ranges merged (``sglang 0.5.4+``)."""
+    groups: list[list[Era]] = []
+    for era in eras:
+        if groups and groups[-1][-1].after == era.first:
+            groups[-1].append(era)
+        else:
+            groups.append([era])
+    return ", ".join(replace(g[0], after=g[-1].after).releases for g in groups)
+
+
 def _check_version(engine: str, version: Version, formats: Iterable[str], spec: str) -> str | None:
     """Why the log's line formats cannot come from ``engine==version`` (None when they can)."""
     era = era_of(engine, version)
     foreign = sorted(f for f in formats if f not in _NOT_ACCEPTANCE and f not in era.formats)
     if not foreign:
         return None
-    printers = "; ".join(f"{f} lines are printed by {', '.join(e.releases for e in eras_printing(engine, f))}"
-                         for f in foreign)
+    printers = "; ".join(f"{f} lines are printed by {_releases(eras_printing(engine, f))}" for f in foreign)
     return (f"{spec} ({era.releases}) does not print this log's lines: {printers}. The log is read by its own "
             "format, not by that release's convention: check which release served it")
 
@@ -986,11 +996,13 @@ def _build_result(source: str, engine: str | None, col: _Collector, first_time: 
                     if c == _FORMAT_CODES["vllm-mean-length"] and not math.isnan(x)] if engine == "vllm" else []
     if logged_means:
         below_one = any(x < 1 for x in logged_means)
-        if era is not None and "vllm-mean-length" in era.formats and (below_one or not era.bonus_included):
-            bonus = era.bonus_included or not below_one
-            if not bonus and era.bonus_included:
-                notes.append("mean acceptance length under 1.00 is impossible when the bonus token is counted: read "
-                             "as vLLM 0.8.5-0.8.5.post1, whose mean excludes it")
+        if era is not None and "vllm-mean-length" in era.formats:
+            bonus = era.bonus_included and not below_one
+            if below_one and era.bonus_included:
+                disagreement = disagreement or (
+                    f"{engine}=={version} counts the bonus token in its mean acceptance length, so it never logs "
+                    f"under 1.00; this log's {min(logged_means):.2f} is vLLM 0.8.5-0.8.5.post1's form (bonus "
+                    "excluded): read with the bonus added (+1)")
         elif era is None and below_one:
             bonus = False
             notes.append(f"a mean acceptance length under 1.00 ({min(logged_means):.2f}) is printed only by vLLM "
@@ -1140,18 +1152,24 @@ def _era_sentence(result: LogResult) -> str:
     if length is None:
         return ""
     if result.engine == "vllm":
-        parts = [f"vLLM mean acceptance length {length:.2f} = 1 + accepted/drafts"]
+        logged = [x.logged_accept_len for x in result.samples if x.logged_accept_len is not None]
+        if logged:
+            parts = [(f"vLLM 0.8.5-0.8.5.post1 logs mean acceptance length = accepted/drafts without the bonus "
+                      f"token (logged {length - 1:.2f}), so accept len = {length - 1:.2f} + 1 = {length:.2f}")]
+        else:
+            parts = [f"vLLM mean acceptance length {length:.2f} = 1 + accepted/drafts"]
         if rate is not None:
             parts.append(f"avg draft acceptance rate {100 * rate:.1f}%")
         if s.mean_per_position:
             parts.append(f"per-position rates {_fmt_rates(s.mean_per_position)}")
         return "; ".join(parts) + "."
-    ndt = inf.num_draft_tokens
+    ndt = inf.denominator or inf.num_draft_tokens
     if rate is None or inf.formula is None or not ndt:
         return inf.explanation + "." if inf.explanation else ""
     k = ndt - 1
     if inf.formula == "0.5.5":
-        text = (f"With {ndt} draft tokens (K = {k} steps, topk 1) and the 0.5.5 formula accept_len/(K+1), "
+        text = (f"With {ndt} draft tokens (K = {k} steps, topk 1) and the 0.5.3.post2-0.5.10.post1 formula "
+                f"accept_len/(K+1), "
                 f"accept rate {rate:.2f} and accept len {length:.2f}: {length:.2f}/{ndt} = {length / ndt:.2f}")
         if length <= ZERO_ACCEPT_LEN:
             text += (f" is the formula's floor 1/(K+1), not {100 * rate:.0f}% acceptance: only the bonus token is "
@@ -1172,7 +1190,8 @@ def classify(result: LogResult) -> list[Finding]:
     findings: list[Finding] = []
     engine = result.engine or "sglang"
     log = result.source if result.source != "<text>" else "SERVER_LOG"
-    fix = fix_command("doctor", "DRAFT_CHECKPOINT", "--engine", engine, "--log", log)
+    spec = f"{engine}=={result.version}" if result.version and result.engine else engine
+    fix = fix_command("doctor", "DRAFT_CHECKPOINT", "--engine", spec, "--log", log)
     evidence: dict[str, Any] = {
         "engine": result.engine, "formats": dict(result.formats), "acceptance_lines": s.acceptance_lines,
         "mean_accept_len": s.mean_accept_len, "median_accept_len": s.median_accept_len,
@@ -1185,8 +1204,16 @@ def classify(result: LogResult) -> list[Finding]:
         evidence["mean_per_position"] = list(s.mean_per_position)
     if s.accepted_tokens is not None:
         evidence.update(accepted_tokens=s.accepted_tokens, drafted_tokens=s.drafted_tokens)
-    if s.lifetime_accept_len is None and not any(x.accept_len is not None or x.accept_rate is not None
-                                                 for x in result.samples):
+    if result.readings:
+        evidence["readings"] = [r.to_dict() for r in result.readings]
+    if result.disagreement:
+        findings.append(Finding(
+            "logs/engine-mismatch", Severity.WARNING,
+            f"the log does not match the engine named: read as {result.engine} by its own format",
+            result.disagreement + ". Findings from other probes assume the engine named; make sure the log is "
+            "from the server that runs that engine and release.",
+            evidence={"engine": result.engine, "formats": dict(result.formats), "version": result.version}))
+    if s.lifetime_accept_len is None and not s.acceptance_lines:
         findings.append(Finding(
             "logs/no-acceptance-lines", Severity.WARNING, f"no acceptance lines in {log}",
             (f"None of its {result.total_lines} lines is an SGLang decode line with accept len or a vLLM SpecDecoding "
@@ -1195,6 +1222,12 @@ def classify(result: LogResult) -> list[Finding]:
             evidence={"total_lines": result.total_lines, "unparsed_lines": result.unparsed_lines,
                       "unparsed_examples": list(result.unparsed_examples), "formats": dict(result.formats)}))
     era = _era_sentence(result)
+    alternatives = [r for r in result.readings if not r.chosen and r.mean_accept_len is not None]
+    if alternatives and length is not None:
+        chosen = next((r.releases for r in result.readings if r.chosen), "the likeliest release")
+        era = (era + f" Read as {chosen}; " + "; ".join(
+            f"if the log is from {r.releases} ({r.meaning}) the mean accept len is {r.mean_accept_len:.2f}"
+            for r in alternatives) + ": pass --engine NAME==VERSION to decide.").strip()
     what = "mean accept len" if s.mean_accept_len is not None else "lifetime avg_spec_accept_length"
     lines = f" over {s.acceptance_lines} log lines" if s.mean_accept_len is not None else ""
     if length is not None and length <= ZERO_ACCEPT_LEN:
