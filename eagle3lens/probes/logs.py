@@ -32,6 +32,7 @@ under 0.5×); ``logs/engine-mismatch`` when ``engine`` names one engine and the 
 
 from __future__ import annotations
 
+import codecs
 import math
 import os
 import re
@@ -41,6 +42,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from itertools import islice
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -62,6 +64,7 @@ MAX_SERIES = 4096  # samples kept for the series/figures; more are decimated eve
 MAX_PAIRS = 4096  # distinct SGLang (len, rate) pairs used to infer the formula and K
 MAX_UNKNOWN_FIELDS = 32
 _MAX_K = 16
+_BLOCK = 1 << 20
 _MAX_POSITIONS = 64
 _MAX_NUMBER_CHARS = 48  # a longer number is no engine's output
 _MAX_ACCEPT_LEN = 1000.0  # K + 1 is far below this for any engine
@@ -182,18 +185,13 @@ def clean_text(text: str) -> str:
     return text.translate(_CONTROLS)
 
 
-def _strip_escapes(line: str) -> str:
-    return _ESCAPES.sub("", line) if ("\x1b" in line or "\x9b" in line) else line
-
-
 # ---------------------------------------------------------------- line grammar (data)
 
 _SEPARATORS = frozenset(",:.]")  # a label starts the message or follows one of these (then spaces)
 _SPACES = frozenset(" \t")
-_NUMBER = re.compile(r"[ \t]*:[ \t]*([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?nan|[-+]?inf)",
-                     re.IGNORECASE)
-_SGLANG_LABELS = {"accept_len": "accept len", "accept_rate": "accept rate", "running_reqs": "#running-req",
-                  "gen_tps": "gen throughput (token/s)"}
+_NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?i:nan|inf)")
+_SGLANG_LABELS = (("accept_len", "accept len", "", 1.0), ("accept_rate", "accept rate", "", 1.0),
+                  ("running_reqs", "#running-req", "", 1.0), ("gen_tps", "gen throughput (token/s)", "", 1.0))
 # (attribute, label, required suffix, scale)
 _VLLM_SPEC_LABELS = (("accept_len", "Mean acceptance length", "", 1.0), ("accepted_tps", "Accepted throughput", "", 1.0),
                      ("drafted_tps", "Drafted throughput", "", 1.0), ("accepted_tokens", "Accepted", "", 1.0),
@@ -251,34 +249,40 @@ def _label_at(message: str, label: str, start: int = 0) -> int:
     return -1
 
 
-class _Values:
-    """Collects one line's values; counts values that are not believable."""
+_INTEGERS = frozenset({"running_reqs", "accepted_tokens", "drafted_tokens"})
+_NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?i:nan|inf)"
 
-    __slots__ = ("rejected", "values")
 
-    def __init__(self) -> None:
-        self.values: dict[str, Any] = {}
-        self.rejected: list[tuple[str, str]] = []
+class _FieldTable:
+    """``label: number[suffix]`` fields found by label wherever they sit, in one linear regex pass.
 
-    def number(self, message: str, name: str, label: str, suffix: str = "", scale: float = 1.0) -> None:
-        """The number after the first field-starting ``label:`` whose number has ``suffix``."""
-        end = _label_at(message, label)
-        while end >= 0:
-            m = _NUMBER.match(message, end)
-            if m is not None and message.startswith(suffix, m.end()):
-                self.accept(name, m.group(1), scale)
-                return
-            end = _label_at(message, label, end)
-        return
+    A label counts where it starts a field: at the message start or after one of ``,:.]`` and spaces. The pattern
+    is a chain of disjoint classes and literals (no nested repetition), so it never backtracks; the first
+    occurrence of each label whose number (and suffix) reads wins."""
 
-    def accept(self, name: str, text: str, scale: float = 1.0) -> None:
-        value = float(text) * scale if len(text) <= _MAX_NUMBER_CHARS else math.inf
-        low, high = _BOUNDS.get(name, (0.0, _MAX_RATE_VALUE))
-        if math.isfinite(value) and low <= value <= high:
-            self.values[name] = round(value) if name in ("running_reqs", "accepted_tokens",
-                                                              "drafted_tokens") else value
-        else:
-            self.rejected.append((name, text[:_MAX_NUMBER_CHARS]))
+    def __init__(self, fields: Iterable[tuple[str, str, str, float]]) -> None:
+        self.fields = {label: (name, suffix, scale) for name, label, suffix, scale in fields}
+        labels = "|".join(re.escape(label) for label in sorted(self.fields, key=len, reverse=True))
+        self.pattern = re.compile(r"(?:^|[,:.\]])[ \t]*(" + labels + r")[ \t]*:[ \t]*(" + _NUM + r")(%?)")
+
+    def read(self, message: str) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+        """(values, rejected): believable values by attribute, and (attribute, text) of the absurd ones."""
+        values: dict[str, Any] = {}
+        rejected: list[tuple[str, str]] = []
+        seen: set[str] = set()
+        for m in self.pattern.finditer(message):
+            name, suffix, scale = self.fields[m.group(1)]
+            if name in seen or m.group(3) != suffix:
+                continue
+            seen.add(name)
+            text = m.group(2)
+            value = float(text) * scale if len(text) <= _MAX_NUMBER_CHARS else math.inf
+            low, high = _BOUNDS.get(name, (0.0, _MAX_RATE_VALUE))
+            if low <= value <= high:  # False for NaN and the infinities too
+                values[name] = round(value) if name in _INTEGERS else value
+            else:
+                rejected.append((name, text[:_MAX_NUMBER_CHARS]))
+        return values, rejected
 
 
 def _per_position(message: str) -> tuple[tuple[float, ...], bool]:
@@ -292,21 +296,28 @@ def _per_position(message: str) -> tuple[tuple[float, ...], bool]:
     values: list[float] = []
     for part in rest[1:].split(",", _MAX_POSITIONS)[:_MAX_POSITIONS]:
         text = part.strip()
-        m = _NUMBER.match(":" + text)
-        if m is None or m.end() != len(text) + 1:
+        if _NUMBER.fullmatch(text) is None:
             break
-        value = float(m.group(1)) if len(text) <= _MAX_NUMBER_CHARS else math.inf
+        value = float(text) if len(text) <= _MAX_NUMBER_CHARS else math.inf
         if not (math.isfinite(value) and 0.0 <= value <= 1.0):
             return (), True
         values.append(value)
     return tuple(values), False
 
 
-def _parse_sglang(line: str) -> tuple[str | None, _Values]:
-    v = _Values()
+_SGLANG_FIELDS = _FieldTable(_SGLANG_LABELS)
+_VLLM_SPEC_FIELDS = _FieldTable(_VLLM_SPEC_LABELS)
+_VLLM_ENGINE_FIELDS = _FieldTable(_VLLM_ENGINE_LABELS)
+_Parsed = tuple[str | None, dict[str, Any], list[tuple[str, str]]]
+
+
+def _parse_sglang(line: str) -> _Parsed:
     if "avg_spec_accept_length" in line and (m := _LIFETIME.search(line)):
-        v.accept("accept_len", m.group(1))
-        return ("sglang-lifetime" if "accept_len" in v.values else None), v
+        text = m.group(1)
+        value = float(text) if len(text) <= _MAX_NUMBER_CHARS else math.inf
+        if 0.0 <= value <= _MAX_ACCEPT_LEN:
+            return "sglang-lifetime", {"accept_len": value}, []
+        return None, {}, [("accept_len", text[:_MAX_NUMBER_CHARS])]
     at = line.find(_SGLANG_DECODE)
     if at >= 0:
         message = line[at + len(_SGLANG_DECODE):]
@@ -314,47 +325,43 @@ def _parse_sglang(line: str) -> tuple[str | None, _Values]:
     else:  # a decode line cut by a log shipper: read from its first field-starting "accept len"
         end = _label_at(line, "accept len")
         if end < 0:
-            return None, v
+            return None, {}, []
         message, dot_form = line[end - len("accept len"):], False
-    for name, label in _SGLANG_LABELS.items():
-        v.number(message, name, label)
-    if "accept_len" not in v.values:
+    values, rejected = _SGLANG_FIELDS.read(message)
+    if "accept_len" not in values:
         # a decode line without speculation still carries its throughput
-        spec_off = at >= 0 and "gen_tps" in v.values and not any(n == "accept_len" for n, _ in v.rejected)
-        return ("sglang-no-spec" if spec_off else None), v
-    if "accept_rate" in v.values:
-        return ("sglang-0.5.3" if dot_form else "sglang-0.5"), v
-    return "sglang-0.4", v
+        spec_off = at >= 0 and "gen_tps" in values and not any(n == "accept_len" for n, _ in rejected)
+        return ("sglang-no-spec" if spec_off else None), values, rejected
+    if "accept_rate" in values:
+        return ("sglang-0.5.3" if dot_form else "sglang-0.5"), values, rejected
+    return "sglang-0.4", values, rejected
 
 
-def _parse_vllm(line: str) -> tuple[str | None, _Values]:
-    v = _Values()
+def _parse_vllm(line: str) -> _Parsed:
     at = line.find(_VLLM_SPEC)
     if at >= 0:
         message = line[at + len(_VLLM_SPEC):]
-        for name, label, suffix, scale in _VLLM_SPEC_LABELS:
-            v.number(message, name, label, suffix, scale)
-        legacy = v.values.pop("legacy_rate", None)
-        if "accept_rate" not in v.values and legacy is not None:
-            v.values["accept_rate"] = legacy
+        values, rejected = _VLLM_SPEC_FIELDS.read(message)
+        legacy = values.pop("legacy_rate", None)
+        if "accept_rate" not in values and legacy is not None:
+            values["accept_rate"] = legacy
         positions, absurd = _per_position(message)
         if positions:
-            v.values["per_position"] = positions
+            values["per_position"] = positions
         elif absurd:
-            v.rejected.append(("per_position", "out of [0, 1]"))
-        if "accept_len" not in v.values and "accept_rate" not in v.values:
-            return None, v
-        if "accepted_tps" in v.values or "drafted_tps" in v.values:
-            return "vllm-throughput", v
-        return ("vllm-mean-length" if "accept_len" in v.values else "vllm-rate-only"), v
+            rejected.append(("per_position", "out of [0, 1]"))
+        if "accept_len" not in values and "accept_rate" not in values:
+            return None, values, rejected
+        if "accepted_tps" in values or "drafted_tps" in values:
+            return "vllm-throughput", values, rejected
+        return ("vllm-mean-length" if "accept_len" in values else "vllm-rate-only"), values, rejected
     at = line.find(_VLLM_STATS)
     if at >= 0:
-        message = line[at:]
-        for name, label, suffix, scale in _VLLM_ENGINE_LABELS:
-            v.number(message, name, label, suffix, scale)
-        if "gen_tps" in v.values:
-            return "vllm-engine-stats", v
-    return None, v
+        values, rejected = _VLLM_ENGINE_FIELDS.read(line[at:])
+        if "gen_tps" in values:
+            return "vllm-engine-stats", values, rejected
+        return None, values, rejected
+    return None, {}, []
 
 
 _PARSERS = {"sglang": _parse_sglang, "vllm": _parse_vllm}
@@ -710,24 +717,42 @@ def _split_engine(engine: str | None) -> tuple[str | None, Version | None]:
 
 
 def _file_lines(handle: BinaryIO, path: Path) -> Iterator[str | None]:
-    """The file's lines, decoded; None for a line over ``MAX_LINE_BYTES`` (skipped to its end, never held)."""
-    budget = MAX_LOG_BYTES
+    """The file's lines (without newline); None for a line over ``MAX_LINE_BYTES`` characters, which is skipped to
+    its end and never held. Reads 1 MiB blocks through an incremental UTF-8 decoder: memory stays bounded by the
+    block and the line cap, and at most ``MAX_LOG_BYTES`` are read even if the file grows meanwhile."""
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    budget, tail, skipping = MAX_LOG_BYTES, "", False
     with handle:
         try:
             while budget > 0:
-                chunk = handle.readline(MAX_LINE_BYTES + 1)
-                if not chunk:
-                    return
-                budget -= len(chunk)
-                if len(chunk) > MAX_LINE_BYTES and not chunk.endswith(b"\n"):
-                    while chunk and not chunk.endswith(b"\n") and budget > 0:
-                        chunk = handle.readline(MAX_LINE_BYTES + 1)
-                        budget -= len(chunk)
-                    yield None
-                else:
-                    yield chunk.decode("utf-8", "replace")
+                block = handle.read(min(_BLOCK, budget))
+                budget -= len(block)
+                text = decoder.decode(block, final=not block)
+                lines = text.split("\n")
+                rest = lines.pop()
+                if lines:
+                    first = lines[0]
+                    if skipping:
+                        skipping = False
+                        yield None
+                    else:
+                        first = tail + first
+                        yield None if len(first) > MAX_LINE_BYTES else first
+                    for line in islice(lines, 1, None):
+                        yield None if len(line) > MAX_LINE_BYTES else line
+                    tail = rest
+                elif not skipping:
+                    tail += rest
+                if not skipping and len(tail) > MAX_LINE_BYTES:
+                    skipping, tail = True, ""
+                if not block:
+                    break
         except OSError as exc:
             raise LogFileError(path, f"cannot read log file ({exc.strerror or exc})") from None
+    if skipping:
+        yield None
+    elif tail:
+        yield tail
 
 
 def _text_lines(text: str) -> Iterator[str | None]:
@@ -874,7 +899,9 @@ def parse_log(path_or_text: str | os.PathLike[str], engine: str | None = None,
             if len(overlong_at) < MAX_EXAMPLES:
                 overlong_at.append(number)
             continue
-        line = _strip_escapes(raw.rstrip("\r\n"))
+        line = raw.removesuffix("\r")
+        if "\x1b" in line or "\x9b" in line:
+            line = _ESCAPES.sub("", line)
         if first_time is None and number <= 10_000:  # times count from the first timestamped line of the file
             first_time = _timestamp(line)[1]
         if "speculative_num_" in line:  # SGLang prints its ServerArgs at start-up
@@ -882,18 +909,18 @@ def parse_log(path_or_text: str | os.PathLike[str], engine: str | None = None,
             _server_arg(line, "steps", server_args, notes)
         if log_version is None and "vLLM" in line and (vm := _VLLM_VERSION.search(line)):
             log_version = vm.group(1)
-        if not _anchored(line):
-            ignored += 1
+        if not ("accept" in line or _SGLANG_DECODE in line or _VLLM_SPEC in line or _VLLM_STATS in line):
+            ignored += 1  # the same test as _anchored, inline: most lines of a server log end here
             continue
         hit: tuple[str, str, dict[str, Any]] | None = None
         for engine_name in ENGINES:
-            fmt, values = _PARSERS[engine_name](line)
-            if values.rejected:
-                rejected_count += len(values.rejected)
+            fmt, values, absurd = _PARSERS[engine_name](line)
+            if absurd:
+                rejected_count += len(absurd)
                 if len(rejected) < MAX_EXAMPLES:
-                    rejected.append((number, ", ".join(f"{n}: {clean_text(t)}" for n, t in values.rejected)))
+                    rejected.append((number, ", ".join(f"{n}: {clean_text(t)}" for n, t in absurd)))
             if fmt is not None:
-                hit = engine_name, fmt, values.values
+                hit = engine_name, fmt, values
                 break
         if hit is None:
             unparsed_count += 1
