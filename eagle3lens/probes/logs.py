@@ -261,26 +261,27 @@ class _FieldTable:
     occurrence of each label whose number (and suffix) reads wins."""
 
     def __init__(self, fields: Iterable[tuple[str, str, str, float]]) -> None:
-        self.fields = {label: (name, suffix, scale) for name, label, suffix, scale in fields}
+        self.fields = {label: (name, suffix, scale, *_BOUNDS.get(name, (0.0, _MAX_RATE_VALUE)), name in _INTEGERS)
+                       for name, label, suffix, scale in fields}
         labels = "|".join(re.escape(label) for label in sorted(self.fields, key=len, reverse=True))
-        self.pattern = re.compile(r"(?:^|[,:.\]])[ \t]*(" + labels + r")[ \t]*:[ \t]*(" + _NUM + r")(%?)")
+        # starts with a character set, so the regex engine scans for it at C speed; read() prefixes a ","
+        self.pattern = re.compile(r"[,:.\]][ \t]*(" + labels + r")[ \t]*:[ \t]*(" + _NUM + r")(%?)")
 
     def read(self, message: str) -> tuple[dict[str, Any], list[tuple[str, str]]]:
-        """(values, rejected): believable values by attribute, and (attribute, text) of the absurd ones."""
+        """(values, rejected): believable values by attribute, and (attribute, text) of the absurd ones.
+
+        ``message`` starts with a separator (callers prefix one where the message start is a field start)."""
         values: dict[str, Any] = {}
         rejected: list[tuple[str, str]] = []
-        seen: set[str] = set()
-        for m in self.pattern.finditer(message):
-            name, suffix, scale = self.fields[m.group(1)]
-            if name in seen or m.group(3) != suffix:
+        fields = self.fields
+        for label, text, percent in self.pattern.findall(message):
+            name, suffix, scale, low, high, integer = fields[label]
+            if percent != suffix or name in values:
                 continue
-            seen.add(name)
-            text = m.group(2)
             value = float(text) * scale if len(text) <= _MAX_NUMBER_CHARS else math.inf
-            low, high = _BOUNDS.get(name, (0.0, _MAX_RATE_VALUE))
             if low <= value <= high:  # False for NaN and the infinities too
-                values[name] = round(value) if name in _INTEGERS else value
-            else:
+                values[name] = round(value) if integer else value
+            elif len(rejected) < len(fields):
                 rejected.append((name, text[:_MAX_NUMBER_CHARS]))
         return values, rejected
 
@@ -326,7 +327,7 @@ def _parse_sglang(line: str) -> _Parsed:
         end = _label_at(line, "accept len")
         if end < 0:
             return None, {}, []
-        message, dot_form = line[end - len("accept len"):], False
+        message, dot_form = "," + line[end - len("accept len"):], False
     values, rejected = _SGLANG_FIELDS.read(message)
     if "accept_len" not in values:
         # a decode line without speculation still carries its throughput
@@ -357,7 +358,7 @@ def _parse_vllm(line: str) -> _Parsed:
         return ("vllm-mean-length" if "accept_len" in values else "vllm-rate-only"), values, rejected
     at = line.find(_VLLM_STATS)
     if at >= 0:
-        values, rejected = _VLLM_ENGINE_FIELDS.read(line[at:])
+        values, rejected = _VLLM_ENGINE_FIELDS.read("," + line[at:])
         if "gen_tps" in values:
             return "vllm-engine-stats", values, rejected
         return None, values, rejected
@@ -805,6 +806,18 @@ class _Collector:
         self.lifetime: float | None = None
         self.lifetime_lines = 0
 
+    def _add_vllm(self, values: dict[str, Any]) -> None:
+        if (accepted := values.get("accepted_tokens")) is not None:
+            self.accepted = (self.accepted or 0) + accepted
+        if (drafted := values.get("drafted_tokens")) is not None:
+            self.drafted = (self.drafted or 0) + drafted
+        for i, p in enumerate(values.get("per_position", ())):
+            if i == len(self.pos_sums):
+                self.pos_sums.append(0.0)
+                self.pos_counts.append(0)
+            self.pos_sums[i] += p
+            self.pos_counts[i] += 1
+
     def add(self, number: int, fmt: str, values: dict[str, Any], line: str) -> None:
         self.count += 1
         self.formats[fmt] += 1
@@ -812,33 +825,26 @@ class _Collector:
             self.lifetime = values["accept_len"]
             self.lifetime_lines += 1
         else:
-            length, rate = values.get("accept_len"), values.get("accept_rate")
+            get = values.get
+            length, rate = get("accept_len"), get("accept_rate")
             if length is not None or rate is not None:
                 self.lengths.append(_NAN if length is None else length)
                 self.rates.append(_NAN if rate is None else rate)
                 self.codes.append(_FORMAT_CODES[fmt])
-                self.zero_accepted.append(values.get("accepted_tokens") == 0)
+                self.zero_accepted.append(get("accepted_tokens") == 0)
                 if length is not None and rate is not None and self.engine == "sglang":
                     if len(self.pairs) < MAX_PAIRS:
                         self.pairs[(length, rate)] = None
                     elif (length, rate) not in self.pairs:
                         self.pairs_capped = True
-            if (tps := values.get("gen_tps")) is not None:
+            if (tps := get("gen_tps")) is not None:
                 self.tps_sum += tps
                 self.tps_n += 1
-            if (running := values.get("running_reqs")) is not None:
+            if (running := get("running_reqs")) is not None:
                 self.running_sum += running
                 self.running_n += 1
-            if (accepted := values.get("accepted_tokens")) is not None:
-                self.accepted = (self.accepted or 0) + accepted
-            if (drafted := values.get("drafted_tokens")) is not None:
-                self.drafted = (self.drafted or 0) + drafted
-            for i, p in enumerate(values.get("per_position", ())):
-                if i == len(self.pos_sums):
-                    self.pos_sums.append(0.0)
-                    self.pos_counts.append(0)
-                self.pos_sums[i] += p
-                self.pos_counts[i] += 1
+            if self.engine == "vllm":  # only vLLM lines carry token counts and per-position rates
+                self._add_vllm(values)
             if self.count <= FIELD_SCAN_LINES and len(self.unknown) < MAX_UNKNOWN_FIELDS:
                 self.unknown |= _unknown_labels(self.engine, line)
         if (self.count - 1) % self.stride == 0:
