@@ -42,9 +42,8 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from itertools import islice
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 from packaging.version import InvalidVersion, Version
 
@@ -717,51 +716,61 @@ def _split_engine(engine: str | None) -> tuple[str | None, Version | None]:
                          f"{'0.5.11' if name == 'sglang' else '0.10.1.1'}") from None
 
 
-def _file_lines(handle: BinaryIO, path: Path) -> Iterator[str | None]:
-    """The file's lines (without newline); None for a line over ``MAX_LINE_BYTES`` characters, which is skipped to
-    its end and never held. Reads 1 MiB blocks through an incremental UTF-8 decoder: memory stays bounded by the
-    block and the line cap, and at most ``MAX_LOG_BYTES`` are read even if the file grows meanwhile."""
+class _Block(NamedTuple):
+    """Lines of one read block, and whether any of them may need escape stripping or carries start-up facts."""
+
+    lines: list[str | None]  # None: a line over MAX_LINE_BYTES (skipped, never parsed)
+    escapes: bool
+    startup: bool
+
+
+def _block(lines: list[str | None], *texts: str) -> _Block:
+    escapes = any("\x1b" in t or "\x9b" in t for t in texts)
+    startup = any("speculative_num_" in t or "vLLM" in t for t in texts)
+    return _Block(lines, escapes, startup)
+
+
+def _file_blocks(handle: BinaryIO, path: Path) -> Iterator[_Block]:
+    """The file's lines (without newline) in blocks of about 1 MiB, read through an incremental UTF-8 decoder.
+
+    A line over ``MAX_LINE_BYTES`` characters that spans blocks is skipped to its end without being held; memory
+    stays bounded by the block and the cap, and at most ``MAX_LOG_BYTES`` are read even if the file grows."""
     decoder = codecs.getincrementaldecoder("utf-8")("replace")
     budget, tail, skipping = MAX_LOG_BYTES, "", False
     with handle:
         try:
             while budget > 0:
-                block = handle.read(min(_BLOCK, budget))
-                budget -= len(block)
-                text = decoder.decode(block, final=not block)
-                lines = text.split("\n")
-                rest = lines.pop()
-                if lines:
-                    first = lines[0]
-                    if skipping:
-                        skipping = False
-                        yield None
-                    else:
-                        first = tail + first
-                        yield None if len(first) > MAX_LINE_BYTES else first
-                    for line in islice(lines, 1, None):
-                        yield None if len(line) > MAX_LINE_BYTES else line
-                    tail = rest
+                data = handle.read(min(_BLOCK, budget))
+                budget -= len(data)
+                text = decoder.decode(data, final=not data)
+                parts = text.split("\n")
+                rest = parts.pop()
+                if parts:
+                    head = tail
+                    lines: list[str | None] = [None if skipping else tail + parts[0], *parts[1:]]
+                    skipping, tail = False, rest
+                    yield _block(lines, head, text)
                 elif not skipping:
                     tail += rest
                 if not skipping and len(tail) > MAX_LINE_BYTES:
                     skipping, tail = True, ""
-                if not block:
+                if not data:
                     break
         except OSError as exc:
             raise LogFileError(path, f"cannot read log file ({exc.strerror or exc})") from None
-    if skipping:
-        yield None
-    elif tail:
-        yield tail
+    if skipping or tail:
+        yield _block([None if skipping else tail], tail)
 
 
-def _text_lines(text: str) -> Iterator[str | None]:
-    for line in text.split("\n"):
-        yield None if len(line) > MAX_LINE_BYTES else line
+def _text_blocks(text: str) -> Iterator[_Block]:
+    parts = text.split("\n")
+    if parts[-1] == "":  # the newline ending the last line opens no new one
+        parts.pop()
+    lines: list[str | None] = [*parts]
+    yield _block(lines, text)
 
 
-def _lines(path_or_text: str | os.PathLike[str]) -> tuple[str, Iterator[str | None]]:
+def _lines(path_or_text: str | os.PathLike[str]) -> tuple[str, Iterator[_Block]]:
     """(source label, line iterator). Paths are files; a str with a newline or a metrics anchor is text."""
     if isinstance(path_or_text, os.PathLike) or (
             isinstance(path_or_text, str) and "\n" not in path_or_text and len(path_or_text) < 4096
@@ -771,8 +780,8 @@ def _lines(path_or_text: str | os.PathLike[str]) -> tuple[str, Iterator[str | No
             handle = open_regular(path, MAX_LOG_BYTES, "log file")
         except CheckpointError as exc:
             raise LogFileError(clean_text(exc.path), exc.problem) from None
-        return clean_text(str(path)), _file_lines(handle, path)
-    return "<text>", _text_lines(str(path_or_text))
+        return clean_text(str(path)), _file_blocks(handle, path)
+    return "<text>", _text_blocks(str(path_or_text))
 
 
 _FORMAT_CODES = {name: i for i, name in enumerate(FORMAT_DESCRIPTIONS)}
@@ -781,7 +790,7 @@ _EPOCH = datetime(1970, 1, 1)
 
 
 class _Collector:
-    """One engine's parsed lines: running aggregates over all of them, a decimated series for display."""
+    """One engine's parsed lines: compact columns over all of them, a decimated series for display."""
 
     def __init__(self, engine: str) -> None:
         self.engine = engine
@@ -790,15 +799,15 @@ class _Collector:
         self.samples: list[LogSample] = []
         self.formats: Counter[str] = Counter()
         self.unknown: set[str] = set()
-        # one entry per interval line with acceptance: logged accept len (NaN: none), rate (NaN: none), format code
+        # one entry per interval line with acceptance: logged accept len (NaN: none), rate (NaN: none), and
+        # 2 x format code + 1 for a rate-only vLLM line with 0 accepted tokens (its accept len is exactly 1)
         self.lengths = array("d")
         self.rates = array("d")
         self.codes = array("b")
-        self.zero_accepted = array("b")  # rate-only vLLM lines with 0 accepted tokens: accept len is exactly 1
+        self.tps = array("d")
+        self.running = array("d")
         self.pairs: dict[tuple[float, float], None] = {}
         self.pairs_capped = False
-        self.tps_sum = self.tps_n = 0.0
-        self.running_sum = self.running_n = 0.0
         self.accepted: int | None = None
         self.drafted: int | None = None
         self.pos_sums: list[float] = []
@@ -819,7 +828,7 @@ class _Collector:
             self.pos_counts[i] += 1
 
     def add(self, number: int, fmt: str, values: dict[str, Any], line: str) -> None:
-        self.count += 1
+        self.count = count = self.count + 1
         self.formats[fmt] += 1
         if fmt == "sglang-lifetime":
             self.lifetime = values["accept_len"]
@@ -830,24 +839,21 @@ class _Collector:
             if length is not None or rate is not None:
                 self.lengths.append(_NAN if length is None else length)
                 self.rates.append(_NAN if rate is None else rate)
-                self.codes.append(_FORMAT_CODES[fmt])
-                self.zero_accepted.append(get("accepted_tokens") == 0)
+                self.codes.append(_FORMAT_CODES[fmt] * 2 + (get("accepted_tokens") == 0))
                 if length is not None and rate is not None and self.engine == "sglang":
                     if len(self.pairs) < MAX_PAIRS:
                         self.pairs[(length, rate)] = None
                     elif (length, rate) not in self.pairs:
                         self.pairs_capped = True
             if (tps := get("gen_tps")) is not None:
-                self.tps_sum += tps
-                self.tps_n += 1
+                self.tps.append(tps)
             if (running := get("running_reqs")) is not None:
-                self.running_sum += running
-                self.running_n += 1
+                self.running.append(running)
             if self.engine == "vllm":  # only vLLM lines carry token counts and per-position rates
                 self._add_vllm(values)
-            if self.count <= FIELD_SCAN_LINES and len(self.unknown) < MAX_UNKNOWN_FIELDS:
+            if count <= FIELD_SCAN_LINES and len(self.unknown) < MAX_UNKNOWN_FIELDS:
                 self.unknown |= _unknown_labels(self.engine, line)
-        if (self.count - 1) % self.stride == 0:
+        if (count - 1) % self.stride == 0:
             text, when = _timestamp(line)
             self.samples.append(LogSample(line=number, engine=self.engine, format=fmt, time=text,
                                           seconds=None if when is None else (when - _EPOCH).total_seconds(), **values))
@@ -898,42 +904,47 @@ def parse_log(path_or_text: str | os.PathLike[str], engine: str | None = None,
     server_args: dict[str, int] = {}
     log_version: str | None = None
     overlong_at: list[int] = []
-    for number, raw in enumerate(lines, 1):
-        total += 1
-        if raw is None:
-            overlong += 1
-            if len(overlong_at) < MAX_EXAMPLES:
-                overlong_at.append(number)
-            continue
-        line = raw.removesuffix("\r")
-        if "\x1b" in line or "\x9b" in line:
-            line = _ESCAPES.sub("", line)
-        if first_time is None and number <= 10_000:  # times count from the first timestamped line of the file
-            first_time = _timestamp(line)[1]
-        if "speculative_num_" in line:  # SGLang prints its ServerArgs at start-up
-            _server_arg(line, "ndt", server_args, notes)
-            _server_arg(line, "steps", server_args, notes)
-        if log_version is None and "vLLM" in line and (vm := _VLLM_VERSION.search(line)):
-            log_version = vm.group(1)
-        if not ("accept" in line or _SGLANG_DECODE in line or _VLLM_SPEC in line or _VLLM_STATS in line):
-            ignored += 1  # the same test as _anchored, inline: most lines of a server log end here
-            continue
-        hit: tuple[str, str, dict[str, Any]] | None = None
-        for engine_name in ENGINES:
-            fmt, values, absurd = _PARSERS[engine_name](line)
-            if absurd:
-                rejected_count += len(absurd)
-                if len(rejected) < MAX_EXAMPLES:
-                    rejected.append((number, ", ".join(f"{n}: {clean_text(t)}" for n, t in absurd)))
-            if fmt is not None:
-                hit = engine_name, fmt, values
-                break
-        if hit is None:
-            unparsed_count += 1
-            if len(unparsed) < MAX_EXAMPLES:
-                unparsed.append((number, clean_text(line.strip()[:300])))
-            continue
-        collectors[hit[0]].add(number, hit[1], hit[2], line)
+    number = 0
+    for block in lines:
+        escapes, startup = block.escapes, block.startup
+        for raw in block.lines:
+            number += 1
+            if raw is None or len(raw) > MAX_LINE_BYTES:
+                overlong += 1
+                if len(overlong_at) < MAX_EXAMPLES:
+                    overlong_at.append(number)
+                continue
+            line = raw.removesuffix("\r")
+            if escapes and ("\x1b" in line or "\x9b" in line):
+                line = _ESCAPES.sub("", line)
+            if first_time is None and number <= 10_000:  # times count from the first timestamped line of the file
+                first_time = _timestamp(line)[1]
+            if startup:
+                if "speculative_num_" in line:  # SGLang prints its ServerArgs at start-up
+                    _server_arg(line, "ndt", server_args, notes)
+                    _server_arg(line, "steps", server_args, notes)
+                if log_version is None and "vLLM" in line and (vm := _VLLM_VERSION.search(line)):
+                    log_version = vm.group(1)
+            if not ("accept" in line or _SGLANG_DECODE in line or _VLLM_SPEC in line or _VLLM_STATS in line):
+                ignored += 1  # the same test as _anchored, inline: most lines of a server log end here
+                continue
+            hit: tuple[str, str, dict[str, Any]] | None = None
+            for engine_name in ENGINES:
+                fmt, values, absurd = _PARSERS[engine_name](line)
+                if absurd:
+                    rejected_count += len(absurd)
+                    if len(rejected) < MAX_EXAMPLES:
+                        rejected.append((number, ", ".join(f"{n}: {clean_text(t)}" for n, t in absurd)))
+                if fmt is not None:
+                    hit = engine_name, fmt, values
+                    break
+            if hit is None:
+                unparsed_count += 1
+                if len(unparsed) < MAX_EXAMPLES:
+                    unparsed.append((number, clean_text(line.strip()[:300])))
+                continue
+            collectors[hit[0]].add(number, hit[1], hit[2], line)
+    total = number
 
     if overlong:
         notes.append(f"{overlong} lines over {MAX_LINE_BYTES // 1024} KiB skipped (no engine prints such lines; "
@@ -1026,7 +1037,7 @@ def _build_result(source: str, engine: str | None, col: _Collector, first_time: 
     # vLLM: K, and whether the mean length counts the bonus token
     bonus = True
     logged_means = [x for x, c in zip(col.lengths, col.codes)
-                    if c == _FORMAT_CODES["vllm-mean-length"] and not math.isnan(x)] if engine == "vllm" else []
+                    if c // 2 == _FORMAT_CODES["vllm-mean-length"] and not math.isnan(x)] if engine == "vllm" else []
     if logged_means:
         below_one = any(x < 1 for x in logged_means)
         if era is not None and "vllm-mean-length" in era.formats:
@@ -1082,7 +1093,8 @@ def _build_result(source: str, engine: str | None, col: _Collector, first_time: 
     rates: list[float] = []
     derived = impossible = acceptance_lines = 0
     isnan = math.isnan
-    for length, rate, code, zero in zip(col.lengths, col.rates, col.codes, col.zero_accepted):
+    for length, rate, packed in zip(col.lengths, col.rates, col.codes):
+        code, zero = divmod(packed, 2)
         if isnan(length):
             if code == rate_only_code and (zero or rate == 0 or (steps and not isnan(rate))):
                 length = 1.0 if (zero or rate == 0) else 1 + steps * rate  # type: ignore[operator]
@@ -1111,7 +1123,7 @@ def _build_result(source: str, engine: str | None, col: _Collector, first_time: 
     lifetime = col.lifetime if col.lifetime is None or col.lifetime >= 1 else None
     summary = LogSummary(
         acceptance_lines=acceptance_lines,
-        throughput_lines=int(col.tps_n),
+        throughput_lines=len(col.tps),
         mean_accept_len=_mean(lengths),
         median_accept_len=statistics.median(lengths) if lengths else None,
         last_accept_len=lengths[-1] if lengths else None,
@@ -1119,8 +1131,8 @@ def _build_result(source: str, engine: str | None, col: _Collector, first_time: 
         max_accept_len=max(lengths) if lengths else None,
         mean_accept_rate=_mean(rates),
         mean_per_position=mean_pos,
-        mean_gen_tps=col.tps_sum / col.tps_n if col.tps_n else None,
-        mean_running_reqs=col.running_sum / col.running_n if col.running_n else None,
+        mean_gen_tps=math.fsum(col.tps) / len(col.tps) if col.tps else None,
+        mean_running_reqs=math.fsum(col.running) / len(col.running) if col.running else None,
         accepted_tokens=col.accepted,
         drafted_tokens=col.drafted,
         lifetime_accept_len=lifetime,
