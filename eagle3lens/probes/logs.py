@@ -205,8 +205,11 @@ _VLLM_SPEC = "SpecDecoding metrics"
 _VLLM_STATS = "Avg generation throughput"
 _SERVER_ARGS = {"ndt": re.compile(r"\bspeculative_num_draft_tokens=(\d+)"),
                 "steps": re.compile(r"\bspeculative_num_steps=(\d+)")}
-_VLLM_VERSION = re.compile(r"(?:LLM engine \(v|vLLM API server version )(\d{1,4}(?:\.\d{1,6}){1,3}(?:\.?post\d{1,4})?)"
-                           r"(?![\w.])")
+# vLLM names its release at start-up: "Initializing a V1 LLM engine (v0.8.5) with config" (v1/engine/core.py:58),
+# "vLLM API server version 0.8.5" (entrypoints/openai/api_server.py:1043)
+_VLLM_VERSION_HINTS = ("LLM engine (v", "vLLM API server version ")
+_VLLM_VERSION = re.compile(r"(?:LLM engine \(v|vLLM API server version )"
+                           r"(\d{1,4}(?:\.\d{1,6}){1,3}(?:\.?(?:post|rc|dev)\d{0,6}){0,3})(?:\+[\w.]{0,64})?(?![\w.])")
 _ISO_TIME = re.compile(r"(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?)")
 _VLLM_TIME = re.compile(r"\b(?:INFO|DEBUG|WARNING|ERROR)[ \t]{1,8}(\d{2}-\d{2} \d{2}:\d{2}:\d{2})")
 _LABEL_CHARS = re.compile(r"[A-Za-z#][A-Za-z0-9 #()/_.\-]{0,59}")
@@ -726,7 +729,7 @@ class _Block(NamedTuple):
 
 def _block(lines: list[str | None], *texts: str) -> _Block:
     escapes = any("\x1b" in t or "\x9b" in t for t in texts)
-    startup = any("speculative_num_" in t or "vLLM" in t for t in texts)
+    startup = any("speculative_num_" in t or "LLM engine (v" in t or "API server version" in t for t in texts)
     return _Block(lines, escapes, startup)
 
 
@@ -923,7 +926,8 @@ def parse_log(path_or_text: str | os.PathLike[str], engine: str | None = None,
                 if "speculative_num_" in line:  # SGLang prints its ServerArgs at start-up
                     _server_arg(line, "ndt", server_args, notes)
                     _server_arg(line, "steps", server_args, notes)
-                if log_version is None and "vLLM" in line and (vm := _VLLM_VERSION.search(line)):
+                if log_version is None and any(h in line for h in _VLLM_VERSION_HINTS) and (
+                        vm := _VLLM_VERSION.search(line)):
                     log_version = vm.group(1)
             if not ("accept" in line or _SGLANG_DECODE in line or _VLLM_SPEC in line or _VLLM_STATS in line):
                 ignored += 1  # the same test as _anchored, inline: most lines of a server log end here
