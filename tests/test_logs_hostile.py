@@ -12,13 +12,12 @@ import time
 from pathlib import Path
 
 import pytest
+from _keys_helpers import speculators_draft
 
 from eagle3lens.errors import CheckpointError, UsageError
 from eagle3lens.inputs import open_regular, read_regular
 from eagle3lens.probes import logs as logs_probe
 from eagle3lens.probes.logs import LogFileError, clean_text, parse_log
-
-from _keys_helpers import speculators_draft
 
 DECODE = ("[2026-03-10 08:01:{s:02d} TP0] Decode batch, #running-req: 8, #token: 5120, token usage: 0.02, "
           "accept len: {length}, accept rate: {rate}, cuda graph: True, gen throughput (token/s): 24.80, #queue-req: 0")
@@ -31,7 +30,7 @@ def decode(length: str = "1.00", rate: str = "0.00", s: int = 0) -> str:
 def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """The real CLI in a subprocess, so a hang fails the test instead of the session."""
     return subprocess.run([sys.executable, "-m", "eagle3lens", *args], capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, "COLUMNS": "200"})
+                          check=False, timeout=timeout, env={**os.environ, "COLUMNS": "200"})
 
 
 def one_error_line(result: subprocess.CompletedProcess[str], *needles: str) -> None:
@@ -182,8 +181,8 @@ def test_absurd_accept_lengths_are_skipped_never_judged(value: str) -> None:
 def test_absurd_values_beside_good_ones_do_not_move_the_summary() -> None:
     text = "\n".join([decode("2.50", "0.38"), decode("-5.00", "0.38", 1), decode("1e308", "7.00", 2),
                       "[2026-03-10 08:02:00 TP0] avg_spec_accept_length=-3.5",
-                      "INFO 08-20 12:00:10 [metrics.py:120] SpecDecoding metrics: Mean acceptance length: 1e308, "
-                      "Per-position acceptance rate: 5.000, -1.000"]) + "\n"
+                      ("INFO 08-20 12:00:10 [metrics.py:120] SpecDecoding metrics: Mean acceptance length: 1e308, "
+                       "Per-position acceptance rate: 5.000, -1.000")]) + "\n"
     r = parse_log(text, engine="sglang")
     assert r.summary.mean_accept_len == 2.5 and r.summary.lifetime_accept_len is None
     assert r.summary.mean_accept_rate == 0.38  # 7.00 is no rate
@@ -210,8 +209,8 @@ def test_clean_text_strips_every_escape_sequence_and_control() -> None:
 def test_control_sequences_in_log_lines_never_reach_the_output(tmp_path: Path) -> None:
     lines = [decode("1.00").replace("accept len", f"accept len{HOSTILE[0]}") + f", fork{HOSTILE[1]}field: 3"]
     lines += [f"Decode batch, garbled {t} accept len: ---" for t in HOSTILE]  # unparsed examples quote the line
-    lines += ["INFO 07-01 09:00:10 [metrics.py:140] SpecDecoding metrics: Mean acceptance length: 2.61, "
-              f"Accepted: 1 tokens, Drafted: 3 tokens, Per-position acceptance rate: 0.720, evil{HOSTILE[4]}: 1"]
+    lines.append("INFO 07-01 09:00:10 [metrics.py:140] SpecDecoding metrics: Mean acceptance length: 2.61, "
+                 f"Accepted: 1 tokens, Drafted: 3 tokens, Per-position acceptance rate: 0.720, evil{HOSTILE[4]}: 1")
     log = tmp_path / ("name" + HOSTILE[2] + ".log")
     log.write_text("\n".join(lines) + "\n")
     r = parse_log(log)
