@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from _keys_helpers import speculators_draft
 
+from eagle3lens.cli import main
 from eagle3lens.errors import CheckpointError, UsageError
 from eagle3lens.inputs import open_regular, read_regular
 from eagle3lens.probes import logs as logs_probe
@@ -72,14 +73,19 @@ def test_logs_of_dev_zero_and_a_fifo_exit_2_at_once(fifo: Path) -> None:
         parse_log(fifo)
 
 
-def test_doctor_log_and_notebook_params_file_refuse_non_regular_files(tmp_path: Path, fifo: Path) -> None:
+def test_doctor_log_and_notebook_params_file_refuse_non_regular_files(tmp_path: Path, fifo: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """In-process (the type is checked before any read, so a regression fails here rather than hanging: the
+    subprocess test above guards the hang itself)."""
     draft = speculators_draft(tmp_path / "draft")
-    one_error_line(cli("doctor", str(draft), "--log", "/dev/zero", "--no-weights", timeout=120), "/dev/zero",
-                   "character device")
-    one_error_line(cli("doctor", str(draft), "--log", str(fifo), "--no-weights", timeout=120), "FIFO")
-    for path in ("/dev/zero", str(fifo)):
-        one_error_line(cli("notebook", "00_triage", "--params-file", path, timeout=60), path,
-                       "expected a parameters file")
+    cases = [(["doctor", str(draft), "--log", "/dev/zero", "--no-weights"], "character device"),
+             (["doctor", str(draft), "--log", str(fifo), "--no-weights"], "FIFO"),
+             (["notebook", "00_triage", "--params-file", "/dev/zero"], "expected a parameters file"),
+             (["notebook", "00_triage", "--params-file", str(fifo)], "expected a parameters file")]
+    for argv, problem in cases:
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and problem in err and argv[-2 if argv[0] == "doctor" else -1] in err, err
 
 
 def test_a_log_over_the_size_cap_is_refused_naming_the_cap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
