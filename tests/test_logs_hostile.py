@@ -228,3 +228,11 @@ def test_control_sequences_in_log_lines_never_reach_the_output(tmp_path: Path) -
         assert out.returncode in (0, 1), out.stderr
         assert not any(c in out.stdout + out.stderr for c in BAD_CHARS if c != "\x1b")
         assert "\x1b]" not in out.stdout and "evil.example" not in out.stdout
+
+
+def test_crlf_line_endings_parse_like_lf(tmp_path: Path) -> None:
+    log = tmp_path / "windows.log"
+    log.write_bytes(("\r\n".join([decode("1.00"), decode("2.00", "0.25", 1)]) + "\r\n").encode())
+    r = parse_log(log)
+    assert [s.accept_len for s in r.samples] == [1.0, 2.0] and r.total_lines == 2
+    assert r.unknown_fields == ()  # '#queue-req: 0\r' is not read as a new field

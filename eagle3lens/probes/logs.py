@@ -283,12 +283,13 @@ class _Block(NamedTuple):
     lines: list[str | None]  # None: a line over MAX_LINE_BYTES (skipped, never parsed)
     escapes: bool
     startup: bool
+    crlf: bool
 
 
 def _block(lines: list[str | None], *texts: str) -> _Block:
-    escapes = any("\x1b" in t or "\x9b" in t for t in texts)
-    startup = any("speculative_num_" in t or "LLM engine (v" in t or "API server version" in t for t in texts)
-    return _Block(lines, escapes, startup)
+    escapes = any("\x1b" in t or "\x9b" in t or "\x9d" in t or "\x90" in t for t in texts)
+    startup = any("speculative_num_" in t or any(h in t for h in VLLM_VERSION_HINTS) for t in texts)
+    return _Block(lines, escapes, startup, any("\r" in t for t in texts))
 
 
 def _file_blocks(handle: BinaryIO, path: Path) -> Iterator[_Block]:
@@ -318,7 +319,7 @@ def _file_blocks(handle: BinaryIO, path: Path) -> Iterator[_Block]:
                 if not data:
                     break
         except OSError as exc:
-            raise LogFileError(path, f"cannot read log file ({exc.strerror or exc})") from None
+            raise LogFileError(clean_text(str(path)), f"cannot read log file ({exc.strerror or exc})") from None
     if skipping or tail:
         yield _block([None if skipping else tail], tail)
 
@@ -466,29 +467,32 @@ def parse_log(path_or_text: str | os.PathLike[str], engine: str | None = None,
     log_version: str | None = None
     overlong_at: list[int] = []
     number = 0
+    cap, decode_anchor, spec_anchor, stats_anchor = MAX_LINE_BYTES, SGLANG_DECODE, VLLM_SPEC, VLLM_STATS  # locals
+    want_time = True  # times count from the first timestamped line of the file (looked for in its first lines)
     for block in lines:
-        escapes, startup = block.escapes, block.startup
+        escapes, startup, crlf = block.escapes, block.startup, block.crlf
         for raw in block.lines:
             number += 1
-            if raw is None or len(raw) > MAX_LINE_BYTES:
+            if raw is None or len(raw) > cap:
                 overlong += 1
                 if len(overlong_at) < MAX_EXAMPLES:
                     overlong_at.append(number)
                 continue
-            line = raw.removesuffix("\r")
+            line = raw.removesuffix("\r") if crlf else raw
             if escapes:
                 line = strip_escapes(line)
-            if first_time is None and number <= 10_000:  # times count from the first timestamped line of the file
+            if want_time:
                 first_time = timestamp(line)[1]
+                want_time = first_time is None and number < 10_000
             if startup:
                 if "speculative_num_" in line:  # SGLang prints its ServerArgs at start-up
                     _server_arg(line, "ndt", server_args, notes)
                     _server_arg(line, "steps", server_args, notes)
-                if log_version is None and any(h in line for h in VLLM_VERSION_HINTS) and (
+                if log_version is None and (VLLM_VERSION_HINTS[0] in line or VLLM_VERSION_HINTS[1] in line) and (
                         vm := VLLM_VERSION.search(line)):
                     log_version = vm.group(1)
-            if not ("accept" in line or SGLANG_DECODE in line or VLLM_SPEC in line or VLLM_STATS in line):
-                ignored += 1  # the same test as anchored, inline: most lines of a server log end here
+            if not ("accept" in line or decode_anchor in line or spec_anchor in line or stats_anchor in line):
+                ignored += 1  # the same test as log_formats.anchored, inline: most lines of a server log end here
                 continue
             hit: tuple[str, str, dict[str, Any]] | None = None
             for engine_name in ENGINES:
