@@ -477,3 +477,11 @@ def test_doctor_with_the_other_engine_reads_the_log_by_its_format(demo_dir):
     found = [f.code for f in report.findings]
     assert "logs/engine-mismatch" in found and "logs/zero-acceptance" in found
     assert "logs/no-acceptance-lines" not in found
+
+
+def test_a_stats_line_of_the_named_engine_does_not_hide_the_other_engines_acceptance():
+    text = ("INFO 05-04 09:12:20 [loggers.py:123] Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg generation "
+            "throughput: 24.8 tokens/s, Running: 8 reqs\n" + "".join(sg("1.00", "0.00", s=i) for i in range(3)))
+    r = parse_log(text, engine="vllm==0.33.0")
+    assert r.engine == "sglang" and r.summary.acceptance_lines == 3
+    assert codes(r) == ["logs/engine-mismatch", "logs/zero-acceptance"]

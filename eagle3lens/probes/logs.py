@@ -520,7 +520,8 @@ def parse_log(path_or_text: str | os.PathLike[str], engine: str | None = None,
                      "skipped, never judged")
     requested = name
     counts = {e: (len(collectors[e].lengths) + collectors[e].lifetime_lines, collectors[e].count) for e in ENGINES}
-    if name is not None and not collectors[name].count and any(collectors[e].count for e in ENGINES if e != name):
+    # the named engine has no acceptance line but the other has (or has lines at all): the log is the other's
+    if name is not None and counts[name] < max(counts[e] for e in ENGINES if e != name) and not counts[name][0]:
         chosen: str | None = max((e for e in ENGINES if e != name), key=lambda e: counts[e])
         mismatch = True
     else:
@@ -552,7 +553,6 @@ def _mean(values: list[float]) -> float | None:
     return statistics.fmean(values) if values else None
 
 
-
 def _build_result(source: str, engine: str | None, col: _Collector, first_time: datetime | None, total: int,
                   ignored: int, unparsed_count: int, unparsed: tuple[tuple[int, str], ...], notes: list[str],
                   num_draft_tokens: int | None, num_steps: int | None, baseline_tps: float | None,
@@ -563,7 +563,7 @@ def _build_result(source: str, engine: str | None, col: _Collector, first_time: 
     disagreement = None
     if mismatched_spec is not None and engine is not None:
         disagreement = (f"--engine {clean_text(mismatched_spec)} names {requested}, but this log has no {requested} "
-                        f"lines and {col.count} {engine} lines: read as {engine} by its own format")
+                        f"acceptance lines and {col.count} {engine} lines: read as {engine} by its own format")
     elif engine is not None and version is not None:
         spec = f"{engine}=={version}" + ("" if version_source == "option" else " (the version the log names)")
         disagreement = check_version(engine, version, formats, spec)
