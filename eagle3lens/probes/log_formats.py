@@ -93,9 +93,9 @@ ERAS = (
     Era("vllm", "0.8.5", "0.9.0", frozenset({"vllm-mean-length", "vllm-engine-stats"}), bonus_included=False,
         source="vllm/v1/spec_decode/metrics.py 0.8.5:76,82-88"),
     Era("vllm", "0.9.0", "0.10.2", frozenset({"vllm-mean-length", "vllm-engine-stats"}),
-        source="vllm/v1/spec_decode/metrics.py 0.9.0:80"),
+        source="vllm/v1/spec_decode/metrics.py 0.9.0:80,88-92 (0.10.1.1:81)"),
     Era("vllm", "0.10.2", None, frozenset({"vllm-throughput", "vllm-engine-stats"}),
-        source="vllm/v1/spec_decode/metrics.py 0.10.2-0.33.0"),
+        source="vllm/v1/spec_decode/metrics.py 0.10.2:90,97-104 (same format through 0.33.0)"),
 )
 
 
