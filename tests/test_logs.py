@@ -485,3 +485,18 @@ def test_a_stats_line_of_the_named_engine_does_not_hide_the_other_engines_accept
     r = parse_log(text, engine="vllm==0.33.0")
     assert r.engine == "sglang" and r.summary.acceptance_lines == 3
     assert codes(r) == ["logs/engine-mismatch", "logs/zero-acceptance"]
+
+
+def test_release_ranges_follow_pep_440():
+    from packaging.version import Version
+
+    from eagle3lens.probes.log_formats import era_of
+
+    cases = {("sglang", "0.5.11rc1"): "sglang 0.5.11+", ("sglang", "0.5.3.post2.dev1"): "sglang 0.5.3.post2-0.5.3.post3",
+             ("sglang", "0.5.3.post1"): "sglang <= 0.5.3.post1", ("sglang", "0.5.10.post1"): "sglang 0.5.5.post3-0.5.10.post1",
+             ("vllm", "0.8.5.post1"): "vllm 0.8.5-0.8.5.post1", ("vllm", "0.10.2rc1"): "vllm 0.10.2+",
+             ("vllm", "0.0.dev1"): "vllm <= 0.8.4"}
+    for (engine, version), releases in cases.items():
+        assert era_of(engine, Version(version)).releases == releases
+    rc = parse_log(V085.format(mean="1.00"), engine="vllm==0.8.5rc1")  # an 0.8.5 pre-release logs like 0.8.5
+    assert rc.summary.mean_accept_len == 2.0

@@ -100,8 +100,11 @@ ERAS = (
 
 
 def era_of(engine: str, version: Version) -> Era:
-    """The release range of ``engine`` that ``version`` falls in."""
-    return next(e for e in ERAS if e.engine == engine and e.covers(version))
+    """The release range of ``engine`` that ``version`` falls in. A pre-release or dev build counts as the release
+    it leads to (``0.5.11rc1`` logs like 0.5.11); ``.postN`` is kept (0.5.3.post2 changed the line)."""
+    release = Version(version.base_version + (f".post{version.post}" if version.post is not None else ""))
+    eras = [e for e in ERAS if e.engine == engine]
+    return next((e for e in eras if e.covers(release)), eras[0])
 
 
 def eras_printing(engine: str, fmt: str) -> tuple[Era, ...]:
