@@ -146,6 +146,9 @@ CODES: tuple[Code, ...] = (
          meaning="the log has no acceptance lines (wrong file, or speculation off): nothing judged"),
     Code("logs/speculation-slower", owner="logs", severity="warning", rank=220,
          meaning="measured tok/s below the baseline without speculation: a net loss"),
+    Code("logs/engine-mismatch", owner="logs", severity="warning", rank=220,
+         meaning="`--engine` names another engine or a release that never prints these lines: read by the log's "
+                 "own format"),
 )
 
 BY_CODE: dict[str, Code] = {c.code: c for c in CODES}

@@ -353,3 +353,150 @@ def test_sglang_server_args_line_gives_num_draft_tokens():
     assert "the 0.5.5 formula would have logged 1.00/5 = 0.20" in r.findings[0].detail
     forced = parse_log(text, num_draft_tokens=3)  # the user's option wins over the log
     assert (forced.inference.num_draft_tokens, forced.inference.source) == (3, "option")
+
+
+# ---------------------------------------------------------------- conventions by release (issue 14 item 5)
+
+V085 = ("INFO 05-02 11:21:10 [metrics.py:82] SpecDecoding metrics: Draft acceptance rate: 16.7%, Mean acceptance "
+        "length: {mean}, Accepted: 150 tokens, Drafted: 900 tokens, Per-position acceptance rate: 0.300, 0.150, 0.050\n")
+STARTUP_085 = ("INFO 05-02 11:20:01 [core.py:58] Initializing a V1 LLM engine (v0.8.5) with config: model='t', "
+               "speculative_config=SpeculativeConfig(method='eagle3', num_spec_tokens=3)\n")
+
+
+def test_vllm_0_8_5_mean_length_excludes_the_bonus_token():
+    """vllm 0.8.5 metrics.py:76 logs accepted/num_drafts: a 0.50 there is 1.50 with the bonus, not zero acceptance."""
+    for engine in ("vllm==0.8.5", "vllm==0.8.5.post1", None):  # without --engine: under 1.00 only 0.8.5 prints
+        r = parse_log(V085.format(mean="0.50"), engine=engine)
+        assert r.summary.mean_accept_len == pytest.approx(1.5), engine
+        assert r.samples[0].logged_accept_len == 0.5 and r.samples[0].accept_len == pytest.approx(1.5)
+        assert codes(r) == [], engine
+    dead = parse_log(V085.format(mean="0.00").replace("16.7%", "0.0%"), engine="vllm==0.8.5")
+    assert dead.summary.mean_accept_len == 1.0 and codes(dead) == ["logs/zero-acceptance"]
+    assert "without the bonus token (logged 0.00), so accept len = 0.00 + 1 = 1.00" in finding(
+        dead, "logs/zero-acceptance").detail
+
+
+def test_vllm_mean_length_without_engine_is_reported_with_both_readings():
+    r = parse_log(V085.format(mean="1.00"))
+    assert [(x.releases, x.mean_accept_len, x.chosen) for x in r.readings] == [
+        ("vllm 0.9.0-0.10.1.1", 1.0, True), ("vllm 0.8.5-0.8.5.post1", 2.0, False)]
+    zero = finding(r, "logs/zero-acceptance")
+    assert "if the log is from vllm 0.8.5-0.8.5.post1" in zero.detail and "2.00" in zero.detail
+    assert zero.evidence["readings"][1]["mean_accept_len"] == 2.0
+    assert any("pass --engine vllm==VERSION" in n for n in r.notes)
+    assert codes(parse_log(V085.format(mean="1.00"), engine="vllm==0.8.5")) == []  # 2.00 with the bonus
+    assert codes(parse_log(V085.format(mean="1.00"), engine="vllm==0.10.1.1")) == ["logs/zero-acceptance"]
+    from_log = parse_log(STARTUP_085 + V085.format(mean="1.00"))  # the log names its own release
+    assert (from_log.version, from_log.version_source, from_log.readings) == ("0.8.5", "log", ())
+    assert from_log.summary.mean_accept_len == 2.0 and codes(from_log) == []
+
+
+def test_vllm_forms_are_labelled_by_release_and_checked_against_the_engine():
+    from eagle3lens.probes.logs import FORMAT_DESCRIPTIONS
+
+    assert "0.10.2+" in FORMAT_DESCRIPTIONS["vllm-throughput"] and "0.33.0 form" not in FORMAT_DESCRIPTIONS["vllm-throughput"]
+    assert "0.8.3-0.8.4" in FORMAT_DESCRIPTIONS["vllm-rate-only"]
+    assert "0.8.5-0.10.1.1" in FORMAT_DESCRIPTIONS["vllm-mean-length"]
+    throughput = parse_log(DATA / "vllm_0.33.0_dead.log", engine="vllm==0.8.5")
+    assert throughput.disagreement and "vllm-throughput lines are printed by vllm 0.10.2+" in throughput.disagreement
+    assert throughput.version is None and throughput.summary.mean_accept_len == 1.0  # not 2.00 by 0.8.5's rule
+    assert codes(throughput) == ["logs/engine-mismatch", "logs/zero-acceptance"]
+    assert parse_log(DATA / "vllm_0.33.0_dead.log", engine="vllm==0.33.0:v1").disagreement is None
+    assert parse_log(DATA / "vllm_rate_only.log").version == "0.8.4"  # its start-up line
+
+
+SG = ("[2026-05-04 09:12:{s:02d}] Decode batch{form} #running-req: 8, #token: 5120, token usage: 0.02, "
+      "accept len: {length}, {rate}cuda graph: True, gen throughput (token/s): 24.80, #queue-req: 0\n")
+ARGS = ("[2026-05-04 09:12:00] server_args=ServerArgs(model_path='t', speculative_algorithm='EAGLE3', "
+        "speculative_num_steps=5, speculative_eagle_topk=4, speculative_num_draft_tokens=8)\n")
+
+
+def sg(length: str, rate: str | None = None, form: str = ",", s: int = 1) -> str:
+    return SG.format(s=s, form=form, length=length, rate=f"accept rate: {rate}, " if rate is not None else "")
+
+
+def test_sglang_decode_batch_dot_form_with_a_rate_pins_0_5_3_post2():
+    r = parse_log(sg("1.00", "0.20", form="."))
+    assert dict(r.formats) == {"sglang-0.5.3": 1}
+    assert (r.inference.formula, r.inference.num_draft_tokens) == ("0.5.5", 5)  # len/(steps+1)
+    assert "0.5.3.post2-0.5.3.post3" in r.notes[0]
+    later = parse_log(sg("1.00", "0.20", form="."), engine="sglang==0.5.11")
+    assert "sglang-0.5.3 lines are printed by sglang 0.5.3.post2-0.5.3.post3" in later.disagreement
+    assert later.inference.formula == "0.5.5" and codes(later) == ["logs/engine-mismatch", "logs/zero-acceptance"]
+
+
+def test_sglang_no_accept_rate_before_0_5_3_post2():
+    old = parse_log(sg("2.00", form="."), engine="sglang==0.5.3.post1")
+    assert dict(old.formats) == {"sglang-0.4": 1} and old.disagreement is None
+    assert "through 0.5.3.post1" in old.to_dict()["format_descriptions"]["sglang-0.4"]
+    rated = parse_log(sg("2.50", "0.50"), engine="sglang==0.5.2")
+    assert "sglang-0.5 lines are printed by sglang 0.5.4+" in rated.disagreement
+    assert {c[0] for c in rated.inference.candidates} == {"0.5.5", "0.5.11+"}  # inferred from the log itself
+
+
+@pytest.mark.parametrize("version, rate, fits", [
+    ("0.5.4", "0.50", True),  # len/(steps+1) = 3.00/6: topk 4's num_draft_tokens 8 is not the denominator
+    ("0.5.5.post2", "0.50", True),
+    ("0.5.5.post3", "0.38", True),  # len/num_draft_tokens = 3.00/8
+    ("0.5.5.post3", "0.50", False),
+    ("0.5.11", "0.29", True),  # (len-1)/(num_draft_tokens-1) = 2/7
+    ("0.5.23", "0.50", False),
+])
+def test_sglang_accept_rate_formula_by_release_with_topk_4(version, rate, fits):
+    r = parse_log(ARGS + sg("3.00", rate), engine=f"sglang=={version}")
+    assert (r.inference.candidates != ()) is fits, r.inference
+    assert r.inference.draft_steps == 5  # speculative_num_steps, not num_draft_tokens - 1
+    assert r.summary.break_even_accept_len == pytest.approx(1.5)
+
+
+def test_sglang_rate_without_engine_is_reported_with_both_readings():
+    r = parse_log(sg("2.50", "0.50"))
+    assert r.inference.formula is None
+    assert [x.releases for x in r.readings] == ["sglang 0.5.3.post2-0.5.10.post1", "sglang 0.5.11+"]
+    assert "num_draft_tokens one of [5]" in r.readings[0].meaning and "[4]" in r.readings[1].meaning
+
+
+def test_engine_and_log_disagree_the_log_is_read_by_its_own_format():
+    """0.1.0: doctor --engine vllm==0.33.0 --log sglang.log said 'none of its 12 lines is an SGLang decode line'."""
+    text = "".join(sg("1.00", "0.00", s=i) for i in range(6)) + "".join(f"[2026-05-04 09:13:0{i}] other\n" for i in range(6))
+    r = parse_log(text, engine="vllm==0.33.0")
+    assert r.engine == "sglang" and r.summary.acceptance_lines == 6
+    assert codes(r) == ["logs/engine-mismatch", "logs/zero-acceptance"]
+    mismatch = finding(r, "logs/engine-mismatch")
+    assert "--engine vllm==0.33.0 names vllm" in mismatch.detail and "6 sglang lines" in mismatch.detail
+    assert mismatch.severity.value == "warning"
+    assert "no acceptance lines" not in " ".join(f.title for f in r.findings)
+
+
+def test_doctor_with_the_other_engine_reads_the_log_by_its_format(demo_dir):
+    from eagle3lens.doctor import diagnose
+
+    report = diagnose(demo_dir / "eagle", engine="vllm==0.33.0", log=demo_dir / "sglang.log", weights=False)
+    logs = report.results["logs"]
+    assert logs.engine == "sglang" and logs.summary.mean_accept_len == 1.0
+    found = [f.code for f in report.findings]
+    assert "logs/engine-mismatch" in found and "logs/zero-acceptance" in found
+    assert "logs/no-acceptance-lines" not in found
+
+
+def test_a_stats_line_of_the_named_engine_does_not_hide_the_other_engines_acceptance():
+    text = ("INFO 05-04 09:12:20 [loggers.py:123] Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg generation "
+            "throughput: 24.8 tokens/s, Running: 8 reqs\n" + "".join(sg("1.00", "0.00", s=i) for i in range(3)))
+    r = parse_log(text, engine="vllm==0.33.0")
+    assert r.engine == "sglang" and r.summary.acceptance_lines == 3
+    assert codes(r) == ["logs/engine-mismatch", "logs/zero-acceptance"]
+
+
+def test_release_ranges_follow_pep_440():
+    from packaging.version import Version
+
+    from eagle3lens.probes.log_formats import era_of
+
+    cases = {("sglang", "0.5.11rc1"): "sglang 0.5.11+", ("sglang", "0.5.3.post2.dev1"): "sglang 0.5.3.post2-0.5.3.post3",
+             ("sglang", "0.5.3.post1"): "sglang <= 0.5.3.post1", ("sglang", "0.5.10.post1"): "sglang 0.5.5.post3-0.5.10.post1",
+             ("vllm", "0.8.5.post1"): "vllm 0.8.5-0.8.5.post1", ("vllm", "0.10.2rc1"): "vllm 0.10.2+",
+             ("vllm", "0.0.dev1"): "vllm <= 0.8.4"}
+    for (engine, version), releases in cases.items():
+        assert era_of(engine, Version(version)).releases == releases
+    rc = parse_log(V085.format(mean="1.00"), engine="vllm==0.8.5rc1")  # an 0.8.5 pre-release logs like 0.8.5
+    assert rc.summary.mean_accept_len == 2.0

@@ -2,7 +2,7 @@
 
 A log with no decode lines is not an error: the command prints a result that says
 nothing was parsed and exits 0 (the file may simply predate the first decode batch).
-A missing or unreadable file exits 2.
+A missing or unreadable file, or one that is not a regular file of at most 2 GiB, exits 2.
 """
 
 from __future__ import annotations
@@ -32,11 +32,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         epilog=example_epilog(
             "eagle3lens logs demo/sglang.log",
             "eagle3lens logs server.log --engine sglang==0.5.5 --num-draft-tokens 5 --baseline-tps 90",
+            "eagle3lens logs vllm-0.8.5.log --engine vllm==0.8.5",
             "eagle3lens logs vllm.log --expected-accept-len 3.2 --json",
         ))
     p.add_argument("file", metavar="FILE", help="server log (SGLang or vLLM stdout/stderr)")
     p.add_argument("--engine", metavar="E",
-                   help="sglang or vllm, optionally ==VERSION (fixes SGLang's accept-rate formula); default: detect")
+                   help="sglang or vllm, optionally ==VERSION: read the log by that release's convention (vLLM "
+                        "0.8.5's mean length without the bonus token, SGLang's accept-rate formula); default: detect, "
+                        "and report release-dependent lines with every reading")
     p.add_argument("--num-draft-tokens", type=positive_int, metavar="K",
                    help="SGLang --speculative-num-draft-tokens, or vLLM num_speculative_tokens "
                         "(default: inferred from the log when it can be)")

@@ -6,10 +6,13 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from ..errors import UsageError
+from ..errors import CheckpointError, UsageError
 from ..findings import Report
+from ..inputs import MiB, open_regular
 from ..jsonio import read_json
 from . import add_output_options, example_epilog, finish
+
+MAX_PARAMS_BYTES = 16 * MiB  # a parameters file is a small JSON object
 
 
 def parse_value(text: str) -> Any:
@@ -26,6 +29,12 @@ def parse_value(text: str) -> Any:
 
 def read_params_file(path: str) -> dict[str, Any]:
     """Parameters from a JSON object file (the remote runner passes them this way, never on a command line)."""
+    if Path(path).exists():  # a FIFO or device would block or never end: type and size checked on an O_NONBLOCK fd
+        try:
+            with open_regular(path, MAX_PARAMS_BYTES, "parameters file"):
+                pass
+        except CheckpointError as exc:
+            raise UsageError(str(exc)) from None
     data = read_json(path, "parameters file")
     if not isinstance(data, dict):
         raise UsageError(f"{path}: parameters file must hold a JSON object of name -> value")

@@ -1,45 +1,75 @@
 """Acceptance-log probe: read SGLang / vLLM server logs and say whether speculation pays.
 
 Lines are matched by *label*, never by position, so extra fields from forks and
-reordered fields are tolerated. Formats read (FACTS.md §6, checked against the engines'
-sources):
+reordered fields are tolerated. What each release prints, read from the wheels
+(ENGINE_VERSIONS.md §2c, §3c; the release table is ``log_formats.ERAS``):
 
-- SGLang ``Decode batch`` lines: 0.4.x (``Decode batch.`` + ``accept len``), 0.5.x
-  (``accept len`` + ``accept rate``), with ``[N]`` iteration, ``#full token`` (hybrid
-  models), prealloc fields, ``cuda/cpu/npu graph`` labels; the lifetime
-  ``avg_spec_accept_length=`` line.
-- vLLM ``SpecDecoding metrics:`` lines in their three historical forms (rate only;
-  + mean length and per-position; 0.33.0 with accepted/drafted throughput) and the
-  ``Avg generation throughput`` stats line.
+- SGLang ``Decode batch`` lines: ``Decode batch.`` with ``accept len`` only through
+  0.5.3.post1; ``Decode batch.`` + ``accept rate`` in 0.5.3.post2–0.5.3.post3; ``Decode batch [N],`` /
+  ``Decode batch,`` from 0.5.4. The accept rate's formula changed twice: ``len/(steps+1)``
+  (0.5.3.post2–0.5.5.post2), ``len/num_draft_tokens`` (0.5.5.post3–0.5.10.post1),
+  ``(len-1)/(num_draft_tokens-1)`` (0.5.11+). Also the lifetime ``avg_spec_accept_length=`` line.
+- vLLM ``SpecDecoding metrics:`` lines: rate only (0.8.3–0.8.4); + mean length and per-position
+  (0.8.5–0.10.1.1, where **0.8.5–0.8.5.post1's mean length excludes the bonus token**); the 0.10.2+
+  form with accepted/drafted throughput; and the ``Avg generation throughput`` stats line.
 
-A metrics-looking line that yields nothing is counted as *unparsed* (with examples);
-other lines are *ignored*. Neither is ever fatal.
+``engine="NAME==VERSION"`` reads the log by that release's convention; a log whose lines that
+release never prints is read by its own format, and the disagreement is reported. Without a
+version, a line whose meaning depends on the release is reported with every reading.
+
+Input is untrusted: the file must be a regular file (at most ``MAX_LOG_BYTES``), lines are
+streamed and capped at ``MAX_LINE_BYTES`` (longer ones are counted and skipped), parsing is
+linear (no backtracking patterns, no re-slicing per label), absurd values are counted and
+skipped, and every stored text is stripped of terminal control sequences.
 
 Judging (accept len always counts the bonus token, so accepted drafts per step = len - 1):
 ``logs/zero-acceptance`` when the mean accept len is <= 1.05; ``logs/low-acceptance`` when
 len - 1 is under half of what ``expected_accept_len`` promises, or speculation is measured
 slower than ``baseline_tps``, or (no baseline) len is under the break-even heuristic
 1 + 0.1·K; ``logs/speculation-slower`` when measured tok/s is under the baseline (critical
-under 0.5×). SGLang's accept rate changed meaning in 0.5.11, so the (len, rate) pairs are
-used to infer the formula era and K (FACTS.md §6.4).
+under 0.5×); ``logs/engine-mismatch`` when ``engine`` names one engine and the log is the other's.
 """
 
 from __future__ import annotations
 
+import codecs
 import math
 import os
-import re
 import statistics
+from array import array
 from collections import Counter
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, BinaryIO, NamedTuple
+
+from packaging.version import InvalidVersion, Version
 
 from ..engines import EngineProfile
-from ..errors import Eagle3LensError, UsageError
+from ..errors import CheckpointError, Eagle3LensError, UsageError
 from ..findings import Finding, Severity, fix_command, to_jsonable
+from ..inputs import GiB, open_regular
+from ..textsafe import clean_text, strip_escapes
+from .log_formats import (
+    ENGINES,
+    FORMAT_DESCRIPTIONS,
+    FORMULA_TEXT,
+    PARSERS,
+    SERVER_ARGS,
+    SGLANG_DECODE,
+    VLLM_SPEC,
+    VLLM_STATS,
+    VLLM_VERSION,
+    VLLM_VERSION_HINTS,
+    DraftInference,
+    anchored,
+    check_version,
+    era_of,
+    infer_draft_tokens,
+    timestamp,
+    unknown_labels,
+)
 
 ZERO_ACCEPT_LEN = 1.05  # ≤ 1 accepted draft token per 20 verify steps: "zero"
 EXPECTED_SHORTFALL = 0.5  # low when < half the accepted drafts the training promised
@@ -47,120 +77,29 @@ DRAFT_STEP_COST = 0.1  # break-even heuristic: each draft step costs ~10% of a t
 DEFAULT_DRAFT_STEPS = 3  # K assumed for break-even when nothing pins it (SGLang 0.5.23 auto, non-Llama)
 MAX_EXAMPLES = 5
 FIELD_SCAN_LINES = 500  # fork fields are collected from the first lines of each engine
-_MAX_K = 16
+MAX_LOG_BYTES = 2 * GiB  # a server log over this is refused (split it or pass its tail)
+MAX_LINE_BYTES = 64 * 1024  # a longer line is no engine's metrics line: counted and skipped
+MAX_SERIES = 4096  # samples kept for the series/figures; more are decimated evenly (the summary uses all)
+MAX_PAIRS = 4096  # distinct SGLang (len, rate) pairs used to infer the formula and K
+MAX_UNKNOWN_FIELDS = 32
+_BLOCK = 1 << 20
 
-ENGINES = ("sglang", "vllm")
-FORMAT_DESCRIPTIONS = {
-    "sglang-0.4": "SGLang 0.4.x 'Decode batch.' with accept len only",
-    "sglang-0.5": "SGLang 0.5.x 'Decode batch,' with accept len and accept rate",
-    "sglang-no-spec": "SGLang decode line without speculative fields",
-    "sglang-lifetime": "SGLang lifetime avg_spec_accept_length",
-    "vllm-rate-only": "vLLM 'SpecDecoding metrics' with draft acceptance rate only (earliest V1)",
-    "vllm-mean-length": "vLLM 'SpecDecoding metrics' with mean length and per-position rates",
-    "vllm-throughput": "vLLM 'SpecDecoding metrics' with accepted/drafted throughput (0.33.0 form)",
-    "vllm-engine-stats": "vLLM engine stats line (generation throughput, running reqs)",
-}
-FORMULA_TEXT = {
-    "0.5.5": "accept_len / (K+1)",
-    "0.5.11+": "(accept_len - 1) / (num_draft_tokens - 1)",
-}
 
 
 class LogFileError(Eagle3LensError):
-    """A log file that is missing or unreadable."""
+    """A log file that is missing, unreadable, not a regular file or too large."""
 
     def __init__(self, path: str | Path, problem: str) -> None:
         self.path = str(path)
         super().__init__(f"{self.path}: {problem}")
 
 
-# ---------------------------------------------------------------- line grammar (data)
-
-_NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|nan|inf"
-_SEPARATORS = ",:.]"  # a label starts the message or follows one of these (then spaces)
-_BOUNDARY = r"(?:^|[,:.\]]\s*)"
-
-
-@dataclass(frozen=True)
-class _Field:
-    """A ``label: number[suffix]`` field found by its label wherever it sits in the line."""
-
-    label: str
-    suffix: str = ""
-    scale: float = 1.0
-
-    def read(self, message: str) -> float | None:
-        """The value after the first occurrence of the label that starts a field, or None."""
-        at = message.find(self.label)
-        while at >= 0:
-            before = message[:at].rstrip()
-            if not before or before[-1] in _SEPARATORS:
-                match = _value_pattern(self.suffix).match(message, at + len(self.label))
-                if match is not None:
-                    value = float(match.group(1))
-                    return None if math.isnan(value) or math.isinf(value) else value * self.scale
-            at = message.find(self.label, at + 1)
-        return None
-
-
-@lru_cache(maxsize=None)
-def _value_pattern(suffix: str) -> re.Pattern[str]:
-    return re.compile(r"\s*:\s*(" + _NUM + ")" + re.escape(suffix))
-
-
-# attribute -> field, labels exactly as the engines print them
-SGLANG_FIELDS = {
-    "accept_len": _Field("accept len"),
-    "accept_rate": _Field("accept rate"),
-    "running_reqs": _Field("#running-req"),
-    "gen_tps": _Field("gen throughput (token/s)"),
-}
-VLLM_SPEC_FIELDS = {
-    "accept_len": _Field("Mean acceptance length"),
-    "accepted_tps": _Field("Accepted throughput"),
-    "drafted_tps": _Field("Drafted throughput"),
-    "accepted_tokens": _Field("Accepted"),
-    "drafted_tokens": _Field("Drafted"),
-    "accept_rate": _Field("Avg Draft acceptance rate", "%", 0.01),
-    "legacy_rate": _Field("Draft acceptance rate", "%", 0.01),
-}
-VLLM_ENGINE_FIELDS = {
-    "gen_tps": _Field("Avg generation throughput"),
-    "running_reqs": _Field("Running"),
-}
-_PER_POSITION = re.compile(_BOUNDARY + r"Per-position acceptance rate\s*:\s*((?:\d*\.?\d+)(?:\s*,\s*\d*\.?\d+)*)")
-_LIFETIME = re.compile(r"avg_spec_accept_length['\"]?\s*[=:]\s*(?:np\.float\d*\()?(" + _NUM + ")")
-_SGLANG_DECODE = re.compile(r"Decode batch")
-_VLLM_SPEC = "SpecDecoding metrics"
-_VLLM_STATS = "Avg generation throughput"
-# words that make a line look like acceptance metrics: if nothing parses, it is "unparsed"
-_ANCHORS = ("Decode batch", "SpecDecoding metrics", "accept len", "avg_spec_accept_length",
-            "Mean acceptance length", "Avg generation throughput")
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_SERVER_ARGS_NDT = re.compile(r"\bspeculative_num_draft_tokens=(\d+)")
-_ISO_TIME = re.compile(r"(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?)")
-_VLLM_TIME = re.compile(r"\b(?:INFO|DEBUG|WARNING|ERROR)\s+(\d{2}-\d{2} \d{2}:\d{2}:\d{2})")
-_LABEL = re.compile(r"^\s*([A-Za-z#][A-Za-z0-9 #()/_.\-]*?)\s*:\s*\S")
-# labels the engines print that this probe does not need (anything else is reported as a fork field)
-_KNOWN_LABELS = {
-    "sglang": {"#running-req", "#token", "token usage", "accept len", "accept rate", "cuda graph", "cpu graph",
-               "npu graph", "musa graph", "gen throughput (token/s)", "#queue-req", "#full token",
-               "full token usage", "#swa token", "swa token usage", "mamba num", "mamba usage", "#gpu token",
-               "gpu token usage", "#cpu token", "cpu token usage", "cap len", "block accept len",
-               "pre-allocated usage", "#prealloc-req", "#transfer-req", "#retracted-req", "#host-receive-req",
-               "waiting-image-req", "est. decode tflops/s (per gpu)", "est. read bw (gb/s per gpu)",
-               "est. write bw (gb/s per gpu)", "fwd occupancy"},
-    "vllm": {"mean acceptance length", "accepted throughput", "drafted throughput", "accepted", "drafted",
-             "per-position acceptance rate", "avg draft acceptance rate", "draft acceptance rate"},
-}
-_FIELD_ANCHOR = {"sglang": "Decode batch", "vllm": _VLLM_SPEC + ":"}
-
-
 # ---------------------------------------------------------------- result types
 
 @dataclass(frozen=True)
 class LogSample:
-    """One parsed log line. Rates are fractions (vLLM percentages divided by 100)."""
+    """One parsed log line. Rates are fractions (vLLM percentages divided by 100); ``accept_len`` always counts
+    the bonus token (``logged_accept_len`` keeps the printed value where the release excluded it)."""
 
     line: int
     engine: str
@@ -176,6 +115,7 @@ class LogSample:
     accepted_tokens: int | None = None
     drafted_tokens: int | None = None
     running_reqs: int | None = None
+    logged_accept_len: float | None = None
 
     @property
     def has_acceptance(self) -> bool:
@@ -185,27 +125,23 @@ class LogSample:
         return {k: to_jsonable(getattr(self, k)) for k in self.__dataclass_fields__}
 
 
-@dataclass(frozen=True)
-class DraftInference:
-    """Which SGLang accept-rate formula and how many draft tokens the len/rate pairs imply."""
 
-    formula: str | None  # "0.5.5" | "0.5.11+" | None
-    num_draft_tokens: int | None  # SGLang: --speculative-num-draft-tokens; vLLM: num_speculative_tokens
-    draft_steps: int | None  # K: tokens drafted per verify step
-    source: str  # where num_draft_tokens came from
-    candidates: tuple[tuple[str, int], ...] = ()
-    explanation: str = ""
+@dataclass(frozen=True)
+class LogReading:
+    """One way to read the log's acceptance lines: the releases that print them so, and what they then mean."""
+
+    releases: str
+    meaning: str
+    mean_accept_len: float | None
+    chosen: bool
 
     def to_dict(self) -> dict[str, Any]:
-        return {"formula": self.formula, "formula_text": FORMULA_TEXT.get(self.formula or ""),
-                "num_draft_tokens": self.num_draft_tokens, "draft_steps": self.draft_steps,
-                "source": self.source, "candidates": [list(c) for c in self.candidates],
-                "explanation": self.explanation}
+        return {k: to_jsonable(getattr(self, k)) for k in self.__dataclass_fields__}
 
 
 @dataclass(frozen=True)
 class LogSummary:
-    """Aggregates over the acceptance lines (unweighted means over logged intervals)."""
+    """Aggregates over every acceptance line (unweighted means over logged intervals)."""
 
     acceptance_lines: int = 0
     throughput_lines: int = 0
@@ -231,7 +167,10 @@ class LogSummary:
 
 @dataclass(frozen=True)
 class LogResult:
-    """Everything read from one log: samples, summary, inference, unparsed lines and findings."""
+    """Everything read from one log: samples, summary, inference, unparsed lines and findings.
+
+    ``samples`` is the series for display: every parsed line up to ``MAX_SERIES``, then every
+    ``series_stride``-th one; the summary always covers all ``parsed_lines``."""
 
     source: str
     engine: str | None
@@ -246,6 +185,15 @@ class LogResult:
     unknown_fields: tuple[str, ...]
     notes: tuple[str, ...] = ()
     findings: tuple[Finding, ...] = field(default=())
+    parsed_lines: int | None = None  # None: len(samples)
+    overlong_lines: int = 0
+    rejected_values: int = 0
+    rejected_examples: tuple[tuple[int, str], ...] = ()
+    readings: tuple[LogReading, ...] = ()
+    series_stride: int = 1
+    version: str | None = None  # the engine release whose convention the log was read by
+    version_source: str | None = None  # "option" (engine=) or "log" (the log's own start-up line)
+    disagreement: str | None = None  # how engine= and the log's own format disagree (the log's format wins)
 
     @property
     def acceptance_samples(self) -> tuple[LogSample, ...]:
@@ -253,10 +201,12 @@ class LogResult:
 
     @property
     def format_era(self) -> str:
-        """Human label of the formats seen, e.g. ``sglang-0.5 (accept rate formula 0.5.5)``."""
+        """Human label of the formats seen, e.g. ``sglang-0.5 ×4; accept rate formula 0.5.5: ...``."""
         if not self.formats:
             return "nothing parsed"
         text = ", ".join(f"{name} ×{count}" for name, count in self.formats)
+        if self.version:
+            text += f"; read as {self.engine}=={self.version} ({'given' if self.version_source == 'option' else 'from the log'})"
         if self.inference.formula:
             text += f"; accept rate formula {self.inference.formula}: {FORMULA_TEXT[self.inference.formula]}"
         return text
@@ -265,14 +215,22 @@ class LogResult:
         return {
             "source": self.source,
             "engine": self.engine,
+            "version": self.version,
+            "version_source": self.version_source,
+            "disagreement": self.disagreement,
             "formats": dict(self.formats),
             "format_descriptions": {name: FORMAT_DESCRIPTIONS[name] for name, _ in self.formats},
             "format_era": self.format_era,
             "summary": self.summary.to_dict(),
             "inference": self.inference.to_dict(),
-            "lines": {"total": self.total_lines, "parsed": len(self.samples), "ignored": self.ignored_lines,
-                      "unparsed": self.unparsed_lines},
+            "readings": [r.to_dict() for r in self.readings],
+            "lines": {"total": self.total_lines,
+                      "parsed": len(self.samples) if self.parsed_lines is None else self.parsed_lines,
+                      "ignored": self.ignored_lines, "unparsed": self.unparsed_lines},
+            "limits": {"overlong_lines": self.overlong_lines, "max_line_bytes": MAX_LINE_BYTES,
+                       "rejected_values": self.rejected_values, "series_stride": self.series_stride},
             "unparsed_examples": [{"line": n, "text": t} for n, t in self.unparsed_examples],
+            "rejected_examples": [{"line": n, "text": t} for n, t in self.rejected_examples],
             "unknown_fields": list(self.unknown_fields),
             "notes": list(self.notes),
             "series": [s.to_dict() for s in self.samples],
@@ -295,219 +253,189 @@ class LogResult:
         return summary_rich(self)
 
 
-# ---------------------------------------------------------------- line parsing
-
-def _fields(message: str, table: dict[str, _Field]) -> dict[str, float]:
-    found = {}
-    for name, spec in table.items():
-        value = spec.read(message)
-        if value is not None:
-            found[name] = value
-    return found
-
-
-def _timestamp(line: str) -> tuple[str | None, datetime | None]:
-    head = line[:120]
-    if m := _ISO_TIME.search(head):
-        text = m.group(1)
-    elif m := _VLLM_TIME.search(head):  # vLLM prints no year; 2000 is a leap year, so 02-29 parses
-        text = m.group(1)
-    else:
-        return None, None
-    iso = text.replace(",", ".") if len(text) > 14 else "2000-" + text
-    try:
-        return text, datetime.fromisoformat(iso)
-    except ValueError:  # e.g. a hand-edited "09:12:64"
-        return text, None
-
-
-def _ints(values: dict[str, float], *names: str) -> dict[str, int]:
-    return {n: int(round(values[n])) for n in names if n in values}
-
-
-def _parse_sglang(line: str) -> tuple[str, dict[str, Any]] | None:
-    if "avg_spec_accept_length" in line and (m := _LIFETIME.search(line)):
-        value = float(m.group(1))
-        return ("sglang-lifetime", {"accept_len": value}) if math.isfinite(value) else None
-    decode = _SGLANG_DECODE.search(line)
-    values = _fields(line[decode.start():] if decode else line, SGLANG_FIELDS)
-    if "accept_len" not in values and not (decode and "gen_tps" in values):
-        return None  # a decode line without speculation still carries its throughput
-    if "accept_len" not in values:
-        fmt = "sglang-no-spec"
-    elif "accept_rate" in values:
-        fmt = "sglang-0.5"
-    else:
-        fmt = "sglang-0.4"
-    return fmt, {**values, **_ints(values, "running_reqs")}
-
-
-def _parse_vllm(line: str) -> tuple[str, dict[str, Any]] | None:
-    at = line.find(_VLLM_SPEC)
-    if at >= 0:
-        message = line[at + len(_VLLM_SPEC):]
-        values = _fields(message, VLLM_SPEC_FIELDS)
-        legacy = values.pop("legacy_rate", None)
-        if "accept_rate" not in values and legacy is not None:
-            values["accept_rate"] = legacy
-        if pos := _PER_POSITION.search(message):
-            values["per_position"] = tuple(float(v) for v in pos.group(1).split(","))
-        if "accept_len" not in values and "accept_rate" not in values:
-            return None
-        if "accepted_tps" in values or "drafted_tps" in values:
-            fmt = "vllm-throughput"
-        elif "accept_len" in values:
-            fmt = "vllm-mean-length"
-        else:
-            fmt = "vllm-rate-only"
-        return fmt, {**values, **_ints(values, "accepted_tokens", "drafted_tokens")}
-    at = line.find(_VLLM_STATS)
-    if at >= 0:
-        values = _fields(line[at:], VLLM_ENGINE_FIELDS)
-        if "gen_tps" in values:
-            return "vllm-engine-stats", {**values, **_ints(values, "running_reqs")}
-    return None
-
-
-_PARSERS = {"sglang": _parse_sglang, "vllm": _parse_vllm}
-
-
-def _unknown_labels(engine: str, line: str) -> set[str]:
-    """Labels of ``label: value`` parts this probe does not know (fork additions)."""
-    start = line.find(_FIELD_ANCHOR[engine])
-    if start < 0:
-        return set()
-    message = line[start + len(_FIELD_ANCHOR[engine]):]
-    message = re.sub(r"^(?:\s*\[\d+\])?\s*[.,]?", ",", message)  # SGLang "[N]" iteration and separator
-    labels = set()
-    for part in message.split(","):
-        if (m := _LABEL.match(part)) and m.group(1).lower() not in _KNOWN_LABELS[engine]:
-            labels.add(m.group(1))
-    return labels
-
-
-# ---------------------------------------------------------------- inference of K and formula
-
-def _fits_old(length: float, rate: float, n: int) -> bool:
-    """0.5.5: rate = len / (K+1) with n = K+1, both printed to 2 decimals."""
-    return n >= length - 0.005 and abs(length / n - rate) <= 0.005 + 0.005 / n + 1e-9
-
-
-def _fits_new(length: float, rate: float, m: int) -> bool:
-    """0.5.11+: rate = (len - 1) / (num_draft_tokens - 1) with m = num_draft_tokens - 1."""
-    return length - 1 <= m + 0.005 and abs((length - 1) / m - rate) <= 0.005 + 0.005 / m + 1e-9
-
-
-def _candidates(length: float, rate: float) -> set[tuple[str, int]]:
-    """(formula, num_draft_tokens) pairs consistent with one logged len/rate pair (topk 1: ndt = K+1)."""
-    found = {("0.5.5", n) for n in range(2, _MAX_K + 2) if _fits_old(length, rate, n)}
-    found |= {("0.5.11+", m + 1) for m in range(1, _MAX_K + 1) if _fits_new(length, rate, m)}
-    return found
-
-
-def _version_formula(version: tuple[int, ...] | None) -> str | None:
-    if version is None or version < (0, 5):
-        return None
-    return "0.5.11+" if version >= (0, 5, 11) else "0.5.5"
-
-
-def infer_draft_tokens(pairs: Iterable[tuple[float, float]], num_draft_tokens: int | None = None,
-                       version: tuple[int, ...] | None = None, given_by: str = "option") -> DraftInference:
-    """Intersect, over every SGLang (accept len, accept rate) pair, the formulas and K that fit it.
-
-    0.5.5 logs ``len/(K+1)`` (floor ``1/(K+1)`` for a dead draft); 0.5.11+ logs
-    ``(len-1)/(num_draft_tokens-1)`` (0.00 for a dead draft). ``num_draft_tokens`` and an engine
-    ``version`` narrow the choice; a contradiction is reported, never raised. ``given_by`` says where
-    ``num_draft_tokens`` came from ("option", or "server_args" when the log's own start-up line gave it).
-    """
-    pairs = list(pairs)
-    forced = _version_formula(version)
-    if not pairs:
-        steps = num_draft_tokens - 1 if num_draft_tokens else None
-        return DraftInference(forced, num_draft_tokens, steps, given_by if num_draft_tokens else "unknown",
-                              explanation="no accept rate in the log: formula and K cannot be read from it")
-    common: set[tuple[str, int]] | None = None
-    for length, rate in dict.fromkeys(pairs):  # distinct pairs, in order
-        common = _candidates(length, rate) if common is None else common & _candidates(length, rate)
-    assert common is not None
-    fitting = set(common)
-    if forced:
-        fitting = {c for c in fitting if c[0] == forced}
-    if num_draft_tokens:
-        fitting = {c for c in fitting if c[1] == num_draft_tokens}
-    candidates = tuple(sorted(fitting))
-    formulas = {c[0] for c in fitting}
-    counts = {c[1] for c in fitting}
-    formula = forced or (formulas.pop() if len(formulas) == 1 else None)
-    length, rate = pairs[0]
-    if num_draft_tokens:
-        ndt, source = num_draft_tokens, given_by
-    elif len(counts) == 1:
-        ndt, source = next(iter(counts)), "log"
-    else:
-        ndt, source = None, "unknown"
-    if not fitting:
-        why = (f"the {len(pairs)} len/rate pairs fit no single formula"
-               + (f" with num_draft_tokens={num_draft_tokens}" if num_draft_tokens else "")
-               + (f" under the {forced} formula" if forced else "")
-               + " (K changed during the run, adaptive speculation, or a fork's own rate)")
-        return DraftInference(formula, ndt, ndt - 1 if ndt else None, source, (), why)
-    if formula == "0.5.5" and ndt:
-        expl = (f"accept rate {rate:.2f} with accept len {length:.2f} fits the 0.5.5-era formula "
-                f"accept_len/(K+1) with K+1 = {ndt} ({length:.2f}/{ndt} = {length / ndt:.2f}); "
-                f"with topk 1 that is num_draft_tokens={ndt}, K={ndt - 1} draft steps")
-    elif formula == "0.5.11+" and ndt:
-        expl = (f"accept rate {rate:.2f} with accept len {length:.2f} fits the 0.5.11+ formula "
-                f"(len-1)/(num_draft_tokens-1) with num_draft_tokens={ndt} "
-                f"(({length:.2f}-1)/{ndt - 1} = {(length - 1) / (ndt - 1):.2f})")
-    elif formula == "0.5.11+":
-        expl = (f"accept rate {rate:.2f} with accept len {length:.2f} fits only the 0.5.11+ formula "
-                "(len-1)/(num_draft_tokens-1); a dead draft logs 0.00 under it for any K, so K is not in the log")
-    elif formula == "0.5.5":
-        expl = f"the pairs fit only the 0.5.5-era formula accept_len/(K+1); K+1 is one of {sorted(counts)}"
-    else:
-        expl = ("the pairs fit both formulas: " + ", ".join(f"{f} with num_draft_tokens={n}" for f, n in candidates)
-                + "; pass --engine sglang==VERSION or --num-draft-tokens to decide")
-    return DraftInference(formula, ndt, ndt - 1 if ndt else None, source, candidates, expl)
-
 
 # ---------------------------------------------------------------- reading
 
-def _split_engine(engine: str | None) -> tuple[str | None, tuple[int, ...] | None]:
+def _split_engine(engine: str | None) -> tuple[str | None, Version | None]:
+    """``sglang`` / ``vllm==0.10.1`` (a runtime-path suffix such as ``:v1`` is ignored) -> (name, version)."""
     if not engine:
         return None, None
-    name, _, version = engine.strip().lower().partition("==")
+    text = engine.strip()
+    if len(text) > 100:
+        raise UsageError(f"engine spec for logs is {len(text)} characters long: use sglang or vllm, optionally "
+                         "==VERSION")
+    name, _, version = text.lower().partition("==")
+    name = name.split(":", 1)[0].strip()
     if name not in ENGINES:
-        raise UsageError(f"unknown engine {engine!r} for logs: use sglang or vllm (optionally ==VERSION)")
+        raise UsageError(f"unknown engine {clean_text(text)!r} for logs: use sglang or vllm (optionally ==VERSION)")
+    version = version.split(":", 1)[0].strip()
     if not version:
         return name, None
-    return name, tuple(int(p) for p in re.findall(r"\d+", version)[:3])
+    try:
+        return name, Version(version)
+    except (InvalidVersion, ValueError):  # ValueError: an integer part over Python's digit limit
+        raise UsageError(f"invalid {name} version {clean_text(version)[:40]!r} for logs: expected a release such as "
+                         f"{'0.5.11' if name == 'sglang' else '0.10.1.1'}") from None
 
 
-def _lines(path_or_text: str | os.PathLike[str]) -> tuple[str, Iterator[str]]:
+class _Block(NamedTuple):
+    """Lines of one read block, and whether any of them may need escape stripping or carries start-up facts."""
+
+    lines: list[str | None]  # None: a line over MAX_LINE_BYTES (skipped, never parsed)
+    escapes: bool
+    startup: bool
+    crlf: bool
+
+
+def _block(lines: list[str | None], *texts: str) -> _Block:
+    escapes = any("\x1b" in t or "\x9b" in t or "\x9d" in t or "\x90" in t for t in texts)
+    startup = any("speculative_num_" in t or any(h in t for h in VLLM_VERSION_HINTS) for t in texts)
+    return _Block(lines, escapes, startup, any("\r" in t for t in texts))
+
+
+def _file_blocks(handle: BinaryIO, path: Path) -> Iterator[_Block]:
+    """The file's lines (without newline) in blocks of about 1 MiB, read through an incremental UTF-8 decoder.
+
+    A line over ``MAX_LINE_BYTES`` characters that spans blocks is skipped to its end without being held; memory
+    stays bounded by the block and the cap, and at most ``MAX_LOG_BYTES`` are read even if the file grows."""
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    budget, tail, skipping = MAX_LOG_BYTES, "", False
+    with handle:
+        try:
+            while budget > 0:
+                data = handle.read(min(_BLOCK, budget))
+                budget -= len(data)
+                text = decoder.decode(data, final=not data)
+                parts = text.split("\n")
+                rest = parts.pop()
+                if parts:
+                    head = tail
+                    lines: list[str | None] = [None if skipping else tail + parts[0], *parts[1:]]
+                    skipping, tail = False, rest
+                    yield _block(lines, head, text)
+                elif not skipping:
+                    tail += rest
+                if not skipping and len(tail) > MAX_LINE_BYTES:
+                    skipping, tail = True, ""
+                if not data:
+                    break
+        except OSError as exc:
+            raise LogFileError(clean_text(str(path)), f"cannot read log file ({exc.strerror or exc})") from None
+    if skipping or tail:
+        yield _block([None if skipping else tail], tail)
+
+
+def _text_blocks(text: str) -> Iterator[_Block]:
+    parts = text.split("\n")
+    if parts[-1] == "":  # the newline ending the last line opens no new one
+        parts.pop()
+    lines: list[str | None] = [*parts]
+    yield _block(lines, text)
+
+
+def _lines(path_or_text: str | os.PathLike[str]) -> tuple[str, Iterator[_Block]]:
     """(source label, line iterator). Paths are files; a str with a newline or a metrics anchor is text."""
     if isinstance(path_or_text, os.PathLike) or (
-            isinstance(path_or_text, str) and "\n" not in path_or_text
-            and (os.path.exists(path_or_text) or not any(a in path_or_text for a in _ANCHORS))):
+            isinstance(path_or_text, str) and "\n" not in path_or_text and len(path_or_text) < 4096
+            and (os.path.exists(path_or_text) or not anchored(path_or_text))):
         path = Path(path_or_text)
-        if not path.exists():
-            raise LogFileError(path, "no such log file")
-        if path.is_dir():
-            raise LogFileError(path, "is a directory, expected a server log file")
         try:
-            handle = path.open("r", encoding="utf-8", errors="replace")
-        except OSError as exc:
-            raise LogFileError(path, f"cannot read log file ({exc.strerror or exc})") from None
+            handle = open_regular(path, MAX_LOG_BYTES, "log file")
+        except CheckpointError as exc:
+            raise LogFileError(clean_text(exc.path), exc.problem) from None
+        return clean_text(str(path)), _file_blocks(handle, path)
+    return "<text>", _text_blocks(str(path_or_text))
 
-        def read() -> Iterator[str]:
-            with handle:
-                try:
-                    yield from handle
-                except OSError as exc:
-                    raise LogFileError(path, f"cannot read log file ({exc.strerror or exc})") from None
 
-        return str(path), read()
-    return "<text>", iter(str(path_or_text).splitlines())
+_FORMAT_CODES = {name: i for i, name in enumerate(FORMAT_DESCRIPTIONS)}
+_NAN = math.nan
+_EPOCH = datetime(1970, 1, 1)
+
+
+class _Collector:
+    """One engine's parsed lines: compact columns over all of them, a decimated series for display."""
+
+    def __init__(self, engine: str) -> None:
+        self.engine = engine
+        self.count = 0
+        self.stride = 1
+        self.samples: list[LogSample] = []
+        self.formats: Counter[str] = Counter()
+        self.unknown: set[str] = set()
+        # one entry per interval line with acceptance: logged accept len (NaN: none), rate (NaN: none), and
+        # 2 x format code + 1 for a rate-only vLLM line with 0 accepted tokens (its accept len is exactly 1)
+        self.lengths = array("d")
+        self.rates = array("d")
+        self.codes = array("b")
+        self.tps = array("d")
+        self.running = array("d")
+        self.pairs: dict[tuple[float, float], None] = {}
+        self.pairs_capped = False
+        self.accepted: int | None = None
+        self.drafted: int | None = None
+        self.pos_sums: list[float] = []
+        self.pos_counts: list[int] = []
+        self.lifetime: float | None = None
+        self.lifetime_lines = 0
+
+    def _add_vllm(self, values: dict[str, Any]) -> None:
+        if (accepted := values.get("accepted_tokens")) is not None:
+            self.accepted = (self.accepted or 0) + accepted
+        if (drafted := values.get("drafted_tokens")) is not None:
+            self.drafted = (self.drafted or 0) + drafted
+        for i, p in enumerate(values.get("per_position", ())):
+            if i == len(self.pos_sums):
+                self.pos_sums.append(0.0)
+                self.pos_counts.append(0)
+            self.pos_sums[i] += p
+            self.pos_counts[i] += 1
+
+    def add(self, number: int, fmt: str, values: dict[str, Any], line: str) -> None:
+        self.count = count = self.count + 1
+        self.formats[fmt] += 1
+        if fmt == "sglang-lifetime":
+            self.lifetime = values["accept_len"]
+            self.lifetime_lines += 1
+        else:
+            get = values.get
+            length, rate = get("accept_len"), get("accept_rate")
+            if length is not None or rate is not None:
+                self.lengths.append(_NAN if length is None else length)
+                self.rates.append(_NAN if rate is None else rate)
+                self.codes.append(_FORMAT_CODES[fmt] * 2 + (get("accepted_tokens") == 0))
+                if length is not None and rate is not None and self.engine == "sglang":
+                    if len(self.pairs) < MAX_PAIRS:
+                        self.pairs[(length, rate)] = None
+                    elif (length, rate) not in self.pairs:
+                        self.pairs_capped = True
+            if (tps := get("gen_tps")) is not None:
+                self.tps.append(tps)
+            if (running := get("running_reqs")) is not None:
+                self.running.append(running)
+            if self.engine == "vllm":  # only vLLM lines carry token counts and per-position rates
+                self._add_vllm(values)
+            if count <= FIELD_SCAN_LINES and len(self.unknown) < MAX_UNKNOWN_FIELDS:
+                self.unknown |= unknown_labels(self.engine, line)
+        if (count - 1) % self.stride == 0:
+            text, when = timestamp(line)
+            self.samples.append(LogSample(line=number, engine=self.engine, format=fmt, time=text,
+                                          seconds=None if when is None else (when - _EPOCH).total_seconds(), **values))
+            if len(self.samples) > MAX_SERIES:
+                self.samples = self.samples[::2]
+                self.stride *= 2
+
+
+def _server_arg(line: str, name: str, found: dict[str, int], notes: list[str]) -> None:
+    if name in found or not (m := SERVER_ARGS[name].search(line)):
+        return
+    digits = m.group(1)
+    if len(digits) <= 4 and 0 < int(digits) <= 1024:
+        found[name] = int(digits)
+    elif f"bad-{name}" not in found:
+        found[f"bad-{name}"] = 0
+        label = "speculative_num_draft_tokens" if name == "ndt" else "speculative_num_steps"
+        shown = digits if len(digits) <= 12 else f"<{len(digits)} digits>"
+        notes.append(f"{label}={shown} in the log's server arguments is not a believable size: ignored")
 
 
 def parse_log(log: str | os.PathLike[str], *, engine: str | EngineProfile | None = None,
@@ -515,9 +443,11 @@ def parse_log(log: str | os.PathLike[str], *, engine: str | EngineProfile | None
               expected_accept_len: float | None = None) -> LogResult:
     """Parse an SGLang or vLLM server log (a path, or the log's text) into series, a summary and acceptance findings.
 
-    ``engine`` (``sglang``, ``vllm``, optionally ``==VERSION``, or an SGLang/vLLM profile) reads the log as that
-    engine (other engines' lines count as ignored) and, with a version, fixes SGLang's accept-rate formula; by
-    default the engine with most acceptance lines wins.
+    ``engine`` (``sglang``, ``vllm``, optionally ``==VERSION``, or an SGLang/vLLM profile) reads the log as that engine (other engines'
+    lines count as ignored) and, with a version, by that release's convention (vLLM 0.8.5's mean length without
+    the bonus token, SGLang's accept-rate formula); a log that is the other engine's, or whose lines that release
+    never prints, is read by its own format and the disagreement is reported. By default the engine with most
+    acceptance lines wins, and a line whose meaning depends on the release is reported with every reading.
     ``num_draft_tokens`` is SGLang's ``--speculative-num-draft-tokens`` or vLLM's
     ``num_speculative_tokens``; ``baseline_tps`` the tok/s of the same server without speculation;
     ``expected_accept_len`` what the draft's training metrics promise (bonus token included).
@@ -525,110 +455,218 @@ def parse_log(log: str | os.PathLike[str], *, engine: str | EngineProfile | None
     name, version = _split_engine(engine.spec if isinstance(engine, EngineProfile) else engine)
     for label, value in (("num_draft_tokens", num_draft_tokens), ("baseline_tps", baseline_tps),
                          ("expected_accept_len", expected_accept_len)):
-        if value is not None and value <= 0:
+        if value is not None and not (0 < value < math.inf):
             raise UsageError(f"{label} must be positive, got {value}")
     source, lines = _lines(log)
-    parsed: dict[str, list[LogSample]] = {e: [] for e in ENGINES}
-    unknown: dict[str, set[str]] = {e: set() for e in ENGINES}
-    unparsed: list[tuple[int, str]] = []
-    unparsed_count = ignored = total = 0
-    first_time: datetime | None = None
-    logged_ndt: int | None = None
-    for number, raw in enumerate(lines, 1):
-        total += 1
-        line = (_ANSI.sub("", raw) if "\x1b" in raw else raw).rstrip("\r\n")
-        if first_time is None:  # times count from the first timestamped line of the file
-            first_time = _timestamp(line)[1]
-        if logged_ndt is None and (m := _SERVER_ARGS_NDT.search(line)):
-            logged_ndt = int(m.group(1))  # SGLang prints its ServerArgs at start-up
-        if not any(a in line for a in _ANCHORS):
-            ignored += 1
-            continue
-        hit = next(((e, r) for e in ENGINES if (r := _PARSERS[e](line)) is not None), None)
-        if hit is None:
-            unparsed_count += 1
-            if len(unparsed) < MAX_EXAMPLES:
-                unparsed.append((number, line.strip()[:300]))
-            continue
-        engine_name, (fmt, values) = hit
-        text, when = _timestamp(line)
-        seconds = (when - first_time).total_seconds() if when is not None and first_time is not None else None
-        parsed[engine_name].append(LogSample(line=number, engine=engine_name, format=fmt, time=text,
-                                             seconds=seconds, **values))
-        if fmt != "sglang-lifetime" and len(parsed[engine_name]) <= FIELD_SCAN_LINES:
-            unknown[engine_name] |= _unknown_labels(engine_name, line)
-
+    collectors = {e: _Collector(e) for e in ENGINES}
     notes: list[str] = []
-    chosen = name or max(ENGINES, key=lambda e: (sum(s.has_acceptance for s in parsed[e]), len(parsed[e])))
-    if not parsed[chosen] and not name:
-        chosen_engine: str | None = None
+    unparsed: list[tuple[int, str]] = []
+    rejected: list[tuple[int, str]] = []
+    unparsed_count = ignored = total = overlong = rejected_count = 0
+    first_time: datetime | None = None
+    server_args: dict[str, int] = {}
+    log_version: str | None = None
+    overlong_at: list[int] = []
+    number = 0
+    cap, decode_anchor, spec_anchor, stats_anchor = MAX_LINE_BYTES, SGLANG_DECODE, VLLM_SPEC, VLLM_STATS  # locals
+    want_time = True  # times count from the first timestamped line of the file (looked for in its first lines)
+    for block in lines:
+        escapes, startup, crlf = block.escapes, block.startup, block.crlf
+        for raw in block.lines:
+            number += 1
+            if raw is None or len(raw) > cap:
+                overlong += 1
+                if len(overlong_at) < MAX_EXAMPLES:
+                    overlong_at.append(number)
+                continue
+            line = raw.removesuffix("\r") if crlf else raw
+            if escapes:
+                line = strip_escapes(line)
+            if want_time:
+                first_time = timestamp(line)[1]
+                want_time = first_time is None and number < 10_000
+            if startup:
+                if "speculative_num_" in line:  # SGLang prints its ServerArgs at start-up
+                    _server_arg(line, "ndt", server_args, notes)
+                    _server_arg(line, "steps", server_args, notes)
+                if log_version is None and (VLLM_VERSION_HINTS[0] in line or VLLM_VERSION_HINTS[1] in line) and (
+                        vm := VLLM_VERSION.search(line)):
+                    log_version = vm.group(1)
+            if not ("accept" in line or decode_anchor in line or spec_anchor in line or stats_anchor in line):
+                ignored += 1  # the same test as log_formats.anchored, inline: most lines of a server log end here
+                continue
+            hit: tuple[str, str, dict[str, Any]] | None = None
+            for engine_name in ENGINES:
+                fmt, values, absurd = PARSERS[engine_name](line)
+                if absurd:
+                    rejected_count += len(absurd)
+                    if len(rejected) < MAX_EXAMPLES:
+                        rejected.append((number, ", ".join(f"{n}: {clean_text(t)}" for n, t in absurd)))
+                if fmt is not None:
+                    hit = engine_name, fmt, values
+                    break
+            if hit is None:
+                unparsed_count += 1
+                if len(unparsed) < MAX_EXAMPLES:
+                    unparsed.append((number, clean_text(line.strip()[:300])))
+                continue
+            collectors[hit[0]].add(number, hit[1], hit[2], line)
+    total = number
+
+    if overlong:
+        notes.append(f"{overlong} lines over {MAX_LINE_BYTES // 1024} KiB skipped (no engine prints such lines; "
+                     f"first at line {', '.join(map(str, overlong_at))})")
+    if rejected_count:
+        notes.append(f"{rejected_count} values out of any believable range (negative, NaN, infinite or huge) were "
+                     "skipped, never judged")
+    requested = name
+    counts = {e: (len(collectors[e].lengths) + collectors[e].lifetime_lines, collectors[e].count) for e in ENGINES}
+    # the named engine has no acceptance line but the other has (or has lines at all): the log is the other's
+    if name is not None and counts[name] < max(counts[e] for e in ENGINES if e != name) and not counts[name][0]:
+        chosen: str | None = max((e for e in ENGINES if e != name), key=lambda e: counts[e])
+        mismatch = True
     else:
-        chosen_engine = chosen
+        chosen = name or max(ENGINES, key=lambda e: counts[e])
+        mismatch = False
+        if not name and not collectors[chosen].count:
+            chosen = None
     for other in ENGINES:
-        if other != chosen and parsed[other]:
-            notes.append(f"{len(parsed[other])} {other} lines ignored: this log was read as {chosen}")
-            ignored += len(parsed[other])
-    samples = parsed[chosen] if chosen_engine else []
-    ndt_from_log = chosen_engine == "sglang" and num_draft_tokens is None and logged_ndt is not None
-    return _build_result(source, chosen_engine, version, samples, total, ignored, unparsed_count, tuple(unparsed),
-                         tuple(sorted(unknown.get(chosen, set()))), notes,
-                         logged_ndt if ndt_from_log else num_draft_tokens, baseline_tps, expected_accept_len,
-                         "server_args" if ndt_from_log else "option")
-
-
-def _derive_vllm_lengths(samples: list[LogSample], steps: int | None, notes: list[str]) -> list[LogSample]:
-    """Rate-only vLLM lines carry no mean length: 1.00 when nothing was accepted, else 1 + K·rate."""
-    out, derived = [], 0
-    for s in samples:
-        if s.format == "vllm-rate-only" and s.accept_len is None:
-            if s.accepted_tokens == 0 or s.accept_rate == 0:
-                s = replace(s, accept_len=1.0)
-                derived += 1
-            elif steps and s.accept_rate is not None:
-                s = replace(s, accept_len=1 + steps * s.accept_rate)
-                derived += 1
-        out.append(s)
-    if derived:
-        notes.append(f"accept len derived for {derived} rate-only vLLM lines (1 + K x rate; exactly 1.00 when "
-                     "0 tokens were accepted)")
-    return out
+        if other != chosen and collectors[other].count:
+            notes.append(f"{collectors[other].count} {other} lines ignored: this log was read as {chosen}")
+            ignored += collectors[other].count
+    use_version, version_source = (version, "option") if version is not None and not mismatch else (None, None)
+    if use_version is None and chosen == "vllm" and log_version is not None:
+        try:
+            use_version, version_source = Version(log_version), "log"
+        except InvalidVersion:
+            pass
+    collector = collectors[chosen] if chosen else _Collector("sglang")
+    ndt_from_log = chosen == "sglang" and num_draft_tokens is None and "ndt" in server_args
+    return _build_result(
+        source, chosen, collector, first_time, total, ignored, unparsed_count, tuple(unparsed), notes,
+        server_args["ndt"] if ndt_from_log else num_draft_tokens,
+        server_args.get("steps") if chosen == "sglang" else None, baseline_tps, expected_accept_len,
+        "server_args" if ndt_from_log else "option", use_version, version_source, engine if mismatch else None,
+        overlong, rejected_count, tuple(rejected), requested)
 
 
 def _mean(values: list[float]) -> float | None:
     return statistics.fmean(values) if values else None
 
 
-def _build_result(source: str, engine: str | None, version: tuple[int, ...] | None, samples: list[LogSample],
-                  total: int, ignored: int, unparsed_count: int, unparsed: tuple[tuple[int, str], ...],
-                  unknown: tuple[str, ...], notes: list[str], num_draft_tokens: int | None,
-                  baseline_tps: float | None, expected_accept_len: float | None, ndt_given_by: str) -> LogResult:
+def _build_result(source: str, engine: str | None, col: _Collector, first_time: datetime | None, total: int,
+                  ignored: int, unparsed_count: int, unparsed: tuple[tuple[int, str], ...], notes: list[str],
+                  num_draft_tokens: int | None, num_steps: int | None, baseline_tps: float | None,
+                  expected_accept_len: float | None, ndt_given_by: str, version: Version | None,
+                  version_source: str | None, mismatched_spec: str | None, overlong: int, rejected_count: int,
+                  rejected: tuple[tuple[int, str], ...], requested: str | None) -> LogResult:
+    formats = col.formats
+    disagreement = None
+    if mismatched_spec is not None and engine is not None:
+        disagreement = (f"--engine {clean_text(mismatched_spec)} names {requested}, but this log has no {requested} "
+                        f"acceptance lines and {col.count} {engine} lines: read as {engine} by its own format")
+    elif engine is not None and version is not None:
+        spec = f"{engine}=={version}" + ("" if version_source == "option" else " (the version the log names)")
+        disagreement = check_version(engine, version, formats, spec)
+        if disagreement is not None:
+            version, version_source = None, None
+    era = era_of(engine, version) if engine and version else None
+    if engine == "sglang" and era is None and formats.get("sglang-0.5.3") and not formats.get("sglang-0.5"):
+        era = era_of("sglang", Version("0.5.3.post2"))  # the 'Decode batch.' form with a rate pins the release
+        notes.append("'Decode batch.' lines with an accept rate are SGLang 0.5.3.post2-0.5.3.post3's: rate read as "
+                     "accept_len/(steps+1)")
+    readings: list[LogReading] = []
+
+    # vLLM: K, and whether the mean length counts the bonus token
+    bonus = True
+    logged_means = [x for x, c in zip(col.lengths, col.codes)
+                    if c // 2 == _FORMAT_CODES["vllm-mean-length"] and not math.isnan(x)] if engine == "vllm" else []
+    if logged_means:
+        below_one = any(x < 1 for x in logged_means)
+        if era is not None and "vllm-mean-length" in era.formats:
+            bonus = era.bonus_included and not below_one
+            if below_one and era.bonus_included:
+                disagreement = disagreement or (
+                    f"{engine}=={version} counts the bonus token in its mean acceptance length, so it never logs "
+                    f"under 1.00; this log's {min(logged_means):.2f} is vLLM 0.8.5-0.8.5.post1's form (bonus "
+                    "excluded): read with the bonus added (+1)")
+        elif era is None and below_one:
+            bonus = False
+            notes.append(f"a mean acceptance length under 1.00 ({min(logged_means):.2f}) is printed only by vLLM "
+                         "0.8.5-0.8.5.post1, whose mean excludes the bonus token: read with the bonus added (+1)")
+        elif era is None:
+            mean = statistics.fmean(logged_means)
+            readings = [LogReading("vllm 0.9.0-0.10.1.1", "mean acceptance length includes the bonus token",
+                                   mean, True),
+                        LogReading("vllm 0.8.5-0.8.5.post1", "mean acceptance length excludes the bonus token: "
+                                   "accept len = logged + 1", mean + 1, False)]
+            notes.append("'Mean acceptance length' without throughput fields is printed by vLLM 0.8.5-0.10.1.1: read "
+                         f"as 0.9.0+ (bonus included, mean {mean:.2f}); if this server ran 0.8.5-0.8.5.post1 (bonus "
+                         f"excluded) the mean is {mean + 1:.2f}: pass --engine vllm==VERSION to decide")
     if engine == "vllm":
-        positions = {len(s.per_position) for s in samples if s.per_position}
-        steps = num_draft_tokens or (max(positions) if positions else None)
-        source_k = "option" if num_draft_tokens else ("per-position count" if positions else "unknown")
+        width = len(col.pos_sums)
+        steps = num_draft_tokens or (width or None)
+        source_k = "option" if num_draft_tokens else ("per-position count" if width else "unknown")
         inference = DraftInference(None, steps, steps, source_k, explanation=(
             f"num_speculative_tokens K = {steps}" if steps else
             "K not in the log (no per-position rates): pass --num-draft-tokens"))
-        samples = _derive_vllm_lengths(samples, steps, notes)
     else:
-        pairs = [(s.accept_len, s.accept_rate) for s in samples
-                 if s.accept_len is not None and s.accept_rate is not None]
-        inference = infer_draft_tokens(pairs, num_draft_tokens, version, ndt_given_by)
-    interval = [s for s in samples if s.format != "sglang-lifetime"]
-    lengths = [s.accept_len for s in interval if s.accept_len is not None]
-    rates = [s.accept_rate for s in interval if s.accept_rate is not None]
-    tps = [s.gen_tps for s in interval if s.gen_tps is not None]
-    running = [float(s.running_reqs) for s in interval if s.running_reqs is not None]
-    lifetime = [s.accept_len for s in samples if s.format == "sglang-lifetime" and s.accept_len is not None]
-    per_pos = [s.per_position for s in interval if s.per_position]
-    width = max((len(p) for p in per_pos), default=0)
-    mean_pos = tuple(statistics.fmean(p[i] for p in per_pos if len(p) > i) for i in range(width))
-    accepted = [s.accepted_tokens for s in interval if s.accepted_tokens is not None]
-    drafted = [s.drafted_tokens for s in interval if s.drafted_tokens is not None]
-    steps = inference.draft_steps
+        pairs = [p for p in col.pairs if p[0] >= 1]
+        if col.pairs_capped:
+            notes.append(f"over {MAX_PAIRS} distinct accept len/rate pairs: the formula and K were inferred from the "
+                         f"first {MAX_PAIRS}")
+        if pairs and era is not None and era.formula is None:
+            disagreement = disagreement or (
+                f"the log has accept rates, which {era.releases} does not print (none before 0.5.3.post2): the rate's "
+                "formula is inferred from the log itself")
+            era = None
+        inference = infer_draft_tokens(pairs, num_draft_tokens, era.first if era and era.first != "0" else None,
+                                       ndt_given_by, num_steps=num_steps)
+        steps = inference.draft_steps
+        families = {c[0] for c in inference.candidates}
+        if inference.formula is None and len(families) == 2:
+            for family, releases in (("0.5.5", "sglang 0.5.3.post2-0.5.10.post1"), ("0.5.11+", "sglang 0.5.11+")):
+                sizes = sorted(n for f, n in inference.candidates if f == family)
+                readings.append(LogReading(releases, f"accept rate = {FORMULA_TEXT[family].split(':')[0]}, "
+                                           f"num_draft_tokens one of {sizes}", None, False))
+
+    # one pass over every acceptance line: the bonus convention, rate-only lengths, impossible values
+    mean_len_code, rate_only_code = _FORMAT_CODES["vllm-mean-length"], _FORMAT_CODES["vllm-rate-only"]
+    lengths: list[float] = []
+    rates: list[float] = []
+    derived = impossible = acceptance_lines = 0
+    isnan = math.isnan
+    for length, rate, packed in zip(col.lengths, col.rates, col.codes):
+        code, zero = divmod(packed, 2)
+        if isnan(length):
+            if code == rate_only_code and (zero or rate == 0 or (steps and not isnan(rate))):
+                length = 1.0 if (zero or rate == 0) else 1 + steps * rate  # type: ignore[operator]
+                derived += 1
+        elif code == mean_len_code and not bonus:
+            length += 1
+        elif length < 1:
+            impossible += 1
+            length = _NAN
+        if not isnan(length):
+            lengths.append(length)
+        if not isnan(rate):
+            rates.append(rate)
+        acceptance_lines += not (isnan(length) and isnan(rate))
+    if derived:
+        notes.append(f"accept len derived for {derived} rate-only vLLM lines (1 + K x rate; exactly 1.00 when "
+                     "0 tokens were accepted)")
+    if impossible:
+        notes.append(f"{impossible} accept lengths under 1.00 skipped: accept len counts the bonus token, so it is "
+                     "at least 1 in this format")
+        rejected_count += impossible
+
+    samples = _final_samples(col.samples, bonus, steps, first_time)
+    width = len(col.pos_sums)
+    mean_pos = tuple(col.pos_sums[i] / col.pos_counts[i] for i in range(width))
+    lifetime = col.lifetime if col.lifetime is None or col.lifetime >= 1 else None
     summary = LogSummary(
-        acceptance_lines=sum(s.has_acceptance for s in interval),
-        throughput_lines=len(tps),
+        acceptance_lines=acceptance_lines,
+        throughput_lines=len(col.tps),
         mean_accept_len=_mean(lengths),
         median_accept_len=statistics.median(lengths) if lengths else None,
         last_accept_len=lengths[-1] if lengths else None,
@@ -636,26 +674,57 @@ def _build_result(source: str, engine: str | None, version: tuple[int, ...] | No
         max_accept_len=max(lengths) if lengths else None,
         mean_accept_rate=_mean(rates),
         mean_per_position=mean_pos,
-        mean_gen_tps=_mean(tps),
-        mean_running_reqs=_mean(running),
-        accepted_tokens=sum(accepted) if accepted else None,
-        drafted_tokens=sum(drafted) if drafted else None,
-        lifetime_accept_len=lifetime[-1] if lifetime else None,
+        mean_gen_tps=math.fsum(col.tps) / len(col.tps) if col.tps else None,
+        mean_running_reqs=math.fsum(col.running) / len(col.running) if col.running else None,
+        accepted_tokens=col.accepted,
+        drafted_tokens=col.drafted,
+        lifetime_accept_len=lifetime,
         baseline_tps=baseline_tps,
         expected_accept_len=expected_accept_len,
         break_even_accept_len=1 + DRAFT_STEP_COST * (steps or DEFAULT_DRAFT_STEPS),
     )
-    formats = tuple(sorted(Counter(s.format for s in samples).items(), key=lambda kv: -kv[1]))
-    if not samples:
+    if col.stride > 1:
+        notes.append(f"{col.count} lines parsed: the series keeps every {col.stride}th for display; the summary "
+                     "covers all of them")
+    format_counts = tuple(sorted(formats.items(), key=lambda kv: -kv[1]))
+    if not col.count:
         notes.append("no decode or speculative-metrics lines parsed: is this an SGLang/vLLM server log "
                      "with speculative decoding on?")
     elif not summary.acceptance_lines and summary.lifetime_accept_len is None:
         notes.append("decode lines carry no accept len / acceptance fields: speculative decoding looks off")
-    result = LogResult(source=source, engine=engine, formats=formats, samples=tuple(samples), summary=summary,
+    if disagreement:
+        notes.insert(0, disagreement)
+    result = LogResult(source=source, engine=engine, formats=format_counts, samples=tuple(samples), summary=summary,
                        inference=inference, total_lines=total, ignored_lines=ignored,
-                       unparsed_lines=unparsed_count, unparsed_examples=unparsed, unknown_fields=unknown,
-                       notes=tuple(notes))
+                       unparsed_lines=unparsed_count, unparsed_examples=unparsed,
+                       unknown_fields=tuple(sorted(col.unknown)), notes=tuple(notes), parsed_lines=col.count,
+                       overlong_lines=overlong, rejected_values=rejected_count, rejected_examples=rejected,
+                       readings=tuple(readings), series_stride=col.stride,
+                       version=None if version is None else str(version), version_source=version_source,
+                       disagreement=disagreement)
     return replace(result, findings=tuple(classify(result)))
+
+
+def _final_samples(samples: list[LogSample], bonus: bool, steps: int | None,
+                   first_time: datetime | None) -> list[LogSample]:
+    """The kept samples with accept len in the log's convention made bonus-inclusive, and times made relative."""
+    origin = (first_time - _EPOCH).total_seconds() if first_time is not None else None
+    out = []
+    for s in samples:
+        changes: dict[str, Any] = {}
+        if s.seconds is not None:
+            changes["seconds"] = None if origin is None else s.seconds - origin
+        if s.format == "vllm-mean-length" and not bonus and s.accept_len is not None:
+            changes.update(accept_len=s.accept_len + 1, logged_accept_len=s.accept_len)
+        elif s.format == "vllm-rate-only" and s.accept_len is None:
+            if s.accepted_tokens == 0 or s.accept_rate == 0:
+                changes["accept_len"] = 1.0
+            elif steps and s.accept_rate is not None:
+                changes["accept_len"] = 1 + steps * s.accept_rate
+        elif s.accept_len is not None and s.accept_len < 1 and s.format != "sglang-lifetime":
+            changes["accept_len"] = None
+        out.append(replace(s, **changes) if changes else s)
+    return out
 
 
 # ---------------------------------------------------------------- findings
@@ -671,18 +740,24 @@ def _era_sentence(result: LogResult) -> str:
     if length is None:
         return ""
     if result.engine == "vllm":
-        parts = [f"vLLM mean acceptance length {length:.2f} = 1 + accepted/drafts"]
+        logged = [x.logged_accept_len for x in result.samples if x.logged_accept_len is not None]
+        if logged:
+            parts = [(f"vLLM 0.8.5-0.8.5.post1 logs mean acceptance length = accepted/drafts without the bonus "
+                      f"token (logged {length - 1:.2f}), so accept len = {length - 1:.2f} + 1 = {length:.2f}")]
+        else:
+            parts = [f"vLLM mean acceptance length {length:.2f} = 1 + accepted/drafts"]
         if rate is not None:
             parts.append(f"avg draft acceptance rate {100 * rate:.1f}%")
         if s.mean_per_position:
             parts.append(f"per-position rates {_fmt_rates(s.mean_per_position)}")
         return "; ".join(parts) + "."
-    ndt = inf.num_draft_tokens
+    ndt = inf.denominator or inf.num_draft_tokens
     if rate is None or inf.formula is None or not ndt:
         return inf.explanation + "." if inf.explanation else ""
     k = ndt - 1
     if inf.formula == "0.5.5":
-        text = (f"With {ndt} draft tokens (K = {k} steps, topk 1) and the 0.5.5 formula accept_len/(K+1), "
+        text = (f"With {ndt} draft tokens (K = {k} steps, topk 1) and the 0.5.3.post2-0.5.10.post1 formula "
+                f"accept_len/(K+1), "
                 f"accept rate {rate:.2f} and accept len {length:.2f}: {length:.2f}/{ndt} = {length / ndt:.2f}")
         if length <= ZERO_ACCEPT_LEN:
             text += (f" is the formula's floor 1/(K+1), not {100 * rate:.0f}% acceptance: only the bonus token is "
@@ -703,7 +778,8 @@ def classify(result: LogResult) -> list[Finding]:
     findings: list[Finding] = []
     engine = result.engine or "sglang"
     log = result.source if result.source != "<text>" else "SERVER_LOG"
-    fix = fix_command("doctor", "DRAFT_CHECKPOINT", "--engine", engine, "--log", log)
+    spec = f"{engine}=={result.version}" if result.version and result.engine else engine
+    fix = fix_command("doctor", "DRAFT_CHECKPOINT", "--engine", spec, "--log", log)
     evidence: dict[str, Any] = {
         "engine": result.engine, "formats": dict(result.formats), "acceptance_lines": s.acceptance_lines,
         "mean_accept_len": s.mean_accept_len, "median_accept_len": s.median_accept_len,
@@ -716,8 +792,16 @@ def classify(result: LogResult) -> list[Finding]:
         evidence["mean_per_position"] = list(s.mean_per_position)
     if s.accepted_tokens is not None:
         evidence.update(accepted_tokens=s.accepted_tokens, drafted_tokens=s.drafted_tokens)
-    if s.lifetime_accept_len is None and not any(x.accept_len is not None or x.accept_rate is not None
-                                                 for x in result.samples):
+    if result.readings:
+        evidence["readings"] = [r.to_dict() for r in result.readings]
+    if result.disagreement:
+        findings.append(Finding(
+            "logs/engine-mismatch", Severity.WARNING,
+            f"the log does not match the engine named: read as {result.engine} by its own format",
+            result.disagreement + ". Findings from other probes assume the engine named; make sure the log is "
+            "from the server that runs that engine and release.",
+            evidence={"engine": result.engine, "formats": dict(result.formats), "version": result.version}))
+    if s.lifetime_accept_len is None and not s.acceptance_lines:
         findings.append(Finding(
             "logs/no-acceptance-lines", Severity.WARNING, f"no acceptance lines in {log}",
             (f"None of its {result.total_lines} lines is an SGLang decode line with accept len or a vLLM SpecDecoding "
@@ -726,6 +810,12 @@ def classify(result: LogResult) -> list[Finding]:
             evidence={"total_lines": result.total_lines, "unparsed_lines": result.unparsed_lines,
                       "unparsed_examples": list(result.unparsed_examples), "formats": dict(result.formats)}))
     era = _era_sentence(result)
+    alternatives = [r for r in result.readings if not r.chosen and r.mean_accept_len is not None]
+    if alternatives and length is not None:
+        chosen = next((r.releases for r in result.readings if r.chosen), "the likeliest release")
+        era = (era + f" Read as {chosen}; " + "; ".join(
+            f"if the log is from {r.releases} ({r.meaning}) the mean accept len is {r.mean_accept_len:.2f}"
+            for r in alternatives) + ": pass --engine NAME==VERSION to decide.").strip()
     what = "mean accept len" if s.mean_accept_len is not None else "lifetime avg_spec_accept_length"
     lines = f" over {s.acceptance_lines} log lines" if s.mean_accept_len is not None else ""
     if length is not None and length <= ZERO_ACCEPT_LEN:
