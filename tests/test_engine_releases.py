@@ -66,7 +66,7 @@ def test_bare_name_says_which_release_it_assumed(speculators, capsys):
     assert result.release == "0.33.0" and any("assumed vllm==0.33.0" in n for n in result.notes)
     assert main(["keys", str(speculators.path), "--engine", "vllm", "--json"]) in (0, 1)
     data = json.loads(capsys.readouterr().out)
-    assert data["engine"] == "vllm==0.33.0:v2" and data["results"]["keys"]["release"] == "0.33.0"
+    assert data["engine"] == "vllm==0.33.0" and data["results"]["keys"]["release"] == "0.33.0"
 
 
 # -- SGLang key rules by release ------------------------------------------------------------------

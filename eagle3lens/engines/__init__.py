@@ -96,7 +96,7 @@ def _with_path(profile: EngineProfile, path: str | None, name: str, version: str
         raise UsageError(f"{name}=={version} has one runtime path for EAGLE-3 aux capture; drop ':{path}'")
     out = profile.with_path(path)
     spec = f"{name}=={version}" if version else name
-    if out.path and (path or out.paths):
+    if path:  # as the user wrote it; the default path is in .path and each finding's evidence
         spec += f":{out.path}"
     return replace(out, spec=spec)
 
