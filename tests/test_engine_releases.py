@@ -219,3 +219,23 @@ def test_path_suffix_refused_where_the_release_has_one_path():
         resolve("sglang==0.5.11:eager")
     with pytest.raises(UsageError, match="runtime paths"):
         resolve("vllm==0.33.0:v3")
+
+
+def test_vllm_speculators_adapter_forwards_fields_by_release(tmp_path):
+    cfg = speculators_config(norm_before_fc=True)
+    tensors = draft_tensors("layers.0.", extra={"input_norm.weight": torch.ones(3 * H, dtype=torch.bfloat16)})
+    ckpt = Checkpoint.open(write(tmp_path, tensors, cfg))
+    assert fates(simulate_load(ckpt, "vllm==0.19.0"))["input_norm.weight"] == "loaded"
+    old = simulate_load(ckpt, "vllm==0.18.0")  # norm_before_fc honoured, but not forwarded by the adapter
+    assert fates(old)["input_norm.weight"] == "dropped"
+    assert "adapter does not forward" in next(f for f in old.findings if f.code == "config/flag-ignored").detail
+    ids = simulate_load(ckpt, "vllm==0.11.0", num_target_layers=10)  # ids never read before 0.11.1
+    assert "config/aux-ids-ignored" in codes(ids)
+    assert codes(simulate_load(ckpt, "vllm==0.10.0"))["config/unrecognized"] == "critical"  # no adapter yet
+
+
+def test_sglang_tied_head_ignores_the_checkpoint_lm_head(tmp_path):
+    cfg = {**sglang_config(), "tie_word_embeddings": True}
+    result = simulate_load(Checkpoint.open(write(tmp_path, draft_tensors("midlayer."), cfg)), "sglang==0.5.11")
+    assert fates(result)["lm_head.weight"] == "dropped"
+    assert "lm_head.weight" not in {p.param.name for p in result.params}

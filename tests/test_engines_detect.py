@@ -118,3 +118,53 @@ def test_audit_version_ranges(spec):
     known = ["0.5.19", "0.5.20", "0.5.21", "0.5.23", "0.5.24", "0.6.0"]
     got = versions_in(spec, known)
     assert got == (["0.5.20", "0.5.21", "0.5.23", "0.5.24"] if ":" in spec else ["0.5.23"])
+
+
+def test_engine_installed_uses_the_detected_release(tmp_path, monkeypatch, capsys):
+    from _keys_helpers import draft_tensors, speculators_config, write
+
+    sp = site_packages(tmp_path, "0.5.11", b"a source checkout's llama_eagle3.py\n")
+    monkeypatch.syspath_prepend(str(sp))
+    ckpt = write(tmp_path / "draft", draft_tensors("layers.0."), speculators_config())
+    assert main(["keys", str(ckpt), "--engine", "installed", "--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["engine"] == "sglang==0.5.11" and data["results"]["keys"]["counts"]["dropped"] == 10
+    assert any("installed engine detected" in n for n in data["results"]["keys"]["notes"])
+
+
+def test_engine_installed_without_an_engine_is_one_line(tmp_path, capsys):
+    from _keys_helpers import draft_tensors, speculators_config, write
+
+    ckpt = write(tmp_path / "draft", draft_tensors("layers.0."), speculators_config())
+    assert main(["keys", str(ckpt), "--engine", "installed"]) == 2
+    assert "no sglang or vllm" in capsys.readouterr().err
+
+
+@pytest.mark.ssh
+def test_detect_over_ssh_on_a_loopback_host(tmp_path):
+    import sys
+
+    from _sshd import make_sshd, sshd_missing_reason, write_ed25519_key
+
+    if sshd_missing_reason():
+        pytest.skip(sshd_missing_reason())
+    from eagle3lens.engines.detect import detect_remote
+
+    key = tmp_path / "id"
+    pub = write_ed25519_key(key)
+    server = make_sshd(tmp_path / "sshd", [pub]).start()
+    try:
+        known = tmp_path / "known_hosts"
+        known.write_text(server.host_key_line())
+        config = tmp_path / "ssh_config"
+        config.write_text(f"Host e3l-gpu\n    HostName 127.0.0.1\n    Port {server.port}\n    User root\n"
+                          f"    IdentityFile {key}\n    IdentitiesOnly yes\n")
+        odd = tmp_path / "it's $(touch pwned) dir"  # quoted, never interpreted by the remote shell
+        sp = site_packages(odd, "0.5.23", FIXTURE)
+        found = detect_remote("e3l-gpu", table_for(FIXTURE), python=sys.executable, ssh_config=config,
+                              known_hosts=known, paths=[str(sp)])
+        (engine,) = found.engines
+        assert found.host == "e3l-gpu" and engine.profile == "sglang==0.5.23" and not found.findings
+        assert not (tmp_path / "pwned").exists() and not list(Path.home().glob("pwned"))
+    finally:
+        server.stop()

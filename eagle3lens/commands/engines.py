@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     if args.detect or args.host:
         from ..engines.detect import detect, detect_remote
 
-        result = (detect_remote(args.host, python=args.python, ssh_config=args.ssh_config)
+        result = (detect_remote(args.host, python=args.python, ssh_config=args.ssh_config, paths=args.path)
                   if args.host else detect(args.path or None))
         report.add("engines_detect", result)
     else:

@@ -89,8 +89,10 @@ def detect(paths: Sequence[str | Path] | None = None, table: Table | None = None
 
 
 def detect_remote(host: str, table: Table | None = None, *, python: str = "python3",
-                  ssh_config: str | None = None, known_hosts: str | None = None) -> Detection:
-    """The same probe on ``host`` over SSH: ``python3 -c PROGRAM FILES`` with every word shlex-quoted."""
+                  ssh_config: str | Path | None = None, known_hosts: str | Path | None = None,
+                  paths: Sequence[str] | None = None) -> Detection:
+    """The same probe on ``host`` over SSH: ``python3 -c PROGRAM FILES [PATH...]``, every word shlex-quoted
+    (nothing the user typed reaches the remote shell unquoted)."""
     from ..remote_ssh import connect, load_ssh_config, resolve_host
 
     table = table if table is not None else default_table()
@@ -98,7 +100,8 @@ def detect_remote(host: str, table: Table | None = None, *, python: str = "pytho
     program = Path(detect_probe.__file__).read_text()
     target = resolve_host(host, load_ssh_config(ssh_config), known_hosts)
     with connect(target) as conn:
-        status, output = conn.run([shlex.quote(w) for w in (python, "-c", program, files)], timeout=60)
+        words = [python, "-c", program, files, *(str(p) for p in paths or ())]
+        status, output = conn.run([shlex.quote(w) for w in words], timeout=60)
     if status != 0:
         last = output.strip().splitlines()[-1:] or ["no output"]
         raise UsageError(f"{host}: engine detection failed (exit {status}): {last[0][:200]!r}")
