@@ -154,6 +154,10 @@ def diagnose(
     tgt = None if target is None else target if isinstance(target, Checkpoint) else Checkpoint.open(target)
     profile = resolve(engine) if engine else None
     report = Report(checkpoint=ckpt.summary(), engine=profile.spec if profile else None)
+    if profile is not None:
+        from .engines import engine_notes
+
+        report.notes.extend(engine_notes(profile))
     ran: list[str] = []
     skipped: dict[str, str] = {}
     num_target_layers = tgt.spec.num_hidden_layers if tgt is not None else None

@@ -6,9 +6,20 @@ import json
 
 import pytest
 import torch
+from _keys_helpers import (
+    DECODER,
+    MLA_DECODER,
+    H,
+    N,
+    V,
+    draft_tensors,
+    mla_config,
+    mla_draft_tensors,
+    sglang_config,
+    speculators_config,
+    write,
+)
 
-from _keys_helpers import (DECODER, H, MLA_DECODER, N, V, draft_tensors, mla_config, mla_draft_tensors, sglang_config,
-                           speculators_config, write)
 from eagle3lens.checkpoint import Checkpoint
 from eagle3lens.cli import main
 from eagle3lens.engines import resolve
@@ -239,3 +250,26 @@ def test_sglang_tied_head_ignores_the_checkpoint_lm_head(tmp_path):
     result = simulate_load(Checkpoint.open(write(tmp_path, draft_tensors("midlayer."), cfg)), "sglang==0.5.11")
     assert fates(result)["lm_head.weight"] == "dropped"
     assert "lm_head.weight" not in {p.param.name for p in result.params}
+
+
+@pytest.mark.parametrize("engine, decoder", [("sglang==0.5.23", "midlayer."), ("vllm==0.33.0", "layers.0.")])
+def test_convert_keeps_the_mla_class_and_loads_everything(mla, tmp_path, engine, decoder):
+    from eagle3lens.convert import convert
+
+    clean = {k: mla.read(k) for k in mla.tensors if "extra_scale" not in k}
+    src = Checkpoint.open(write(tmp_path / "src", clean, mla_config()))
+    convert(src.path, engine, tmp_path / "out")
+    out = Checkpoint.open(tmp_path / "out")
+    assert out.config["architectures"] == ["Eagle3DeepseekV2ForCausalLM"]
+    assert all(k.startswith(decoder) for k in out.tensors if "_proj" in k or "layernorm" in k)
+    result = simulate_load(out, engine)
+    assert result.draft_class == "Eagle3DeepseekV2ForCausalLM" and result.dropped == () and result.left_at_init == ()
+
+
+def test_use_aux_hidden_state_false_drops_fc_from_vllm_0_12(tmp_path):
+    cfg = sglang_config()
+    cfg["eagle_config"]["use_aux_hidden_state"] = False
+    ckpt = Checkpoint.open(write(tmp_path, draft_tensors("layers.0."), cfg))
+    assert fates(simulate_load(ckpt, "vllm==0.12.0"))["fc.weight"] == "dropped"
+    assert fates(simulate_load(ckpt, "vllm==0.11.2"))["fc.weight"] == "loaded"  # not read before 0.12.0
+    assert fates(simulate_load(ckpt, "sglang==0.5.23"))["fc.weight"] == "loaded"  # SGLang always builds fc

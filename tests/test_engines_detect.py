@@ -77,7 +77,7 @@ def test_readme_engine_table_is_generated_from_the_profiles():
 def test_source_table_offline():
     from eagle3lens.engines import FILES, all_profiles
 
-    for name, files in FILES.items():
+    for files in FILES.values():
         for f in files:
             assert all(sha is None or len(sha) == 12 for _, sha in f.rows)
     for p in all_profiles():
@@ -102,13 +102,13 @@ def test_audit_compares_a_wheel_with_the_table(tmp_path):
 
     table = table_for(FIXTURE)["sglang"]
     same = fake_wheel(tmp_path / "sglang-0.5.23-py3-none-any.whl", {LOADER: FIXTURE})
-    assert compare_wheel("sglang", "0.5.23", same, table) == []
+    assert compare_wheel("0.5.23", same, table) == []
     changed = fake_wheel(tmp_path / "sglang-0.5.24-py3-none-any.whl", {LOADER: FIXTURE + b"# new\n"})
-    rows = compare_wheel("sglang", "0.5.24", changed, table)
+    rows = compare_wheel("0.5.24", changed, table)
     assert [(r.release, r.path, r.status) for r in rows] == [("0.5.24", LOADER, "changed")]
     assert rows[0].recorded == hashlib.sha256(FIXTURE).hexdigest()[:12]
     gone = fake_wheel(tmp_path / "sglang-0.5.25-py3-none-any.whl", {"other.py": b""})
-    assert compare_wheel("sglang", "0.5.25", gone, table)[0].status == "removed"
+    assert compare_wheel("0.5.25", gone, table)[0].status == "removed"
 
 
 @pytest.mark.parametrize("spec", ["0.5.20:0.5.24", "0.5.23"])

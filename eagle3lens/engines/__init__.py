@@ -101,9 +101,22 @@ def _with_path(profile: EngineProfile, path: str | None, name: str, version: str
     return replace(out, spec=spec)
 
 
+def engine_notes(profile: EngineProfile) -> list[str]:
+    """Report notes: which release a bare name assumed, which runtime path, an unverified release."""
+    out = [profile.assumed] if profile.assumed else []
+    if profile.path:
+        how = profile.path_notes.get(profile.path, "")
+        out.append(f"{profile.name} runtime path assumed: {profile.path_label}" + (f" ({how})" if how else "")
+                   + "; other paths: " + ", ".join(f":{p}" for p in profile.paths if p != profile.path))
+    if not profile.verified:
+        out.append(f"{profile.name}=={profile.release} is newer than the newest release read "
+                   f"({newest_release(profile.name)}): simulated as {profile.label}")
+    return out
+
+
 def newest_verified(name: str) -> Version | None:
     return newest_release(name)
 
 
-__all__ = ["DraftClass", "EngineProfile", "FILES", "ParamSpec", "RELEASES", "Route", "SourceFile", "all_profiles",
+__all__ = ["DraftClass", "EngineProfile", "FILES", "engine_notes", "ParamSpec", "RELEASES", "Route", "SourceFile", "all_profiles",
            "families", "known", "newest_verified", "parse_version", "resolve", "spec_parts"]

@@ -51,7 +51,7 @@ def member_hash(wheel: Path, member: str) -> str | None:
         return hashlib.sha256(z.read(info)).hexdigest()[:12]
 
 
-def compare_wheel(name: str, version: str, wheel: Path, files: Sequence[FileHashes]) -> list[AuditRow]:
+def compare_wheel(version: str, wheel: Path, files: Sequence[FileHashes]) -> list[AuditRow]:
     """The cited files whose hash in ``wheel`` differs from the table's entry for ``version``."""
     v = Version(version)
     rows = []
@@ -105,7 +105,7 @@ def audit(name: str, spec: str, cache: Path, available: Sequence[str] | None = N
         wheel = fetch(name, version, cache)
         if version not in known:
             rows.append(AuditRow(version, "-", "new-release", None, None))
-        rows += compare_wheel(name, version, wheel, FILES[name])
+        rows += compare_wheel(version, wheel, FILES[name])
     return rows
 
 

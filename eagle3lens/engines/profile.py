@@ -125,6 +125,7 @@ class EngineProfile:
     verifier_params: bool = False
     embed_param: bool = True  # vLLM 0.9.0: embed_tokens exists only with pipeline parallelism
     tie_word_embeddings: bool = False  # honours config.tie_word_embeddings (lm_head = embed_tokens)
+    reads_use_aux: bool = True  # the class drops fc when eagle_config.use_aux_hidden_state is false
     inits: dict[str, str] = field(default_factory=dict)  # role / "linear" / "norm" -> init
     # loader rule
     steps: Steps = ()
@@ -269,7 +270,7 @@ class EngineProfile:
         """The flag's value as this engine reads it: its sources in order (nested eagle_config first where the
         engine does), then legacy aliases; False when none is set."""
         if flag == "use_aux_hidden_state":
-            return spec.use_aux_hidden_state is not False
+            return not self.reads_use_aux or spec.use_aux_hidden_state is not False
         if flag == "tie_word_embeddings":
             return self.tie_word_embeddings and bool(spec.tie_word_embeddings)
         if flag not in self.honoured_flags:

@@ -49,5 +49,21 @@ def engine_table() -> str:
     return head + "\n" + "\n".join(rows)
 
 
+START, END = "<!-- engine-table:start -->", "<!-- engine-table:end -->"
+
+
+def splice(readme: str) -> str:
+    """``readme`` with the text between the engine-table markers replaced by :func:`engine_table`."""
+    head, rest = readme.split(START, 1)
+    _, tail = rest.split(END, 1)
+    return f"{head}{START}\n{engine_table()}\n{END}{tail}"
+
+
 if __name__ == "__main__":
-    print(engine_table())
+    import sys
+    from pathlib import Path
+
+    if sys.argv[1:] == ["--write"]:  # python -m eagle3lens.engines.readme --write  (rewrites ./README.md)
+        Path("README.md").write_text(splice(Path("README.md").read_text()))
+    else:
+        print(engine_table())

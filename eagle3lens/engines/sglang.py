@@ -63,6 +63,7 @@ BASE = dict(
     inits={"fc": "kaiming-uniform", "fc.bias": "uniform(±1/sqrt(fan_in))", "linear": "empty", "embed": "empty",
            "norm": "ones"},
     tie_word_embeddings=True,
+    reads_use_aux=False,  # the draft class always builds fc; use_aux_hidden_state only switches capture off
     shape_message="AssertionError: Attempted to load weight (torch.Size({got})) into parameter (torch.Size({want}))",
     config_style="sglang",
 )
@@ -70,7 +71,7 @@ BASE = dict(
 ASPECTS = (
     Aspect("loader", (
         ("0.4.4.post2", dict(steps=DELEGATING, decoder="midlayer", max_layers=1, native_decoder="midlayer.",
-                             fc_bias="always", too_many_layers="")),
+                             fc_bias="always", too_many_layers="ValueError: EAGLE3 currently only supports 1 layer")),
         ("0.4.9", dict(steps=OWN, decoder="midlayer", max_layers=1, native_decoder="midlayer.", fc_bias="config.bias",
                        too_many_layers="ValueError: EAGLE3 currently only supports 1 layer")),
         ("0.5.12", dict(steps=LEGACY + OWN, decoder="layers.{i}", max_layers=None, native_decoder="layers.{i}.",

@@ -37,7 +37,7 @@ def build_table(profile: "EngineProfile", spec: DraftSpec, source: str | Path | 
     tied = profile.flag_on(spec, "tie_word_embeddings")
     if profile.embed_param or tied:
         add(P + "embed_tokens.weight", (V, H), "embed", "embed")
-    if spec.use_aux_hidden_state is not False:
+    if profile.flag_on(spec, "use_aux_hidden_state"):
         add(P + "fc.weight", (H, n_aux * h_in), "fc", "fc")
         if profile.fc_bias == "always" or (profile.fc_bias == "config.bias" and spec.fc_bias_config):
             add(P + "fc.bias", (H,), "fc", "fc", init=profile.inits.get("fc.bias"))

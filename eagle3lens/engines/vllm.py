@@ -57,7 +57,7 @@ def _llama_steps(*, discard_d2t: bool = False, use_aux_drop: bool = False, input
     if input_norm_drop:
         steps.append(Drop("input_norm.", unless_flag="norm_before_fc", where=input_norm_drop))
     if use_aux_drop:
-        steps.append(Drop("fc.", unless_flag="use_aux_hidden_state", how="prefix"))
+        steps.append(Drop("fc.", unless_flag="use_aux_hidden_state"))
     return tuple(steps) + (_auto_loader("LlamaModel") if auto else INNER_KEYERROR)
 
 
@@ -131,13 +131,13 @@ FLAGS_22 = frozenset({"norm_before_residual", "norm_before_fc", "fc_norm", "norm
 ASPECTS = (
     Aspect("loader", (
         ("0.8.5", dict(steps=_llama_steps(), fc_gate="width-differs", max_layers=1, embed_param=True,
-                       vocab_params="mapping", qkv_bias=False)),
+                       vocab_params="mapping", qkv_bias=False, reads_use_aux=False)),
         ("0.9.0", dict(steps=_llama_steps(discard_d2t=True), fc_gate="always-assert", embed_param=False,
                        notes=("embed_tokens exists only with pipeline parallelism (llama_eagle3.py:98): at PP=1 an "
                               "embed_tokens.weight key raises KeyError",))),
         ("0.9.1", dict(steps=_llama_steps(), embed_param=True, notes=())),
         ("0.11.1", dict(max_layers=None)),
-        ("0.12.0", dict(steps=_llama_steps(use_aux_drop=True))),
+        ("0.12.0", dict(steps=_llama_steps(use_aux_drop=True), reads_use_aux=True)),
         ("0.16.0", dict(qkv_bias=True)),
         ("0.18.0", dict(steps=_llama_steps(use_aux_drop=True, input_norm_drop="top-level config only"))),
         ("0.22.0", dict(steps=_llama_steps(use_aux_drop=True, input_norm_drop="eagle_config first, then top-level"))),

@@ -301,11 +301,11 @@ def _findings(ckpt: Checkpoint, profile: EngineProfile, spec: DraftSpec, fates: 
         severe = any(f.role in CRITICAL_ROLES for f in dropped)
         logged = {f.key: f.log for f in dropped if f.log}
         silent = len(logged) < len(dropped)
-        how = ("silently drops" if not logged else "drops" if silent else "skips with a logged warning")
+        how = "" if not logged else " (a warning logged for some)" if silent else " with a logged warning"
         out.append(Finding(
             "keys/dropped", Severity.CRITICAL if severe else Severity.WARNING,
-            f"{label} {how} {len(dropped)} tensor{'s' if len(dropped) != 1 else ''}"
-            + f" ({', '.join(sorted({f.role for f in dropped}))})",
+            f"{label} {'silently ' if not logged else ''}drops {len(dropped)} tensor{'s' if len(dropped) != 1 else ''}"
+            + f" ({', '.join(sorted({f.role for f in dropped}))}){how}",
             "These weights never reach the engine; the parameters they were meant for keep their init values"
             + (" and nothing is logged." if not logged else
                "; the engine logs a warning for each" + (" of some" if silent else "") + " (look for it in the log)."),
