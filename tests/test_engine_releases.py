@@ -273,3 +273,16 @@ def test_use_aux_hidden_state_false_drops_fc_from_vllm_0_12(tmp_path):
     assert fates(simulate_load(ckpt, "vllm==0.12.0"))["fc.weight"] == "dropped"
     assert fates(simulate_load(ckpt, "vllm==0.11.2"))["fc.weight"] == "loaded"  # not read before 0.12.0
     assert fates(simulate_load(ckpt, "sglang==0.5.23"))["fc.weight"] == "loaded"  # SGLang always builds fc
+
+
+def test_num_aux_hidden_states_and_use_aux_norm(tmp_path):
+    cfg = {**sglang_config(), "num_aux_hidden_states": 4, "use_aux_norm": True}
+    norms = {f"fc_norm.{j}.weight": torch.ones(H, dtype=torch.bfloat16) for j in range(4)}
+    ckpt = Checkpoint.open(write(tmp_path, draft_tensors("layers.0.", n_aux=4, extra=norms), cfg))
+    new = simulate_load(ckpt, "sglang==0.5.12")  # num_aux_hidden_states over len(eagle_config ids); use_aux_norm
+    assert "keys/shape-mismatch" not in codes(new) and all(fates(new)[k] == "loaded" for k in norms)
+    old = simulate_load(ckpt, "sglang==0.5.11")  # fixed at 3 aux states, no fc_norm
+    assert codes(old)["keys/shape-mismatch"] == "critical" and codes(old)["config/flag-ignored"] == "critical"
+    vllm = simulate_load(ckpt, "vllm==0.33.0")  # counts num_aux_hidden_states, but reads fc_norm only
+    assert "keys/shape-mismatch" not in codes(vllm)
+    assert next(f for f in vllm.findings if f.code == "config/flag-ignored").evidence["flag"] == "fc_norm"
