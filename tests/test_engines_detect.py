@@ -168,3 +168,14 @@ def test_detect_over_ssh_on_a_loopback_host(tmp_path):
         assert not (tmp_path / "pwned").exists() and not list(Path.home().glob("pwned"))
     finally:
         server.stop()
+
+
+def test_doctor_records_the_detected_engine(tmp_path, monkeypatch):
+    from _keys_helpers import draft_tensors, sglang_config, write
+    from eagle3lens.doctor import diagnose
+
+    sp = site_packages(tmp_path, "0.5.12", b"patched\n")
+    monkeypatch.syspath_prepend(str(sp))
+    report = diagnose(write(tmp_path / "draft", draft_tensors("midlayer."), sglang_config()), engine="installed")
+    assert report.engine == "sglang==0.5.12"
+    assert any("installed engine detected" in n and "match no release" in n for n in report.notes)
