@@ -35,11 +35,6 @@ class EnginesTable:
     def to_dict(self) -> dict:
         return {"engines": [_row(p) for p in self.profiles]}
 
-    def __rich__(self):
-        from ..plots.keys import engines_rich
-
-        return engines_rich(self.profiles)
-
 
 def _row(p) -> dict:
     return {"spec": p.spec, "label": p.label, "kind": p.kind, "source": p.source, "releases": list(p.releases),

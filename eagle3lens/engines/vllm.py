@@ -123,7 +123,8 @@ BASE = dict(
 
 REQUIRES_N = (("draft_vocab_size", "AttributeError: 'LlamaConfig' object has no attribute 'draft_vocab_size' "
                                    "(ParallelLMHead(config.draft_vocab_size))"),)
-NEVER_SHARED = {"embed": "shared from the target (the proposer sets the draft's embed_tokens to the target's)"}
+NEVER_SHARED = {"embed": "shared from the target when the checkpoint has no embed_tokens (v1/spec_decode/eagle.py); "
+                                "EAGLE-3 never shares lm_head"}
 SHARED = {"embed": "shared from the target when absent from the checkpoint (or equal to the target's)",
           "lm_head": "shared from the target when absent from the checkpoint"}
 FLAGS_22 = frozenset({"norm_before_residual", "norm_before_fc", "fc_norm", "norm_output"})

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from rich.markup import escape
+
 import html
 from typing import Any
-
-from rich.markup import escape
 
 FATE_STYLE = {"raises": "bold red", "dropped": "bold red", "loaded-shard": "green", "loaded": "green",
               "converted": "cyan", "skipped": "dim"}
@@ -99,7 +99,7 @@ def diff_rich(result: Any):
 
 
 def _versions(p: Any) -> str:
-    """The group's release range ("0.4.9–0.5.1.post3", "0.9.x"); "any" for the unversioned EAGLE reference."""
+    """The label's version range ("0.4.0–0.5.11", "0.9.x"); "any" for the unversioned EAGLE reference."""
     prefix = f"{p.name} "
     return p.label[len(prefix):] if p.versions is not None and p.label.lower().startswith(prefix) else "any"
 
@@ -109,28 +109,21 @@ def _flags(p: Any) -> str:
     return "all four" if len(flags) == 4 else "\n".join(flags) or "none"
 
 
-def _ids(p: Any) -> str:
-    paths = [p.with_path(name) for name in p.paths] or [p]
-    rows = []
-    for q in paths:
-        ids = " → ".join(q.aux_ids_sources) or "defaults"
-        rows.append((f"{q.path}: " if q.path else "") + ids)
-    return "\n".join(rows) + f"\n[dim]{p.aux_id_convention} conv.[/]"
-
-
 def engines_rich(profiles: Any):
-    """Engine profiles in 80 columns: one row per version group, the (long) source files listed under the table."""
+    """Engine profiles in 80 columns: one row per profile, the (long) source files listed under the table."""
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
 
-    table = Table(title="engine profiles (version groups)", expand=False)
-    table.add_column("versions\n[dim]--engine[/]", no_wrap=True)
-    table.add_column("unknown\nkeys", no_wrap=True)
-    table.add_column("aux ids read from", overflow="fold")
-    table.add_column("flags honoured", no_wrap=True)
+    table = Table(title="engine profiles", expand=False)
+    table.add_column("--engine", no_wrap=True)
+    table.add_column("versions", no_wrap=True)
+    table.add_column("unknown\nkeys")
+    table.add_column("aux ids read from")
+    table.add_column("flags honoured")
     for p in profiles:
-        table.add_row(f"{_versions(p)}\n[dim]{p.spec}[/]", p.unknown, _ids(p), _flags(p))
+        ids = " → ".join(p.aux_ids_sources) or "hard-coded"
+        table.add_row(p.spec, _versions(p), p.unknown, f"{ids}\n[dim]{p.aux_id_convention}-of-layer[/]", _flags(p))
     sources = Text("read from:\n", style="bold")
     for p in profiles:
         sources.append(f"{p.spec}", style="bold").append(f" ({p.label}): ", style="dim").append(p.source + "\n")
