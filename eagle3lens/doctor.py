@@ -176,6 +176,7 @@ def diagnose(
         skipped["keys"] = skipped["aux_layers"] = skipped["wiring"] = "no config.json: nothing to build the draft from"
     elif profile is not None:
         run("keys", simulate_load, ckpt, profile, num_target_layers=num_target_layers)
+        report.notes.extend(n for n in report.results["keys"].notes if n.startswith("the runtime paths differ"))
     else:
         skipped["keys"] = "no --engine given: load simulation not run"
     run("vocab", inspect_vocab, ckpt, target=tgt)

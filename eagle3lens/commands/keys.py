@@ -17,7 +17,9 @@ def run(args: argparse.Namespace) -> int:
     ckpt = Checkpoint.open(args.checkpoint).require_draft()
     report = Report(checkpoint=ckpt.summary(), engine=profile.spec)
     report.notes.extend(engine_notes(profile))
-    report.add("keys", simulate_load(ckpt, profile, num_target_layers=args.target_layers))
+    result = simulate_load(ckpt, profile, num_target_layers=args.target_layers)
+    report.notes.extend(n for n in result.notes if n.startswith("the runtime paths differ"))
+    report.add("keys", result)
     return finish(report, args)
 
 

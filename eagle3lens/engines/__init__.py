@@ -114,9 +114,23 @@ def engine_notes(profile: EngineProfile) -> list[str]:
     return out
 
 
+def as_profile(engine: "str | EngineProfile | None") -> EngineProfile | None:
+    """What every probe's ``engine=`` accepts: a ``NAME[==VERSION][:PATH]`` spec or a profile; None stays None."""
+    return None if engine is None else resolve(engine)
+
+
+# the loader each config flavour is written for: who judges a draft when no engine is named
+_OWN_LOADER = {"speculators": "speculators", "sglang": "sglang", "eagle": "eagle"}
+
+
+def own_loader(flavour: str) -> EngineProfile:
+    """The profile of the loader a config ``flavour`` is written for (vLLM's newest for an unknown flavour)."""
+    return resolve(_OWN_LOADER.get(flavour, "vllm"))
+
+
 def newest_verified(name: str) -> Version | None:
     return newest_release(name)
 
 
-__all__ = ["DraftClass", "EngineProfile", "FILES", "engine_notes", "ParamSpec", "RELEASES", "Route", "SourceFile", "all_profiles",
+__all__ = ["DraftClass", "EngineProfile", "FILES", "as_profile", "engine_notes", "own_loader", "ParamSpec", "RELEASES", "Route", "SourceFile", "all_profiles",
            "families", "known", "newest_verified", "parse_version", "resolve", "spec_parts"]

@@ -8,7 +8,8 @@ fields merged with the row of each aspect that holds there.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Mapping
 
 from packaging.version import Version
@@ -27,7 +28,7 @@ class Aspect:
     def at(self, version: Version) -> Mapping[str, Any]:
         merged: dict[str, Any] = {}
         for first, fields in self.rows:
-            if Version(first) <= version:
+            if _v(first) <= version:
                 merged.update(fields)
         return merged
 
@@ -38,19 +39,24 @@ class FileHashes:
 
     path: str
     rows: tuple[tuple[str, str | None], ...]
+    _parsed: tuple[tuple[Version, str | None], ...] = field(default=(), init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_parsed", tuple((_v(first), sha) for first, sha in self.rows))
 
     def at(self, version: Version) -> str | None:
         found: str | None = None
-        for first, sha in self.rows:
-            if Version(first) <= version:
-                found = sha
+        for first, sha in self._parsed:
+            if first > version:
+                break
+            found = sha
         return found
 
 
 def build_groups(name: str, base: Mapping[str, Any], aspects: tuple[Aspect, ...],
                  files: tuple[FileHashes, ...]) -> tuple[EngineProfile, ...]:
     releases = RELEASES[name]
-    bounds = sorted({Version(first) for a in aspects for first, _ in a.rows})
+    bounds = sorted({_v(first) for a in aspects for first, _ in a.rows})
     out = []
     for k, low in enumerate(bounds):
         high = bounds[k + 1] if k + 1 < len(bounds) else None
@@ -72,6 +78,11 @@ def build_groups(name: str, base: Mapping[str, Any], aspects: tuple[Aspect, ...]
             **fields)
         out.append(profile.with_path(None) if profile.paths else profile)
     return tuple(out)
+
+
+@lru_cache(maxsize=None)
+def _v(text: str) -> Version:
+    return Version(text)
 
 
 def _cite(f: FileHashes, members: tuple[str, ...]) -> SourceFile:

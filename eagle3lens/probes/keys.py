@@ -185,7 +185,8 @@ def simulate_load(ckpt: Checkpoint, engine: EngineProfile | str, num_target_laye
     mapping = {f.key: f.param for f in fates if f.param and f.fate in ("loaded", "loaded-shard", "converted")}
     findings = _findings(ckpt, profile, spec, fates, sources, recognised, num_target_layers)
     if profile.path:  # every finding says which runtime path it assumed
-        findings = [replace(f, evidence={**f.evidence, "runtime_path": profile.path_label}) for f in findings]
+        findings = [replace(f, detail=f"{f.detail} (Assumed runtime path: {profile.path_label}.)".strip(),
+                            evidence={**f.evidence, "runtime_path": profile.path_label}) for f in findings]
     notes = profile.notes + _release_notes(profile) + _path_notes(ckpt, profile, num_target_layers)
     return LoadResult(str(ckpt.path), profile.spec, profile.label, profile.source, recognised, tuple(fates),
                       sources, tuple(findings), notes, mapping, profile.draft_class, profile.release, profile.path)
