@@ -179,3 +179,11 @@ def test_doctor_records_the_detected_engine(tmp_path, monkeypatch):
     report = diagnose(write(tmp_path / "draft", draft_tensors("midlayer."), sglang_config()), engine="installed")
     assert report.engine == "sglang==0.5.12"
     assert any("installed engine detected" in n and "match no release" in n for n in report.notes)
+
+
+def test_engines_help_documents_the_spec_syntax(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["engines", "--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert "NAME==VERSION:PATH" in out and ":cuda-graph" in out and ":v1 | :v2" in out and "installed" in out
