@@ -33,6 +33,7 @@ PROBES: dict[str, tuple[str, ...]] = {
     "logs": ("probes/logs.py",),
     "doctor": ("doctor.py",),
     "convert": ("convert.py",),
+    "detect": ("engines/detect.py",),  # `engines --detect`: the engine actually installed
 }
 
 
@@ -138,6 +139,13 @@ CODES: tuple[Code, ...] = (
                  "error in `evidence`"),
     Code("launch/speculation-off", owner="wiring", severity="warning", rank=215,
          meaning="the launch names no speculative algorithm: the draft is never used"),
+    Code("keys/d2t-discarded", owner="keys", severity="critical", rank=130,
+         meaning="the engine loads d2t and then throws it away (vLLM 0.9.0–0.9.0.1): draft ids are used raw as "
+                 "target ids"),
+    Code("engine/unverified-version", owner="keys", severity="warning", rank=240,
+         meaning="the release is newer than the newest one read: simulated with the newest group"),
+    Code("engine/patched-source", owner="detect", severity="warning", rank=240,
+         meaning="an installed engine's loader file matches no released wheel (source checkout or patch)"),
     Code("logs/zero-acceptance", owner="logs", severity="critical", rank=220,
          meaning="mean accept length ≤ 1.05: proposals are (almost) never right"),
     Code("logs/low-acceptance", owner="logs", severity="warning", rank=220,

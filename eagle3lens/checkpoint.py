@@ -24,6 +24,7 @@ INDEX_NAMES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth")
 DECODER_KEY = re.compile(r"^(?P<prefix>(?:model\.)?(?:midlayer|layers\.(?P<index>\d+))\.)")
 FLAG_NAMES = ("norm_before_residual", "norm_before_fc", "fc_norm", "norm_output")
+MLA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,17 @@ class DraftSpec:
     fc_out_features: int | None = None
     lm_head_rows: int | None = None
     verifier: str | None = None
+    # how the engines read the config beyond the flat flags (issue 14): nested eagle_config flags,
+    # legacy aliases (use_aux_norm), declared aux counts, tied heads, MLA attention sizes
+    nested_flags: dict[str, bool | None] = field(default_factory=dict)  # eagle_config[flag]; None: not there
+    aliases: dict[str, bool | None] = field(default_factory=dict)  # legacy flag names: use_aux_norm
+    num_aux_declared: dict[str, int] = field(default_factory=dict)  # num_aux_hidden_states / num_aux_layers
+    tie_word_embeddings: bool | None = None
+    q_lora_rank: int | None = None
+    kv_lora_rank: int | None = None
+    qk_nope_head_dim: int | None = None
+    qk_rope_head_dim: int | None = None
+    v_head_dim: int | None = None
 
     @property
     def is_draft(self) -> bool:
@@ -494,6 +506,9 @@ def build_spec(config: dict[str, Any] | None, tensors: dict[str, TensorInfo]) ->
         by_source["top-level"] = top_ids
     if nested_ids is not None:
         by_source["eagle_config"] = nested_ids
+    nested_layer_ids = _ids(eagle_cfg.get("layer_ids"))  # vLLM's V2 runner reads eagle_config["layer_ids"]
+    if nested_layer_ids is not None:
+        by_source["eagle_config.layer_ids"] = nested_layer_ids
     own_source = "top-level" if flavour == "speculators" else "eagle_config"
     if own_source not in by_source and by_source:
         own_source = next(iter(by_source))
@@ -564,6 +579,13 @@ def build_spec(config: dict[str, Any] | None, tensors: dict[str, TensorInfo]) ->
         fc_out_features=fc_out,
         lm_head_rows=lm_head.shape[0] if lm_head is not None and lm_head.shape else None,
         verifier=verifier,
+        nested_flags={name: (eagle_cfg[name] if isinstance(eagle_cfg.get(name), bool) else None) for name in FLAG_NAMES},
+        aliases={"use_aux_norm": config["use_aux_norm"] if isinstance(config.get("use_aux_norm"), bool) else None},
+        num_aux_declared={k: v for k in ("num_aux_hidden_states", "num_aux_layers")
+                          if (v := _int(config.get(k)) or 0) > 0},
+        tie_word_embeddings=(text_cfg["tie_word_embeddings"] if isinstance(text_cfg.get("tie_word_embeddings"), bool)
+                             else None),
+        **{k: _int(text_cfg.get(k)) for k in MLA_FIELDS},
     )
 
 

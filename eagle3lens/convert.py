@@ -122,7 +122,7 @@ def convert(ckpt_path: str | Path, to: str | None, out: str | Path | None, in_pl
         _check_out(ckpt, Path(out), single_file)
     if not ckpt.spec.is_draft:
         raise ConversionRefused(f"{ckpt.path}: not an EAGLE-3 draft (layout {ckpt.layout}); nothing to convert")
-    profile = resolve(to) if to else None
+    profile = resolve(to).for_config(ckpt.config) if to else None  # the draft class the engine picks (MLA, Qwen3...)
     plan = _plan(ckpt, profile) if profile else _Plan({n: n for n in ckpt.tensors}, [], dict(ckpt.config or {}), [], [], [])
     if plan.refusals and not force:
         raise ConversionRefused(f"{ckpt.path}: cannot convert faithfully to {profile.spec}: " + "; ".join(plan.refusals)
@@ -267,7 +267,7 @@ def _convert_config(config: dict[str, Any], spec, profile: EngineProfile):
             changes.append("speculators config built from the flat Llama config; verifier unknown: set "
                            "speculators_config.verifier.name_or_path (vLLM requires it) and check speculative_tokens (3)")
     elif style == "sglang":
-        new = {**_flat_llama(config, spec), "architectures": ["LlamaForCausalLMEagle3"], "draft_vocab_size": n,
+        new = {**_flat_llama(config, spec), "architectures": [profile.draft_class], "draft_vocab_size": n,
                "tie_word_embeddings": False}
         if spec.target_hidden_size_declared:
             new["target_hidden_size"] = spec.target_hidden_size_declared
@@ -276,7 +276,7 @@ def _convert_config(config: dict[str, Any], spec, profile: EngineProfile):
                                    "use_aux_hidden_state": spec.use_aux_hidden_state is not False}
             changes.append(f"eagle_config.eagle_aux_hidden_state_layer_ids {[i - 1 for i in hf_ids]} "
                            f"(SGLang output-of-layer convention for HF hidden_states {hf_ids})")
-        changes.append("flat Llama config with architectures ['LlamaForCausalLMEagle3']")
+        changes.append(f"flat config with architectures ['{profile.draft_class}']")
         _carry(new, carried, changes)
     else:  # eagle
         new = {**_flat_llama(config, spec), "architectures": ["LlamaForCausalLM"], "draft_vocab_size": n}

@@ -68,8 +68,9 @@ VARIANTS = {  # directory -> (what it is, findings on their own, findings added 
                     [], SPECULATORS_ON_SGLANG_OLD),
     "eagle": ("the same weights in EAGLE/SpecForge layout (midlayer.*, flat LlamaForCausalLMEagle3 config, "
               "eagle_config ids [1, 4, 6] in SGLang's output-of-layer convention, no embed_tokens); healthy "
-              "on SGLang, but vLLM 0.33.0 reads the nested ids raw (one layer early)",
-              [], {"vllm==0.33.0": ["config/aux-ids-shifted"]}),
+              "on SGLang, but vLLM 0.33.0's default V2 runner never reads the nested ids (its default layers are "
+              "captured) and its V1 runner reads them raw (one layer early)",
+              [], {"vllm==0.33.0": ["config/aux-ids-ignored"], "vllm==0.33.0:v1": ["config/aux-ids-shifted"]}),
     "broken-d2t-double-subtracted": ("d2t 'fixed' by subtracting arange from values that were already offsets",
                                      ["vocab/d2t-double-subtracted"], SPECULATORS_ON_SGLANG_OLD),
     "broken-d2t-absolute": ("d2t holds absolute target ids instead of offsets (d2t + arange)",

@@ -109,6 +109,10 @@ def diagnose(
     tgt = as_checkpoint(target)
     profile = as_profile(engine or None)
     report = Report(checkpoint=ckpt.summary(), engine=profile.spec if profile else None)
+    if profile is not None:
+        from .engines import engine_notes
+
+        report.notes.extend(engine_notes(profile))
     ran: list[str] = []
     skipped: dict[str, str] = {}
 
@@ -126,6 +130,7 @@ def diagnose(
         skipped["keys"] = skipped["aux_layers"] = skipped["wiring"] = "no config.json: nothing to build the draft from"
     elif profile is not None:
         run("keys", simulate_load, ckpt, profile, target=tgt)
+        report.notes.extend(n for n in report.results["keys"].notes if n.startswith("the runtime paths differ"))
     else:
         skipped["keys"] = "no --engine given: load simulation not run"
     run("vocab", inspect_vocab, ckpt, target=tgt)

@@ -80,3 +80,36 @@ def write(dir: Path, tensors: dict, config: dict | None, shards: int = 1) -> Pat
 
 def speculators_draft(dir: Path, **kw) -> Path:
     return write(dir, draft_tensors("layers.0."), speculators_config(), **kw)
+
+
+# -- a Kimi-K2.5-like MLA draft (Eagle3DeepseekV2ForCausalLM: DeepSeek-V2 multi-latent attention) --------------
+Q_RANK, KV_RANK, NOPE, ROPE, V_DIM = 8, 8, 4, 2, 4
+MLA_DECODER = ("self_attn.q_a_proj.weight", "self_attn.q_a_layernorm.weight", "self_attn.q_b_proj.weight",
+               "self_attn.kv_a_proj_with_mqa.weight", "self_attn.kv_a_layernorm.weight", "self_attn.kv_b_proj.weight",
+               "self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
+               "input_layernorm.weight", "hidden_norm.weight", "post_attention_layernorm.weight")
+
+
+def mla_draft_tensors(prefix: str = "layers.0.", extra: dict | None = None) -> dict[str, torch.Tensor]:
+    """Checkpoint names as SpecForge writes a Kimi-K2.5 EAGLE-3 draft (q_a_proj and kv_a_proj_with_mqa unfused)."""
+    torch.manual_seed(0)
+    shapes = {
+        "self_attn.q_a_proj.weight": (Q_RANK, 2 * H), "self_attn.q_a_layernorm.weight": (Q_RANK,),
+        "self_attn.q_b_proj.weight": (HEADS * (NOPE + ROPE), Q_RANK),
+        "self_attn.kv_a_proj_with_mqa.weight": (KV_RANK + ROPE, 2 * H), "self_attn.kv_a_layernorm.weight": (KV_RANK,),
+        "self_attn.kv_b_proj.weight": (HEADS * (NOPE + V_DIM), KV_RANK), "self_attn.o_proj.weight": (H, HEADS * V_DIM),
+        "mlp.gate_proj.weight": (INTER, H), "mlp.up_proj.weight": (INTER, H), "mlp.down_proj.weight": (H, INTER),
+        "input_layernorm.weight": (H,), "hidden_norm.weight": (H,), "post_attention_layernorm.weight": (H,),
+    }
+    out = {prefix + k: torch.randn(s, dtype=torch.bfloat16) for k, s in shapes.items()}
+    base = draft_tensors(prefix)
+    out.update({k: base[k] for k in ("fc.weight", "norm.weight", "lm_head.weight", "embed_tokens.weight", "d2t", "t2d")})
+    out.update(extra or {})
+    return out
+
+
+def mla_config(ids=(1, 4, 6), arch: str = "Eagle3DeepseekV2ForCausalLM") -> dict:
+    return {**llama_fields(), "model_type": "kimi_k2", "architectures": [arch], "draft_vocab_size": N,
+            "q_lora_rank": Q_RANK, "kv_lora_rank": KV_RANK, "qk_nope_head_dim": NOPE, "qk_rope_head_dim": ROPE,
+            "v_head_dim": V_DIM, "eagle_config": {"eagle_aux_hidden_state_layer_ids": list(ids),
+                                                  "use_aux_hidden_state": True}}

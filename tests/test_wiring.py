@@ -47,7 +47,8 @@ def test_resolver_reads_each_engines_source_and_convention(demo_dir):
 
 def test_resolver_flags_shifted_out_of_range_duplicate_and_width(demo_dir):
     spec = Checkpoint.open(demo_dir / "eagle").spec
-    vllm = resolve_aux_layers(spec, 10, resolve("vllm==0.33.0"))  # SGLang-convention ids read raw by vLLM
+    # read raw by the V1 runner only (0.1.0 said by vllm==0.33.0; its default V2 runner never reads them)
+    vllm = resolve_aux_layers(spec, 10, resolve("vllm==0.33.0:v1"))
     assert vllm.captured == (1, 4, 6) and "config/aux-ids-shifted" in codes(vllm)
     bad = dataclasses.replace(spec, aux_ids_by_source={"eagle_config": (9, 4, 4, 1)}, aux_layer_ids=(9, 4, 4, 1))
     res = resolve_aux_layers(bad, 10, resolve("sglang==0.5.11"))

@@ -48,7 +48,8 @@ def register(sub: argparse._SubParsersAction) -> None:
             "eagle3lens doctor demo/speculators --engine sglang==0.5.11 --html report.html"),
     )
     p.add_argument("checkpoint", metavar="CKPT", help="draft checkpoint (directory or file)")
-    p.add_argument("--engine", metavar="E", help="serving engine, NAME[==VERSION], e.g. sglang==0.5.11, vllm==0.33.0")
+    p.add_argument("--engine", metavar="E", help="serving engine, NAME[==VERSION][:PATH] or installed, e.g. sglang==0.5.11, "
+                        "vllm==0.33.0:v1 (eagle3lens engines --help explains the forms)")
     p.add_argument("--target", metavar="T", help="target model checkpoint (HF layout): copies, wiring, aux layers")
     p.add_argument("--log", metavar="FILE", help="server log with acceptance lines (SGLang or vLLM)")
     p.add_argument("--launch", metavar="CMD",

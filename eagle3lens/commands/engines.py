@@ -1,4 +1,4 @@
-"""``eagle3lens engines``: the known engine profiles, their version ranges and the sources they were read from."""
+"""``eagle3lens engines``: the engine version groups, their release ranges and sources; ``--detect`` the installed one."""
 
 from __future__ import annotations
 
@@ -7,8 +7,24 @@ import argparse
 from ..findings import Report
 from . import add_output_options, example_epilog, finish
 
+SYNTAX = """\
+engine specs (--engine E in keys, doctor, trace, convert, logs):
+  NAME                 the newest release read (the report says which one it assumed)
+  NAME==VERSION        any release by PEP 440: 0.5.11, 0.5.3.post2, 0.5.0rc2, 0.25.0.dev3; before the
+                       engine had EAGLE-3 (sglang < 0.4.4.post2, vllm < 0.8.5) is refused; newer than the
+                       newest release read is simulated with the newest group (engine/unverified-version)
+  NAME==VERSION:PATH   a runtime path the engine can take for EAGLE-3 aux capture:
+                         sglang 0.4.9-0.5.10.post1   :cuda-graph (default) | :eager (--disable-cuda-graph)
+                         vllm 0.17.0-0.33.0          :v1 | :v2  (VLLM_USE_V2_MODEL_RUNNER; the default is V1
+                                                     up to 0.22.1, V2 from 0.23.0 for dense targets and
+                                                     from 0.29.0 for every target)
+  installed            the engine `engines --detect` finds in this Python environment
+"""
+
 
 class EnginesTable:
+    """Every version group of every engine (data for the table view and the README)."""
+
     findings: tuple = ()
 
     def __init__(self) -> None:
@@ -17,26 +33,48 @@ class EnginesTable:
         self.profiles = all_profiles()
 
     def to_dict(self) -> dict:
-        return {"engines": [{"spec": p.spec, "label": p.label, "kind": p.kind, "source": p.source,
-                             "aux_ids_sources": list(p.aux_ids_sources), "aux_id_convention": p.aux_id_convention,
-                             "honoured_flags": sorted(p.honoured_flags), "fc_gate": p.fc_gate,
-                             "unknown_keys": p.unknown, "missing_d2t": p.missing_d2t} for p in self.profiles]}
+        return {"engines": [_row(p) for p in self.profiles]}
 
-    def __rich__(self):
-        from ..plots.keys import engines_rich
 
-        return engines_rich(self.profiles)
+def _row(p) -> dict:
+    return {"spec": p.spec, "label": p.label, "kind": p.kind, "source": p.source, "releases": list(p.releases),
+            "aux_ids_sources": list(p.aux_ids_sources), "aux_id_convention": p.aux_id_convention,
+            "paths": {name: list(p.with_path(name).aux_ids_sources) for name in p.paths},
+            "default_path": p.default_path, "honoured_flags": sorted(p.honoured_flags), "fc_gate": p.fc_gate,
+            "unknown_keys": p.unknown, "missing_d2t": p.missing_d2t, "draft_classes": [p.draft_class] +
+            [c.name for c in p.classes], "loader_steps": p.describe_steps(),
+            "sources": [{"path": s.path, "hashes": [{"first": a, "last": b, "sha12": h} for a, b, h in s.hashes]}
+                        for s in p.sources]}
 
 
 def run(args: argparse.Namespace) -> int:
     report = Report(checkpoint={})
-    report.add("engines", EnginesTable())
+    if args.detect or args.host:
+        from ..engines.detect import detect, detect_remote
+
+        result = (detect_remote(args.host, python=args.python, ssh_config=args.ssh_config, paths=args.path)
+                  if args.host else detect(args.path or None))
+        report.add("engines_detect", result)
+    else:
+        report.add("engines", EnginesTable())
     return finish(report, args)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("engines", help="list engine profiles with version ranges and source files",
+    p = sub.add_parser("engines", help="list engine version groups with release ranges and source files; "
+                                       "--detect the installed engine",
                        formatter_class=argparse.RawDescriptionHelpFormatter,
-                       epilog=example_epilog("eagle3lens engines", "eagle3lens engines --json"))
+                       description=SYNTAX,
+                       epilog=example_epilog("eagle3lens engines", "eagle3lens engines --json",
+                                             "eagle3lens engines --detect",
+                                             "eagle3lens engines --detect --host gpu1"))
+    p.add_argument("--detect", action="store_true",
+                   help="find the installed sglang / vllm (package metadata, never imported), hash its loader files "
+                        "and name the matching profile; engine/patched-source when a file matches no release")
+    p.add_argument("--host", metavar="H", help="run --detect on GPU host H over SSH (implies --detect)")
+    p.add_argument("--python", default="python3", help="the Python on --host whose packages to inspect")
+    p.add_argument("--ssh-config", metavar="FILE", help="ssh config file for --host (default ~/.ssh/config)")
+    p.add_argument("--path", action="append", metavar="DIR",
+                   help="look in this site-packages directory instead of this interpreter's (repeatable)")
     add_output_options(p)
     p.set_defaults(func=run)

@@ -10,13 +10,16 @@ from . import add_output_options, example_epilog, finish
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..engines import resolve
+    from ..engines import engine_notes, resolve
     from ..probes.keys import simulate_load
 
     profile = resolve(args.engine)
     ckpt = Checkpoint.open(args.checkpoint).require_draft()
     report = Report(checkpoint=ckpt.summary(), engine=profile.spec)
-    report.add("keys", simulate_load(ckpt, profile, num_target_layers=args.target_layers))
+    report.notes.extend(engine_notes(profile))
+    result = simulate_load(ckpt, profile, num_target_layers=args.target_layers)
+    report.notes.extend(n for n in result.notes if n.startswith("the runtime paths differ"))
+    report.add("keys", result)
     return finish(report, args)
 
 
@@ -27,7 +30,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                                              "eagle3lens keys demo/eagle --engine vllm==0.33.0 --json",
                                              "eagle3lens engines            # the known NAME==VERSION values"))
     p.add_argument("checkpoint", metavar="CKPT", help="draft checkpoint directory or file")
-    p.add_argument("--engine", "-e", required=True, metavar="E", help="NAME[==VERSION], e.g. sglang==0.5.11, vllm==0.33.0")
+    p.add_argument("--engine", "-e", required=True, metavar="E", help="NAME[==VERSION][:PATH] or installed, e.g. sglang==0.5.11, vllm==0.33.0:v1 "
+                        "(eagle3lens engines --help explains the forms)")
     p.add_argument("--target-layers", type=int, default=None, metavar="L",
                    help="number of target layers, to check aux layer defaults")
     add_output_options(p)

@@ -1,20 +1,37 @@
-"""Engine profiles as data and the registry that resolves ``NAME[==VERSION]`` to one of them.
+"""Engine profiles as data and the registry that resolves ``NAME[==VERSION][:PATH]`` to one of them.
+
+Versions parse by PEP 440 (``.postN``, ``rcN``, ``devN``); a release before the engine had EAGLE-3 is
+refused in one line; a release newer than the newest one read is simulated with the newest group and
+marked unverified; a bare name means the newest release read, and the profile says so.
 
 >>> resolve("sglang==0.5.11").label
-'sglang 0.4.0–0.5.11'
+'sglang 0.5.11'
+>>> resolve("vllm==0.33.0:v1").path
+'v1'
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
+
+from packaging.version import Version
 
 from ..errors import UsageError
 from . import sglang, training, vllm
-from .profile import EngineProfile, ParamSpec, Route
+from .profile import DraftClass, EngineProfile, ParamSpec, SourceFile
+from .steps import Route
+from .versions import (
+    BEFORE,
+    RELEASES,
+    first_release,
+    newest_release,
+    parse_version,
+    spec_parts,
+)
 
 _PROFILES: tuple[EngineProfile, ...] = sglang.PROFILES + vllm.PROFILES + training.PROFILES
-_SPEC = re.compile(r"^\s*(?P<name>[A-Za-z][\w-]*)\s*(?:==\s*(?P<version>[0-9][0-9A-Za-z.+-]*))?\s*$")
+FILES = {"sglang": sglang.SGLANG_FILES, "vllm": vllm.VLLM_FILES}
+DETECT_FILES = {"sglang": sglang.DETECT_FILES, "vllm": vllm.DETECT_FILES}
 
 
 def all_profiles() -> tuple[EngineProfile, ...]:
@@ -22,44 +39,83 @@ def all_profiles() -> tuple[EngineProfile, ...]:
     return _PROFILES
 
 
+def families() -> dict[str, tuple[EngineProfile, ...]]:
+    out: dict[str, tuple[EngineProfile, ...]] = {}
+    for p in _PROFILES:
+        out[p.name] = out.get(p.name, ()) + (p,)
+    return out
+
+
 def known() -> str:
-    """The accepted engine names and versions, for error messages and help."""
-    return ", ".join(f"{p.spec} ({p.label})" for p in _PROFILES)
-
-
-def parse_version(text: str) -> tuple[int, ...]:
-    """'0.5.11' / '0.5.11.post1' / '0.5.11rc2' -> (0, 5, 11)."""
-    from packaging.version import InvalidVersion, Version
-
-    try:
-        return Version(text).release
-    except InvalidVersion:
-        raise UsageError(f"engine version {text!r} is not a version number (e.g. sglang==0.5.11)") from None
+    """The accepted engine names and version ranges, for error messages and help."""
+    return "; ".join(f"{name} {fam[0].range_label.split('–')[0]}–{fam[-1].range_label.split('–')[-1]}"
+                     if fam[0].versions is not None and fam[0].releases else name
+                     for name, fam in families().items())
 
 
 def resolve(spec: "str | EngineProfile") -> EngineProfile:
-    """``sglang==0.5.11`` -> the profile whose range holds 0.5.11; a bare name -> its newest profile."""
+    """``sglang==0.5.11`` -> the profile whose group holds 0.5.11; ``vllm==0.33.0:v1`` -> on runtime path v1;
+    a bare name -> its newest release read (``assumed`` says so)."""
     if isinstance(spec, EngineProfile):
         return spec
-    m = _SPEC.match(spec or "")
-    if not m:
-        raise UsageError(f"engine {spec!r}: write NAME or NAME==VERSION; known: {known()}")
-    name, version = m.group("name").lower(), m.group("version")
-    family = [p for p in _PROFILES if p.name == name]
+    if spec is not None and spec.strip().lower() == "installed":
+        from .detect import installed_profile
+
+        return installed_profile()
+    try:
+        name, version, path = spec_parts(spec or "")
+    except UsageError as exc:
+        raise UsageError(f"{exc}; known: {known()}") from None
+    family = families().get(name)
     if not family:
         raise UsageError(f"unknown engine {name!r}; known: {known()}")
+    newest = newest_release(name)
     if version is None:
-        return family[-1] if family[-1].versions is None else max(family, key=lambda p: p.versions[1])
+        profile = family[-1]
+        if newest is not None:
+            profile = replace(profile, release=str(newest), assumed=f"bare {name!r}: assumed {name}=={newest}, "
+                                                                    "the newest release read")
+        return _with_path(profile, path, name, str(newest) if newest else None)
     release = parse_version(version)
+    first = first_release(name)
+    if first is not None and release < first:
+        raise UsageError(f"{name}=={version}: no EAGLE-3 before {first} ({name} {version} has {BEFORE[name]})")
+    if family[0].versions is None:
+        raise UsageError(f"{name} has no versions; write --engine {name} (known: {known()})")
     for profile in family:
         if profile.contains(release):
-            return replace(profile, spec=f"{name}=={version}")
+            verified = newest is None or release <= newest
+            out = replace(profile, release=str(release), verified=verified)
+            return _with_path(out, path, name, version)
     ranges = ", ".join(p.label for p in family)
     raise UsageError(f"no profile for {name}=={version}: known ranges are {ranges}; known: {known()}")
 
 
-def as_profile(engine: str | EngineProfile | None) -> EngineProfile | None:
-    """What every probe's ``engine=`` accepts: a ``NAME[==VERSION]`` spec or a profile; None stays None."""
+def _with_path(profile: EngineProfile, path: str | None, name: str, version: str | None) -> EngineProfile:
+    if path and not profile.paths:
+        raise UsageError(f"{name}=={version} has one runtime path for EAGLE-3 aux capture; drop ':{path}'")
+    out = profile.with_path(path)
+    spec = f"{name}=={version}" if version else name
+    if path:  # as the user wrote it; the default path is in .path and each finding's evidence
+        spec += f":{out.path}"
+    return replace(out, spec=spec)
+
+
+def engine_notes(profile: EngineProfile) -> list[str]:
+    """Report notes: which release a bare name assumed, which runtime path, an unverified release."""
+    out = [profile.assumed] if profile.assumed else []
+    if profile.path:
+        how = profile.path_notes.get(profile.path, "")
+        out.append(f"{profile.name} runtime path assumed: {profile.path_label}" + (f" ({how})" if how else "")
+                   + "; other paths: " + ", ".join(f":{p}" for p in profile.paths if p != profile.path))
+    if not profile.verified:
+        out.append(f"{profile.name}=={profile.release} is newer than the newest release read "
+                   f"({newest_release(profile.name)}): simulated as {profile.label}")
+    return out
+
+
+def as_profile(engine: "str | EngineProfile | None") -> EngineProfile | None:
+    """What every probe's ``engine=`` accepts: a ``NAME[==VERSION][:PATH]`` spec or a profile; None stays None."""
     return None if engine is None else resolve(engine)
 
 
@@ -72,5 +128,9 @@ def own_loader(flavour: str) -> EngineProfile:
     return resolve(_OWN_LOADER.get(flavour, "vllm"))
 
 
-__all__ = ["EngineProfile", "ParamSpec", "Route", "all_profiles", "as_profile", "known", "own_loader", "resolve",
-           "parse_version"]
+def newest_verified(name: str) -> Version | None:
+    return newest_release(name)
+
+
+__all__ = ["DraftClass", "EngineProfile", "FILES", "as_profile", "engine_notes", "own_loader", "ParamSpec", "RELEASES", "Route", "SourceFile", "all_profiles",
+           "families", "known", "newest_verified", "parse_version", "resolve", "spec_parts"]

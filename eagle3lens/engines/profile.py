@@ -1,22 +1,25 @@
-"""EngineProfile: what one engine version does with an EAGLE-3 draft, as data plus a tiny interpreter.
+"""EngineProfile: what one engine release group does with an EAGLE-3 draft, as data plus a tiny interpreter.
 
-A profile names the parameters its draft class creates for a DraftSpec (``parameters``), the
-key-to-parameter rule of its loader (``route``), what it does with unknown keys, which config it
-recognises, where it reads aux layer ids and which option flags it honours. Adding an engine
-version is adding a profile in ``sglang.py`` / ``vllm.py`` / ``training.py``, never a branch here.
+A profile names the parameters its draft class creates for a DraftSpec (``parameters``), the loader
+as an ordered sequence of steps (``steps``, see ``steps.py``), how it reads the config (flags,
+aux counts, aux ids), what it shares from the target and which runtime paths it has. The draft
+classes an engine registers besides its Llama class (MLA, Qwen3) are :class:`DraftClass` overrides
+selected by the config (``for_config``). Profiles are built per version group from aspect tables in
+``sglang.py`` / ``vllm.py`` (``groups.py``); adding a behaviour is adding a step or a table row.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
-from ..checkpoint import DraftSpec
+from packaging.version import Version
 
-Version = tuple[int, ...]
-STACKED = ((".q_proj", ".qkv_proj", "q"), (".k_proj", ".qkv_proj", "k"), (".v_proj", ".qkv_proj", "v"),
-           (".gate_proj", ".gate_up_proj", "gate"), (".up_proj", ".gate_up_proj", "up"))
+from ..checkpoint import DraftSpec
+from .steps import Context, Lookup, Route, Steps, final_lookup, run
+
+FLAG_SOURCES = ("top-level",)
 
 
 @dataclass(frozen=True)
@@ -36,25 +39,50 @@ class ParamSpec:
 
 
 @dataclass(frozen=True)
-class Route:
-    """Where the loader sends one checkpoint key."""
+class SourceFile:
+    """An engine file a group's rules were read from, with its sha256[:12] per release range."""
 
-    fate: str  # loaded | loaded-shard | converted | skipped | dropped | raises
-    param: str | None = None
-    shard: str | None = None
-    reason: str = ""
+    path: str
+    hashes: tuple[tuple[str, str, str | None], ...]  # (first release, last release, sha12 or None if absent)
+
+    def describe(self) -> str:
+        rows = ", ".join(f"{h} {a}" + (f"–{b}" if b != a else "") for a, b, h in self.hashes if h)
+        return f"{self.path} [{rows}]" if rows else self.path
+
+
+@dataclass(frozen=True)
+class DraftClass:
+    """Another EAGLE-3 draft class an engine release registers, as overrides of the profile's fields."""
+
+    name: str
+    architectures: frozenset[str]
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+    model_types: frozenset[str] = frozenset()  # speculators configs: transformer_layer_config.model_type
 
 
 @dataclass(frozen=True, eq=False)
 class EngineProfile:
-    """One engine (or training loader) over a version range; every behaviour is a field."""
+    """One engine (or training loader) over a version group; every behaviour is a field."""
 
     name: str
     label: str
-    spec: str  # "sglang==0.5.11" as the user asked, else the canonical NAME==VERSION
-    source: str  # the engine file(s) and version the rules were read from
+    spec: str  # "sglang==0.5.11" as the user asked, else the canonical NAME==VERSION (":PATH" when it has paths)
+    source: str  # the engine file(s) and version the rules were read from, in words
     kind: Literal["serving", "training"]
-    versions: tuple[Version, Version] | None  # inclusive; None: unversioned (EAGLE reference)
+    versions: tuple[Version, Version | None] | None = None  # [first, next group's first); None: unversioned
+    releases: tuple[str, ...] = ()  # the known releases of the group
+    sources: tuple[SourceFile, ...] = ()
+    # the release and runtime path this resolution assumed
+    release: str | None = None
+    verified: bool = True  # False: newer than the newest release read (simulated with this group)
+    assumed: str = ""  # why this release was assumed (bare NAME)
+    path: str | None = None
+    paths: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # runtime path -> field overrides
+    default_path: str | None = None
+    path_notes: Mapping[str, str] = field(default_factory=dict)  # path -> how the engine gets there
+    # draft classes
+    draft_class: str = "LlamaForCausalLMEagle3"
+    classes: tuple[DraftClass, ...] = ()
     # recognition
     architectures: frozenset[str] = frozenset()
     arch_prefix: str | None = None  # vLLM: eagle3 method prefixes "Eagle3" to any other architecture
@@ -62,45 +90,45 @@ class EngineProfile:
     needs_speculators_config: bool = False
     # vLLM: a speculators config must give proposal_methods[0].speculative_tokens and verifier.name_or_path
     needs_speculators_fields: bool = False
+    # fields vLLM's speculators adapter copies into the config it builds (None: the config is read as written)
+    speculators_forwards: frozenset[str] | None = None
+    any_architecture: bool = False  # vLLM 0.8.5: the method picks the class, config.architectures is ignored
     unrecognized_effect: str = ""
+    requires: tuple[tuple[str, str], ...] = ()  # (config field, the engine's error when it is absent)
     # aux ids
     aux_ids_sources: tuple[str, ...] = ()
     aux_id_convention: Literal["output", "input"] = "input"
     # options and gates
     honoured_flags: frozenset[str] = frozenset()
     flag_defaults: Mapping[str, bool] = field(default_factory=dict)  # value read when a speculators config omits a flag
+    flag_sources: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # flag -> where read, first wins
+    flag_aliases: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # legacy names read as the flag
     fc_gate: Literal["width-differs", "always-assert", "always"] = "always"
     d2t_handling: Literal["hot_token_id", "draft_id_to_target_id", "buffer"] = "buffer"
-    missing_d2t: Literal["raw-index", "identity"] = "identity"
+    missing_d2t: Literal["raw-index", "identity", "raises"] = "identity"
+    missing_d2t_error: str = ""  # the engine's error when missing_d2t == "raises"
     d2t_use: str = ""  # what the engine does with a d2t at decode time, in words
     missing_d2t_use: str = ""  # what it does when the checkpoint has none, in words
     # parameter table
+    table: Literal["llama", "mla", "qwen3"] = "llama"
     param_prefix: str = ""  # "model." for the serving classes (lm_head stays outside)
     decoder: str = "layers.{i}"  # or "midlayer"
     max_layers: int | None = None
     too_many_layers: str = ""  # the engine's message when num_hidden_layers > max_layers
     fused: bool = True
-    num_aux_rule: Literal["three", "eagle_config-or-3", "top-level-or-3"] = "three"
+    num_aux_sources: tuple[str, ...] = ()  # num_aux_layers | num_aux_hidden_states | eagle_config | top-level; else 3
     fc_hidden: Literal["target", "draft"] = "target"
-    fc_bias: Literal["config.bias", "never"] = "never"
+    fc_bias: Literal["config.bias", "never", "always"] = "never"
     qkv_bias: bool = False  # honours attention_bias
     later_layers: Literal["eagle3", "plain"] = "eagle3"  # layers >= 1: hidden_norm kept (eagle3) or a plain Llama layer
-    vocab_params: Literal["none", "mapping-if-reduced", "buffers-if-reduced", "buffers"] = "none"
+    vocab_params: Literal["none", "mapping", "mapping-if-reduced", "buffers-if-reduced", "buffers"] = "none"
     verifier_params: bool = False
+    embed_param: bool = True  # vLLM 0.9.0: embed_tokens exists only with pipeline parallelism
+    tie_word_embeddings: bool = False  # honours config.tie_word_embeddings (lm_head = embed_tokens)
+    reads_use_aux: bool = True  # the class drops fc when eagle_config.use_aux_hidden_state is false
     inits: dict[str, str] = field(default_factory=dict)  # role / "linear" / "norm" -> init
-    lm_head_rows: Literal["draft_vocab_size-or-V", "draft_vocab_size"] = "draft_vocab_size-or-V"
     # loader rule
-    renames: tuple[tuple[str, str], ...] = ()  # substring renames before anything else (SGLang era B legacy map)
-    skip_substrings: tuple[str, ...] = ("t2d",)
-    d2t_substring: str | None = "d2t"
-    prefix_rule: Literal["if-not-param", "unless-lm_head", "none"] = "none"
-    model_renames: tuple[tuple[str, str], ...] = ()  # substring renames after prefixing (vLLM WeightsMapper)
-    flag_drops: tuple[tuple[str, str], ...] = ()  # (substring, flag): dropped by the loader unless flag is on
-    unknown: Literal["drop", "raise", "warn"] = "drop"
-    ignore_unknown_suffixes: tuple[str, ...] = ()
-    raise_template: str = ""  # formatted with name, loader, base, cls, available
-    loader_classes: tuple[tuple[str, str], ...] = (("", "Model"),)  # (key prefix, module whose loader runs)
-    module_classes: tuple[tuple[str, str], ...] = ()  # (path suffix, class name) for raise messages
+    steps: Steps = ()
     shape_message: str = "shape {got} does not match parameter {want}"
     # sharing from the target after load: role -> condition
     shared_from_target: dict[str, str] = field(default_factory=dict)
@@ -117,21 +145,80 @@ class EngineProfile:
         if self.versions is None:
             return False
         low, high = self.versions
-        return _pad(low) <= _pad(version) <= _pad(high)
+        return version >= low and (high is None or version < high)
+
+    @property
+    def range_label(self) -> str:
+        """``0.4.4.post2–0.4.8.post1`` (known releases of the group), ``any`` when unversioned."""
+        if not self.releases:
+            return "any" if self.versions is None else f"{self.versions[0]}+"
+        first, last = self.releases[0], self.releases[-1]
+        return first if first == last else f"{first}–{last}"
+
+    @property
+    def unknown(self) -> str:
+        """The unknown-key policy of the loader's final lookup (drop | warn | keyerror | valueerror)."""
+        return final_lookup(self.steps).unknown if self.steps else "drop"
+
+    def with_path(self, path: str | None) -> "EngineProfile":
+        """This profile on runtime path ``path`` (None: the engine's default path)."""
+        if not self.paths:
+            return self
+        chosen = path or self.default_path or ""
+        if chosen not in self.paths:
+            from ..errors import UsageError
+
+            raise UsageError(f"{self.name} {self.range_label} has runtime paths {', '.join(self.paths)}; not {path!r}")
+        return replace(self, path=chosen, **dict(self.paths[chosen]))
+
+    def other_paths(self) -> tuple["EngineProfile", ...]:
+        return tuple(self.with_path(p) for p in self.paths if p != self.path)
+
+    @property
+    def path_label(self) -> str:
+        if not self.path:
+            return ""
+        default = " (default)" if self.path == self.default_path else ""
+        return f"{self.path}{default}"
+
+    # -- draft classes --------------------------------------------------------------------
+    def for_config(self, config: dict[str, Any] | None) -> "EngineProfile":
+        """The profile of the draft class this engine picks for ``config`` (itself when no other class matches)."""
+        cls = self._class_for(config or {})
+        if cls is None:
+            return self
+        return replace(self, draft_class=cls.name, architectures=cls.architectures, classes=(), **dict(cls.overrides))
+
+    def _class_for(self, config: dict[str, Any]) -> DraftClass | None:
+        layer = config.get("transformer_layer_config")
+        if config.get("speculators_model_type") is not None and isinstance(layer, dict):
+            mt = layer.get("model_type")
+            return next((c for c in self.classes if isinstance(mt, str) and mt in c.model_types), None)
+        archs = self._archs(config)
+        return next((c for c in self.classes if any(a in c.architectures for a in archs)), None)
+
+    def _archs(self, config: dict[str, Any]) -> list[str]:
+        raw = config.get("architectures")
+        archs = [a for a in raw if isinstance(a, str)] if isinstance(raw, list) else []
+        if self.arch_prefix:
+            archs = [a if a.startswith(self.arch_prefix) or a.endswith(self.arch_prefix) else self.arch_prefix + a
+                     for a in archs]
+        return archs
+
+    def all_architectures(self) -> frozenset[str]:
+        return self.architectures.union(*(c.architectures for c in self.classes))
 
     # -- recognition --------------------------------------------------------------------
     def recognises(self, config: dict[str, Any] | None) -> bool:
-        """Would this engine pick its EAGLE-3 draft class for ``config``?"""
+        """Would this engine pick an EAGLE-3 draft class for ``config``?"""
         config = config or {}
         if config.get("speculators_model_type") is not None and isinstance(config.get("transformer_layer_config"), dict):
             return config["speculators_model_type"] in self.speculators_types and not self.speculators_missing(config)
         if self.needs_speculators_config:
             return False
-        archs = [a for a in config.get("architectures") or () if isinstance(a, str)]
-        if self.arch_prefix:
-            archs = [a if a.startswith(self.arch_prefix) or a.endswith(self.arch_prefix) else self.arch_prefix + a
-                     for a in archs]
-        return any(a in self.architectures for a in archs)
+        if self.any_architecture:
+            return True
+        return any(a in self.all_architectures() for a in self._archs(config))
 
     def speculators_missing(self, config: dict[str, Any]) -> tuple[str, ...]:
         """The speculators_config fields this engine requires and ``config`` lacks (vLLM: the speculative token
@@ -143,13 +230,27 @@ class EngineProfile:
         block = block if isinstance(block, dict) else {}
         methods = block.get("proposal_methods")
         first = methods[0] if isinstance(methods, list) and methods and isinstance(methods[0], dict) else {}
-        verifier = block.get("verifier") if isinstance(block.get("verifier"), dict) else {}
+        raw_verifier = block.get("verifier")
+        verifier = raw_verifier if isinstance(raw_verifier, dict) else {}
         missing = []
         if first.get("speculative_tokens") is None:
             missing.append("speculators_config.proposal_methods[0].speculative_tokens")
         if not isinstance(verifier.get("name_or_path"), str) or not verifier["name_or_path"]:
             missing.append("speculators_config.verifier.name_or_path")
         return tuple(missing)
+
+    def missing_required(self, spec: DraftSpec) -> tuple[tuple[str, str], ...]:
+        """Config fields the engine's constructor needs and the config lacks, with the engine's error."""
+        present = {"draft_vocab_size": spec.draft_vocab_size is not None, "q_lora_rank": spec.q_lora_rank is not None}
+        return tuple((f, msg) for f, msg in self.requires if not present.get(f, True))
+
+    def visible_aux_ids(self, spec: DraftSpec) -> dict[str, tuple[int, ...]]:
+        """The aux id lists as the engine sees the config (vLLM's speculators adapter may not forward them)."""
+        ids = dict(spec.aux_ids_by_source)
+        if (spec.flavour == "speculators" and self.speculators_forwards is not None
+                and "eagle_aux_hidden_state_layer_ids" not in self.speculators_forwards):
+            ids.pop("top-level", None)
+        return ids
 
     def default_aux_ids(self, num_target_layers: int) -> tuple[int, ...]:
         """HF ``hidden_states`` indices captured when the config names none: 2, L//2, L-3 everywhere."""
@@ -164,15 +265,46 @@ class EngineProfile:
             return None
         return self.shared_from_target.get(role)
 
-    # -- the parameter table ------------------------------------------------------------
+    # -- config reading -------------------------------------------------------------------
+    def flag_on(self, spec: DraftSpec, flag: str) -> bool:
+        """The flag's value as this engine reads it: its sources in order (nested eagle_config first where the
+        engine does), then legacy aliases; False when none is set."""
+        if flag == "use_aux_hidden_state":
+            return not self.reads_use_aux or spec.use_aux_hidden_state is not False
+        if flag == "tie_word_embeddings":
+            return self.tie_word_embeddings and bool(spec.tie_word_embeddings)
+        if flag not in self.honoured_flags:
+            return False
+        if spec.flavour == "speculators" and self.speculators_forwards is not None and flag not in self.speculators_forwards:
+            return False  # vLLM's speculators adapter does not copy it into the config it builds
+        for source in self.flag_sources.get(flag, FLAG_SOURCES):
+            value = (spec.nested_flags if source == "eagle_config" else spec.flags).get(flag)
+            if value is not None:
+                return bool(value)
+        return any(spec.aliases.get(alias) for alias in self.flag_aliases.get(flag, ()))
+
+    def flag_set_elsewhere(self, spec: DraftSpec, flag: str) -> list[str]:
+        """Places in the config that set ``flag`` which this engine does not read."""
+        read = set(self.flag_sources.get(flag, FLAG_SOURCES)) if flag in self.honoured_flags else set()
+        out = []
+        if spec.flags.get(flag) is not None and "top-level" not in read:
+            out.append("top-level")
+        if spec.nested_flags.get(flag) is not None and "eagle_config" not in read:
+            out.append("eagle_config")
+        return out
+
     def num_aux(self, spec: DraftSpec) -> int:
-        if self.num_aux_rule == "eagle_config-or-3":
-            ids = spec.aux_ids_by_source.get("eagle_config")
-        elif self.num_aux_rule == "top-level-or-3":
-            ids = spec.aux_ids_by_source.get("top-level")
-        else:
-            ids = None
-        return len(ids) if ids else 3
+        """How many aux states the class's fc takes, by the engine's own rule (first source that gives one, else 3)."""
+        for source in self.num_aux_sources:
+            if source in ("num_aux_hidden_states", "num_aux_layers"):
+                value = spec.num_aux_declared.get(source)
+                if value:
+                    return value
+            else:
+                ids = spec.aux_ids_by_source.get(source)
+                if ids:
+                    return len(ids)
+        return 3
 
     def num_layers(self, spec: DraftSpec) -> int:
         """Decoder layers the class builds: config num_hidden_layers, capped where the class has one layer."""
@@ -185,148 +317,22 @@ class EngineProfile:
     def _init(self, role: str, kind: str) -> str:
         return self.inits.get(role) or self.inits.get(kind) or ("ones" if kind == "norm" else "empty")
 
+    # -- the parameter table ------------------------------------------------------------
     def parameters(self, spec: DraftSpec, source: str | Path | None = None) -> dict[str, ParamSpec]:
         """The parameters this engine's draft class creates for ``spec`` (names, shapes, init values).
 
         ``source``: the checkpoint ``spec`` was read from, named in the error when the config lacks a size."""
-        H = _need(spec.hidden_size, "hidden_size", source)
-        V = _need(spec.vocab_size, "vocab_size", source)
-        heads = _need(spec.num_attention_heads, "num_attention_heads", source)
-        kv = spec.num_key_value_heads or heads
-        d = spec.head_dim or H // heads
-        inter = _need(spec.intermediate_size, "intermediate_size", source)
-        N = spec.draft_vocab_size or V
-        h_in = (spec.target_hidden_size_declared or H) if self.fc_hidden == "target" else H
-        n_aux = self.num_aux(spec)
-        P = self.param_prefix
-        out: dict[str, ParamSpec] = {}
+        from .tables import build_table
 
-        def add(name: str, shape: tuple[int, ...], role: str, kind: str, shards: dict | None = None, dtype: str | None = None) -> None:
-            out[name] = ParamSpec(name, tuple(shape), self._init(role, kind), role, dict(shards or {}), dtype)
-
-        add(P + "embed_tokens.weight", (V, H), "embed", "embed")
-        if spec.use_aux_hidden_state is not False:
-            add(P + "fc.weight", (H, n_aux * h_in), "fc", "fc")
-            if self.fc_bias == "config.bias" and spec.fc_bias_config:
-                add(P + "fc.bias", (H,), "fc", "fc")
-            if "norm_before_fc" in self.honoured_flags and spec.flag("norm_before_fc"):
-                add(P + "input_norm.weight", (n_aux * h_in,), "aux-norm", "norm")
-            if "fc_norm" in self.honoured_flags and spec.flag("fc_norm"):
-                for j in range(n_aux):
-                    add(f"{P}fc_norm.{j}.weight", (h_in,), "aux-norm", "norm")
-        for i in range(self.num_layers(spec)):
-            D = P + self.decoder_prefix(i)
-            width = 2 * H if i == 0 else H
-            q, k = (heads * d, width), (kv * d, width)
-            if self.fused:
-                add(D + "self_attn.qkv_proj.weight", ((heads + 2 * kv) * d, width), "decoder", "linear",
-                    {"q": q, "k": k, "v": k})
-                if self.qkv_bias and spec.attention_bias:
-                    add(D + "self_attn.qkv_proj.bias", ((heads + 2 * kv) * d,), "decoder", "linear",
-                        {"q": (heads * d,), "k": (kv * d,), "v": (kv * d,)})
-                add(D + "self_attn.o_proj.weight", (H, heads * d), "decoder", "linear")
-                add(D + "mlp.gate_up_proj.weight", (2 * inter, H), "decoder", "linear",
-                    {"gate": (inter, H), "up": (inter, H)})
-            else:
-                add(D + "self_attn.q_proj.weight", q, "decoder", "linear")
-                add(D + "self_attn.k_proj.weight", k, "decoder", "linear")
-                add(D + "self_attn.v_proj.weight", k, "decoder", "linear")
-                add(D + "self_attn.o_proj.weight", (H, heads * d), "decoder", "linear")
-                add(D + "mlp.gate_proj.weight", (inter, H), "decoder", "linear")
-                add(D + "mlp.up_proj.weight", (inter, H), "decoder", "linear")
-            add(D + "mlp.down_proj.weight", (H, inter), "decoder", "linear")
-            add(D + "input_layernorm.weight", (H,), "decoder", "norm")
-            if i == 0 or self.later_layers == "eagle3":
-                add(D + "hidden_norm.weight", (H,), "decoder", "norm")
-            add(D + "post_attention_layernorm.weight", (H,), "decoder", "norm")
-        add(P + "norm.weight", (H,), "norm", "norm")
-        add("lm_head.weight", (N, H), "lm_head", "linear")
-        reduced = N != V
-        if self.vocab_params == "mapping-if-reduced" and reduced:
-            add("draft_id_to_target_id", (N,), "vocab", "zeros", dtype="I64")
-        elif self.vocab_params == "buffers" or self.vocab_params == "buffers-if-reduced" and reduced:
-            add("d2t", (N,), "vocab", "zeros", dtype="I64")
-            add("t2d", (V,), "vocab", "false", dtype="BOOL")
-        if self.verifier_params:
-            add("verifier_norm.weight", (H,), "verifier", "norm")
-            add("verifier_lm_head.weight", (N, H), "verifier", "linear")
-        return out
+        return build_table(self, spec, source)
 
     # -- the loader rule ----------------------------------------------------------------
-    def route(self, key: str, params: dict[str, ParamSpec], spec: DraftSpec) -> Route:
-        """Where this engine's loader sends checkpoint tensor ``key``."""
-        name = key
-        for sub in self.skip_substrings:
-            if sub in name:
-                return Route("skipped", reason=f"the loader skips keys containing {sub!r} (not used by the engine)")
-        mapped_vocab = False
-        if self.d2t_substring and self.d2t_substring in name:
-            if self.d2t_handling == "hot_token_id":
-                return Route("converted", "hot_token_id", reason="hot_token_id = d2t + arange(N) (a plain attribute)")
-            if self.d2t_handling == "draft_id_to_target_id":
-                name = name.replace("d2t", "draft_id_to_target_id")
-                mapped_vocab = True
-        for old, new in self.renames:
-            if old in name:
-                name = name.replace(old, new)
-        if self.prefix_rule == "unless-lm_head" and not mapped_vocab and "lm_head" not in name:
-            name = self.param_prefix + name
-        for sub, flag in self.flag_drops:
-            if sub in name and not _flag_on(spec, flag):
-                return Route("dropped", reason=f"the loader discards {sub!r} keys unless {flag} is set in the config")
-        for old, new in self.model_renames:
-            if old in name:
-                name = name.replace(old, new)
-        shard = None
-        if self.fused:
-            for weight, fused_name, shard_id in STACKED:
-                if weight in name:
-                    name, shard = name.replace(weight, fused_name), shard_id
-                    break
-        if self.prefix_rule == "if-not-param" and name not in params:
-            name = self.param_prefix + name
-        if name in params:
-            return Route("loaded-shard" if shard else "loaded", name, shard)
-        return self._unknown(name, params)
+    def route(self, key: str, params: Mapping[str, ParamSpec], spec: DraftSpec) -> Route:
+        """Where this engine's loader sends checkpoint tensor ``key`` (its steps, in order)."""
+        return run(self.steps, key, Context(params, lambda flag: self.flag_on(spec, flag)))
 
-    def _unknown(self, name: str, params: dict[str, ParamSpec]) -> Route:
-        if self.unknown == "drop":
-            return Route("dropped", reason=f"no parameter {name}: skipped without a log")
-        if self.unknown == "warn":
-            return Route("dropped", reason=f"unexpected key {name!r}: a warning, then ignored")
-        if any(name.endswith(s) for s in self.ignore_unknown_suffixes):
-            return Route("dropped", reason=f"no parameter {name!r}: unexpected '.bias' keys are ignored (debug log only)")
-        missing, base, loader, available = self._missing_module(name, params)
-        if any(missing.endswith(s) for s in self.ignore_unknown_suffixes):
-            return Route("dropped", reason=f"no module {missing!r}: unexpected '.bias' keys are ignored (debug log only)")
-        cls = self._class_of(base, loader)
-        shown = "{" + ", ".join(repr(n) for n in sorted(available)) + "}"
-        return Route("raises", reason=self.raise_template.format(name=missing, loader=loader, base=base, cls=cls,
-                                                                 available=shown))
-
-    def _missing_module(self, name: str, params: dict[str, ParamSpec]) -> tuple[str, str, str, set[str]]:
-        """Walk the module tree like a recursive loader: the first path component that does not exist."""
-        loader_prefix, loader = next((p, c) for p, c in self.loader_classes if name.startswith(p))
-        rel = name[len(loader_prefix):]
-        names = [n[len(loader_prefix):] for n in params if n.startswith(loader_prefix)]
-        modules = {".".join(n.split(".")[:k]) for n in names for k in range(1, n.count(".") + 1)}
-        parts = rel.split(".")
-        for k in range(1, len(parts) + 1):
-            path = ".".join(parts[:k])
-            if path not in modules and path not in names:
-                base = ".".join(parts[:k - 1])
-                available = {n for n in names if not base or n.startswith(base + ".")}
-                return path, base, loader, available
-        return rel, "", loader, set(names)
-
-    def _class_of(self, base: str, loader: str) -> str:
-        if not base:
-            return loader
-        last = base.split(".")[-1]
-        for suffix, cls in self.module_classes:
-            if last == suffix or (suffix == "#" and last.isdigit()):
-                return cls
-        return "Module"
+    def describe_steps(self) -> list[str]:
+        return [s.describe() for s in self.steps]
 
 
 def default_aux_ids(num_target_layers: int) -> tuple[int, ...]:
@@ -335,20 +341,4 @@ def default_aux_ids(num_target_layers: int) -> tuple[int, ...]:
     return (2, L // 2, L - 3)
 
 
-def _pad(v: Version) -> Version:
-    return tuple(v) + (0,) * (4 - len(v))
-
-
-def _need(value: int | None, what: str, source: str | Path | None) -> int:
-    if not value:
-        from ..errors import CheckpointError, UsageError
-
-        problem = f"the draft config does not give {what}: cannot build the engine's parameter table"
-        raise CheckpointError(source, problem) if source is not None else UsageError(problem)
-    return value
-
-
-def _flag_on(spec: DraftSpec, flag: str) -> bool:
-    if flag == "use_aux_hidden_state":
-        return spec.use_aux_hidden_state is not False
-    return spec.flag(flag)
+__all__ = ["DraftClass", "EngineProfile", "Lookup", "ParamSpec", "Route", "SourceFile", "default_aux_ids"]

@@ -11,7 +11,10 @@ hard-coded 2, L//2, L-3, no option flag honoured.
 
 from __future__ import annotations
 
+from packaging.version import Version
+
 from .profile import EngineProfile
+from .steps import Lookup
 
 SPECULATORS = EngineProfile(
     name="speculators",
@@ -19,7 +22,8 @@ SPECULATORS = EngineProfile(
     spec="speculators",
     source="src/speculators/models/eagle3/core.py, src/speculators/model.py (speculators 0.9.0 wheel)",
     kind="training",
-    versions=((0, 9, 0), (0, 9, 999)),
+    versions=(Version("0.9.0"), Version("0.10.0")),
+    draft_class="Eagle3DraftModel",
     speculators_types=frozenset({"eagle3"}),
     needs_speculators_config=True,
     unrecognized_effect="Eagle3DraftModel.from_pretrained needs a speculators config (speculators_model_type eagle3)",
@@ -31,16 +35,15 @@ SPECULATORS = EngineProfile(
     missing_d2t="identity",
     decoder="layers.{i}",
     fused=False,
-    num_aux_rule="top-level-or-3",
+    num_aux_sources=("top-level",),
     fc_hidden="draft",
     later_layers="plain",
     vocab_params="buffers-if-reduced",
     verifier_params=True,
     inits={"linear": "normal(0, initializer_range)", "fc": "normal(0, initializer_range)", "embed": "nan",
            "lm_head": "nan", "norm": "ones", "vocab": "zeros", "verifier": "nan"},
-    skip_substrings=(),
-    d2t_substring=None,
-    unknown="warn",
+    steps=(Lookup("warn", log="Some weights of the checkpoint were not used when initializing Eagle3DraftModel: "
+                               "['{name}']"),),
     shape_message="RuntimeError: size mismatch: copying a param with shape {got}, the shape in current model is {want}",
     shared_from_target={"embed": "copied from the verifier by load_verifier_weights",
                         "lm_head": "copied from the verifier's head rows by load_verifier_weights while NaN",
@@ -57,6 +60,7 @@ EAGLE = EngineProfile(
     source="eagle/model/cnets.py, eagle/model/ea_model.py (SafeAILab/EAGLE cb7e0841; not on PyPI, rules from the team's notes)",
     kind="training",
     versions=None,
+    draft_class="Model (eagle/model/cnets.py)",
     architectures=frozenset({"LlamaForCausalLM"}),
     unrecognized_effect="EAGLE builds its draft from a flat Llama config",
     aux_ids_sources=(),
@@ -70,13 +74,10 @@ EAGLE = EngineProfile(
     decoder="midlayer",
     max_layers=1,
     fused=False,
-    num_aux_rule="three",
     vocab_params="buffers-if-reduced",
     inits={"linear": "kaiming-uniform", "fc": "kaiming-uniform", "embed": "kaiming-uniform", "norm": "ones",
            "vocab": "zeros"},
-    skip_substrings=(),
-    d2t_substring=None,
-    unknown="drop",
+    steps=(Lookup("drop"),),
     shape_message="RuntimeError: size mismatch: copying a param with shape {got}, the shape in current model is {want}",
     shared_from_target={"embed": "loaded from the target's embedding at start-up"},
     native_decoder="midlayer.",

@@ -4,6 +4,7 @@ Importing this package registers every view (see :mod:`.registry`); new views re
 module and are listed here.
 """
 
+from . import engines as _engines  # noqa: F401  (registers its views)
 from .registry import figures, html_view, rich_view
 from . import prediction  # noqa: F401  (registers its views)
 

@@ -119,9 +119,10 @@ def resolve_aux_layers(draft: CheckpointLike | DraftSpec, num_target_layers: int
     if spec.use_aux_hidden_state is False:
         source, requested = "disabled", ()
     else:
+        visible = profile.visible_aux_ids(spec)
         for candidate in profile.aux_ids_sources:
-            if candidate in spec.aux_ids_by_source:
-                source, ids_read = candidate, tuple(spec.aux_ids_by_source[candidate])
+            if candidate in visible:
+                source, ids_read = candidate, tuple(visible[candidate])
                 convention = SOURCE_CONVENTION.get(candidate, convention)
                 break
         if source == "default":

@@ -9,7 +9,7 @@ recognised; option flags and aux ids the engine ignores. Nothing reads tensor by
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..checkpoint import (
@@ -43,6 +43,8 @@ class TensorFate:
     reason: str = ""
     role: str = "other"
     expected_shape: tuple[int, ...] | None = None
+    log: str = ""  # what the engine logs for this key ("" when it says nothing)
+    finding: str | None = None
 
     @property
     def shape_mismatch(self) -> bool:
@@ -52,7 +54,7 @@ class TensorFate:
         return {"key": self.key, "dtype": self.dtype, "shape": list(self.shape), "fate": self.fate,
                 "param": self.param, "shard": self.shard, "reason": self.reason, "role": self.role,
                 "expected_shape": list(self.expected_shape) if self.expected_shape is not None else None,
-                "shape_mismatch": self.shape_mismatch}
+                "shape_mismatch": self.shape_mismatch, "log": self.log}
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,9 @@ class LoadResult:
     notes: tuple[str, ...] = ()
     mapping: dict[str, str] = field(default_factory=dict)  # checkpoint key -> engine parameter it is written into
     missing_d2t: str | None = None  # no d2t although N < V: what the engine does with draft ids, in words
+    draft_class: str = ""  # the engine class that loads this config
+    release: str | None = None  # the release simulated (None: unversioned)
+    path: str | None = None  # the runtime path assumed (vLLM v1/v2, SGLang cuda-graph/eager)
 
     # -- views --------------------------------------------------------------------------
     def by_fate(self, fate: str) -> tuple[TensorFate, ...]:
@@ -125,6 +130,7 @@ class LoadResult:
             "counts": counts, "tensors": [f.to_dict() for f in self.fates],
             "parameters": [p.to_dict() for p in self.params], "mapping": self.mapping, "notes": list(self.notes),
             "missing_d2t": self.missing_d2t,
+            "draft_class": self.draft_class, "release": self.release, "path": self.path,
         })
 
     def __rich__(self):
@@ -178,7 +184,7 @@ def simulate_load(draft: CheckpointLike, engine: EngineProfile | str | None = No
     ckpt = as_checkpoint(draft)
     if num_target_layers is None and target is not None:
         num_target_layers = as_checkpoint(target).spec.num_hidden_layers
-    profile = resolve(engine)
+    profile = resolve(engine).for_config(ckpt.config)
     spec = ckpt.spec
     params = profile.parameters(spec, ckpt.path)
     fates: list[TensorFate] = []
@@ -191,13 +197,47 @@ def simulate_load(draft: CheckpointLike, engine: EngineProfile | str | None = No
             expected = param.shards.get(route.shard, param.shape) if route.shard else param.shape
             written.setdefault(route.param, []).append((info.name, route.shard))
         fates.append(TensorFate(info.name, info.dtype, info.shape, route.fate, route.param, route.shard,
-                                route.reason, role_of(info.name), expected))
+                                route.reason, role_of(info.name), expected, route.log, route.finding))
     sources = tuple(_param_source(p, written.get(p.name, []), profile, spec) for p in params.values())
     recognised = profile.recognises(ckpt.config)
     mapping = {f.key: f.param for f in fates if f.param and f.fate in ("loaded", "loaded-shard", "converted")}
     findings = _findings(ckpt, profile, spec, fates, sources, recognised, num_target_layers)
+    if profile.path:  # every finding says which runtime path it assumed
+        findings = [replace(f, detail=f"{f.detail} (Assumed runtime path: {profile.path_label}.)".strip(),
+                            evidence={**f.evidence, "runtime_path": profile.path_label}) for f in findings]
+    notes = profile.notes + _release_notes(profile) + _path_notes(ckpt, profile, num_target_layers)
     return LoadResult(str(ckpt.path), profile.spec, profile.label, profile.source, recognised, tuple(fates),
-                      sources, tuple(findings), profile.notes, mapping, missing_d2t(profile, spec))
+                      sources, tuple(findings), notes, mapping, missing_d2t(profile, spec), profile.draft_class,
+                      profile.release, profile.path)
+
+
+def _release_notes(profile: EngineProfile) -> tuple[str, ...]:
+    out = []
+    if profile.assumed:
+        out.append(profile.assumed)
+    if profile.path:
+        how = profile.path_notes.get(profile.path, "")
+        out.append(f"runtime path {profile.path_label}" + (f": {how}" if how else ""))
+    return tuple(out)
+
+
+def _path_notes(ckpt: Checkpoint, profile: EngineProfile, num_target_layers: int | None) -> tuple[str, ...]:
+    """Where another runtime path of the same release captures other aux layers, say so."""
+    if not profile.path or profile.kind != "serving":
+        return ()
+    from .aux_layers import resolve_aux_layers
+
+    mine = resolve_aux_layers(ckpt.spec, num_target_layers, profile, checkpoint=ckpt.path)
+    out = []
+    for other in profile.other_paths():
+        theirs = resolve_aux_layers(ckpt.spec, num_target_layers, other, checkpoint=ckpt.path)
+        if (theirs.source, theirs.requested) != (mine.source, mine.requested):
+            def said(r: Any) -> str:
+                got = f"HF {list(r.captured)}" if r.captured or r.num_target_layers else "its default layers"
+                return f"{got} (from {r.source})"
+            out.append(f"the runtime paths differ: on {profile.path} the engine captures {said(mine)}; on "
+                       f"{other.path} ({other.path_notes.get(other.path or '', '')}) it captures {said(theirs)}")
+    return tuple(out)
 
 
 def compare_engines(draft: CheckpointLike, *, target: CheckpointLike | None = None,
@@ -251,6 +291,24 @@ def _findings(ckpt: Checkpoint, profile: EngineProfile, spec: DraftSpec, fates: 
                       "accepted": sorted(profile.architectures) or None,
                       "speculators_types": sorted(profile.speculators_types) or None},
             fix=fix))
+    if not profile.verified:
+        from ..engines.versions import newest_release
+
+        newest = newest_release(profile.name)
+        out.append(Finding(
+            "engine/unverified-version", Severity.WARNING,
+            f"{profile.name}=={profile.release} is newer than the newest release read ({newest}): simulated as "
+            f"{profile.name} {profile.range_label}",
+            f"eagle3lens has read every {profile.name} release up to {newest}; this one may load drafts differently.",
+            evidence={"release": profile.release, "newest_verified": str(newest), "simulated_as": profile.label}))
+    for what, message in profile.missing_required(spec):
+        out.append(Finding("keys/raises", Severity.CRITICAL, f"{label} cannot build the draft: the config has no {what}",
+                           f"The engine's constructor reads config.{what}: {message}",
+                           evidence={"config_field": what, "message": message}, fix=fix))
+    if profile.missing_d2t == "raises" and not spec.has_d2t:
+        out.append(Finding("keys/raises", Severity.CRITICAL, f"{label} stops at start: the checkpoint has no d2t",
+                           profile.missing_d2t_error, evidence={"message": profile.missing_d2t_error},
+                           fix=fix_command("convert", ckpt.path, "--repair-d2t", "OUT") if spec.has_t2d else None))
     layers = spec.num_hidden_layers or spec.num_decoder_layers
     if profile.max_layers and profile.too_many_layers and layers and layers > profile.max_layers:
         out.append(Finding("keys/raises", Severity.CRITICAL, f"{label} refuses a {layers}-layer draft",
@@ -262,16 +320,30 @@ def _findings(ckpt: Checkpoint, profile: EngineProfile, spec: DraftSpec, fates: 
             "keys/raises", Severity.CRITICAL, f"{label} stops loading at {raising[0].key!r}",
             f"The loader raises: {raising[0].reason}",
             evidence={"tensors": [f.key for f in raising], "message": raising[0].reason}, fix=fix))
-    dropped = [f for f in fates if f.fate == "dropped"]
+    discarded = [f for f in fates if f.finding == "keys/d2t-discarded"]
+    n_draft, n_target = spec.draft_vocab_size or spec.lm_head_rows, spec.vocab_size
+    if discarded and n_draft and n_target and n_draft < n_target:
+        out.append(Finding(
+            "keys/d2t-discarded", Severity.CRITICAL,
+            f"{label} discards d2t: draft ids {0}..{n_draft - 1} are used raw as target ids",
+            discarded[0].reason + f"; with N={n_draft} < V={n_target} every proposal is the wrong token.",
+            evidence={"tensors": [f.key for f in discarded], "draft_vocab_size": n_draft, "vocab_size": n_target},
+            fix=f"serve with another {profile.name} release (d2t is kept from 0.9.1)"))
+    dropped = [f for f in fates if f.fate == "dropped" and f not in discarded]
     if dropped:
         severe = any(f.role in CRITICAL_ROLES for f in dropped)
+        logged = {f.key: f.log for f in dropped if f.log}
+        silent = len(logged) < len(dropped)
+        how = "" if not logged else " (a warning logged for some)" if silent else " with a logged warning"
         out.append(Finding(
             "keys/dropped", Severity.CRITICAL if severe else Severity.WARNING,
-            f"{label} silently drops {len(dropped)} tensor{'s' if len(dropped) != 1 else ''}"
-            + f" ({', '.join(sorted({f.role for f in dropped}))})",
-            "These weights never reach the engine; the parameters they were meant for keep their init values "
-            "and nothing is logged.",
-            evidence={"tensors": [f.key for f in dropped], "reasons": {f.key: f.reason for f in dropped}},
+            f"{label} {'silently ' if not logged else ''}drops {len(dropped)} tensor{'s' if len(dropped) != 1 else ''}"
+            + f" ({', '.join(sorted({f.role for f in dropped}))}){how}",
+            "These weights never reach the engine; the parameters they were meant for keep their init values"
+            + (" and nothing is logged." if not logged else
+               "; the engine logs a warning for each" + (" of some" if silent else "") + " (look for it in the log)."),
+            evidence={"tensors": [f.key for f in dropped], "reasons": {f.key: f.reason for f in dropped},
+                      "logged": logged},
             fix=fix))
     at_init = [s for s in sources if s.status in ("left-at-init", "partial") and s.param.role != "vocab"]
     if at_init:
@@ -319,20 +391,36 @@ def _flag_findings(ckpt: Checkpoint, profile: EngineProfile, spec: DraftSpec, fa
     for flag in FLAG_NAMES:
         marker = FLAG_TENSORS.get(flag)
         tensors = [k for k in ckpt.tensors if marker and (k.endswith(marker) if marker.endswith("weight") else marker in k)]
-        on = spec.flag(flag) or bool(tensors)
+        alias = [a for a in profile.flag_aliases.get(flag, ("use_aux_norm",) if flag == "fc_norm" else ())
+                 if spec.aliases.get(a)]
+        where = [w for w, v in (("top-level", spec.flags.get(flag)), ("eagle_config", spec.nested_flags.get(flag)))
+                 if v] + alias
+        on = bool(where) or bool(tensors)
         if not on:
             continue
+        read = profile.flag_on(spec, flag)
         dropped = [f.key for f in fates if f.key in tensors and f.fate == "dropped"]
-        if flag in profile.honoured_flags and not dropped:
+        if flag in profile.honoured_flags and read and not dropped:
             continue
-        why = (f"{profile.spec} does not implement {flag}" if flag not in profile.honoured_flags else
-               f"{profile.spec} implements {flag} only when the config sets it; the trained tensors are dropped")
+        sources = profile.flag_sources.get(flag, ("top-level",))
+        if flag not in profile.honoured_flags:
+            why = f"{profile.spec} ({profile.draft_class}) does not implement {flag}"
+        elif where and not read:
+            why = (f"{profile.spec} reads {flag} only from the {' / '.join(sources)} config; this config sets it in "
+                   f"{', '.join(where)}")
+            if spec.flavour == "speculators" and profile.speculators_forwards is not None \
+                    and flag not in profile.speculators_forwards:
+                why = f"{profile.spec}'s speculators adapter does not forward {flag} to the config it builds"
+        else:
+            why = f"{profile.spec} implements {flag} only when the config sets it; the trained tensors are dropped"
+        shown = ("set in " + ", ".join(where)) if where else "implied by " + ", ".join(tensors[:2])
         out.append(Finding(
             "config/flag-ignored", FLAG_SEVERITY[flag],
-            f"{flag} is {'set' if spec.flag(flag) else 'implied by ' + ', '.join(tensors[:2])} but ignored by {profile.spec}",
+            f"{flag} is {shown} but ignored by {profile.spec}",
             why + ": the draft computes something other than what it was trained to compute.",
-            evidence={"flag": flag, "config_value": spec.flags.get(flag), "tensors": tensors, "dropped": dropped,
-                      "honoured_flags": sorted(profile.honoured_flags)},
+            evidence={"flag": flag, "config_value": spec.flags.get(flag), "eagle_config_value": spec.nested_flags.get(flag),
+                      "set_in": where, "engine_reads": list(sources) if flag in profile.honoured_flags else [],
+                      "tensors": tensors, "dropped": dropped, "honoured_flags": sorted(profile.honoured_flags)},
             fix=fix if flag in profile.honoured_flags else None))
     for flag, default in profile.flag_defaults.items():
         if spec.flavour != "speculators" or spec.flags.get(flag) is not None or default == spec.flag(flag):

@@ -1,0 +1,200 @@
+"""``engines --detect``: which sglang / vllm is installed, and are its loader files a released version's?
+
+The installed distribution is found through package metadata (dist-info), never imported; its loader
+files are hashed and matched against the per-release hash table (``FILES``). A file that matches no
+release (a source checkout, a patched engine) raises ``engine/patched-source``, naming the file and
+the nearest release. ``--host H`` runs the same probe on a GPU host over SSH (``detect_probe.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from packaging.version import InvalidVersion, Version
+
+from ..errors import UsageError
+from ..findings import Finding, Severity, to_jsonable
+from . import detect_probe
+from .groups import FileHashes
+from .versions import MAX_VERSION_CHARS, RELEASES
+
+Table = Mapping[str, tuple[FileHashes, ...]]
+
+
+@dataclass(frozen=True)
+class FileCheck:
+    """One loader file of the installed engine against the hash table."""
+
+    path: str
+    sha12: str | None  # None: absent (or not a regular file)
+    expected: str | None  # the installed version's hash in the table (None: absent there or version unknown)
+    matches: tuple[str, ...]  # releases whose file has exactly these bytes
+
+    @property
+    def patched(self) -> bool:
+        return self.sha12 is not None and not self.matches
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "sha12": self.sha12, "expected": self.expected, "matches": list(self.matches),
+                "patched": self.patched}
+
+
+@dataclass(frozen=True)
+class Installed:
+    """One engine found installed: its metadata version, its files, the profile to simulate it with."""
+
+    name: str
+    version: str
+    location: str
+    files: tuple[FileCheck, ...]
+    profile: str | None  # the engine spec to use ("sglang==0.5.23"), None if the version has no profile
+    nearest: str | None
+    findings: tuple[Finding, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_jsonable({"name": self.name, "version": self.version, "location": self.location,
+                            "files": [f.to_dict() for f in self.files], "profile": self.profile,
+                            "nearest": self.nearest, "findings": [f.to_dict() for f in self.findings]})
+
+
+@dataclass(frozen=True)
+class Detection:
+    """What ``engines --detect`` found, on this machine or on ``host``."""
+
+    host: str | None
+    engines: tuple[Installed, ...]
+    findings: tuple[Finding, ...] = field(default=())
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_jsonable({"host": self.host, "engines": [e.to_dict() for e in self.engines],
+                            "findings": [f.to_dict() for f in self.findings]})
+
+
+def default_table() -> dict[str, tuple[FileHashes, ...]]:
+    from . import DETECT_FILES, FILES
+
+    return {name: tuple(f for f in FILES[name] if f.path in DETECT_FILES[name]) for name in FILES}
+
+
+def detect(paths: Sequence[str | Path] | None = None, table: Table | None = None) -> Detection:
+    """Installed engines on ``paths`` (default: this interpreter's sys.path), matched against ``table``."""
+    table = table if table is not None else default_table()
+    raw = detect_probe.probe({n: [f.path for f in fs] for n, fs in table.items()},
+                             [str(p) for p in paths] if paths is not None else None)
+    return judge(raw, table, host=None)
+
+
+def detect_remote(host: str, table: Table | None = None, *, python: str = "python3",
+                  ssh_config: str | Path | None = None, known_hosts: str | Path | None = None,
+                  paths: Sequence[str] | None = None) -> Detection:
+    """The same probe on ``host`` over SSH: ``python3 -c PROGRAM FILES [PATH...]``, every word shlex-quoted
+    (nothing the user typed reaches the remote shell unquoted)."""
+    from ..remote_ssh import connect, load_ssh_config, resolve_host
+
+    table = table if table is not None else default_table()
+    files = json.dumps({n: [f.path for f in fs] for n, fs in table.items()})
+    program = Path(detect_probe.__file__).read_text()
+    target = resolve_host(host, load_ssh_config(ssh_config), known_hosts)
+    with connect(target) as conn:
+        words = [python, "-c", program, files, *(str(p) for p in paths or ())]
+        status, output = conn.run([shlex.quote(w) for w in words], timeout=60)
+    if status != 0:
+        last = output.strip().splitlines()[-1:] or ["no output"]
+        raise UsageError(f"{host}: engine detection failed (exit {status}): {last[0][:200]!r}")
+    try:
+        raw = json.loads(output.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise UsageError(f"{host}: engine detection printed no JSON") from None
+    if not isinstance(raw, dict):
+        raise UsageError(f"{host}: engine detection printed {type(raw).__name__}, not an object")
+    return judge(raw, table, host=host)
+
+
+def judge(raw: Mapping[str, Any], table: Table, host: str | None) -> Detection:
+    """Match a probe's output (``detect_probe.probe``) against the hash table."""
+    from . import resolve
+
+    engines = []
+    for name, info in raw.items():
+        if name not in table or not isinstance(info, dict):
+            continue
+        version = str(info.get("version") or "")[:MAX_VERSION_CHARS]
+        parsed = _version(version)
+        raw_files = info.get("files")
+        hashes: dict[str, Any] = raw_files if isinstance(raw_files, dict) else {}
+        checks = []
+        for fh in table[name]:
+            sha = hashes.get(fh.path)
+            sha = sha if isinstance(sha, str) else None
+            expected = fh.at(parsed) if parsed is not None else None
+            matches = tuple(str(v) for v in RELEASES.get(name, ()) if sha is not None and fh.at(v) == sha)
+            checks.append(FileCheck(fh.path, sha, expected, matches))
+        nearest = _nearest(name, parsed, checks)
+        findings = []
+        for c in checks:
+            if c.patched:
+                findings.append(Finding(
+                    "engine/patched-source", Severity.WARNING,
+                    f"installed {name} {version}: {c.path} matches no {name} release (nearest: {nearest})",
+                    "The loader file's bytes are not those of any released wheel: a source checkout or a patched "
+                    f"engine. eagle3lens simulates {nearest}; check the file's load_weights against it.",
+                    evidence={"file": c.path, "sha12": c.sha12, "expected_for_version": c.expected,
+                              "location": str(info.get("location", "")), "nearest_release": nearest}))
+        spec = None
+        try:
+            spec = resolve(f"{name}=={version}").spec if parsed is not None else None
+        except UsageError:
+            spec = None
+        engines.append(Installed(name, version, str(info.get("location", "")), tuple(checks), spec, nearest,
+                                 tuple(findings)))
+    found = tuple(f for e in engines for f in e.findings)
+    return Detection(host, tuple(engines), found)
+
+
+def _version(text: str) -> Version | None:
+    try:
+        return Version(text)
+    except InvalidVersion:
+        return None
+
+
+def _nearest(name: str, version: Version | None, checks: list[FileCheck]) -> str | None:
+    """The release whose files match the most installed files; ties and no match: the closest by version."""
+    releases = RELEASES.get(name, ())
+    if not releases:
+        return None
+    score = {str(v): sum(str(v) in c.matches for c in checks) for v in releases}
+    best = max(score.values())
+    candidates = [v for v in releases if score[str(v)] == best]
+    if version is None:
+        return str(candidates[-1])
+    return str(min(candidates, key=lambda v: (abs(releases.index(v) - _position(releases, version)), v)))
+
+
+def _position(releases: tuple[Version, ...], version: Version) -> int:
+    return sum(v <= version for v in releases) - 1 if version >= releases[0] else 0
+
+
+def installed_profile() -> Any:
+    """The profile of the one engine installed here (``--engine installed``)."""
+    from . import resolve
+
+    found = [e for e in detect().engines if e.profile]
+    if not found:
+        raise UsageError("--engine installed: no sglang or vllm with a known EAGLE-3 release is installed here "
+                         "(eagle3lens engines --detect shows what was found)")
+    if len(found) > 1:
+        names = ", ".join(f"{e.name}=={e.version}" for e in found)
+        raise UsageError(f"--engine installed: several engines are installed ({names}); name one with --engine")
+    engine = found[0]
+    profile = resolve(engine.profile or "")
+    from dataclasses import replace
+
+    note = f"installed engine detected at {engine.location}"
+    if engine.findings:
+        note += f"; its loader files match no release (simulated as {engine.nearest})"
+    return replace(profile, assumed=note)

@@ -1,0 +1,69 @@
+"""The README's engine table, generated from the profiles (a test asserts the README contains it)."""
+
+from __future__ import annotations
+
+from . import all_profiles
+from .profile import EngineProfile
+
+
+def _ids(p: EngineProfile) -> str:
+    paths = [p.with_path(name) for name in p.paths] or [p]
+    out = []
+    for q in paths:
+        ids = " → ".join(q.aux_ids_sources) or "defaults 2, L//2, L-3"
+        default = " (default)" if q.path and q.path == p.default_path else ""
+        out.append((f"`:{q.path}`{default}: " if q.path else "") + ids)
+    return "; ".join(out)
+
+
+def _sources(p: EngineProfile) -> str:
+    """Loader files with their hashes per release run; the other cited files by name (hashes: engines --json)."""
+    from . import DETECT_FILES
+
+    parts, others = [], []
+    for s in p.sources:
+        leaf = s.path.rsplit("/", 1)[-1]
+        if s.path not in DETECT_FILES.get(p.name, ()):
+            others.append(leaf)
+            continue
+        runs = ", ".join(f"{h} ({a}" + (f"–{b})" if b != a else ")") for a, b, h in s.hashes if h)
+        if runs:
+            parts.append(f"{leaf} {runs}")
+    if others:
+        parts.append("also " + ", ".join(others))
+    return "<br>".join(parts)
+
+
+def engine_table() -> str:
+    """Markdown: one row per serving version group (release range, spec, classes, key and config rules, hashes)."""
+    head = ("| releases | `--engine` | draft classes | unknown keys | aux ids read from | flags honoured | "
+            "read from (sha256[:12]) |\n|---|---|---|---|---|---|---|")
+    rows = []
+    for p in all_profiles():
+        if p.kind != "serving":
+            continue
+        classes = ", ".join(f"`{c}`" for c in [p.draft_class, *(c.name for c in p.classes)])
+        flags = ", ".join(sorted(p.honoured_flags)) or "none"
+        rows.append(f"| {p.label} | `{p.spec}` | {classes} | {p.unknown} | {_ids(p)} ({p.aux_id_convention} "
+                    f"convention) | {flags} | {_sources(p)} |")
+    return head + "\n" + "\n".join(rows)
+
+
+START, END = "<!-- engine-table:start -->", "<!-- engine-table:end -->"
+
+
+def splice(readme: str) -> str:
+    """``readme`` with the text between the engine-table markers replaced by :func:`engine_table`."""
+    head, rest = readme.split(START, 1)
+    _, tail = rest.split(END, 1)
+    return f"{head}{START}\n{engine_table()}\n{END}{tail}"
+
+
+if __name__ == "__main__":
+    import sys
+    from pathlib import Path
+
+    if sys.argv[1:] == ["--write"]:  # python -m eagle3lens.engines.readme --write  (rewrites ./README.md)
+        Path("README.md").write_text(splice(Path("README.md").read_text()))
+    else:
+        print(engine_table())

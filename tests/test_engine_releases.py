@@ -1,0 +1,288 @@
+"""Engine fidelity by release (issue 14): each case builds its checkpoint and checks what that release does."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from _keys_helpers import (
+    DECODER,
+    MLA_DECODER,
+    H,
+    N,
+    V,
+    draft_tensors,
+    mla_config,
+    mla_draft_tensors,
+    sglang_config,
+    speculators_config,
+    write,
+)
+
+from eagle3lens.checkpoint import Checkpoint
+from eagle3lens.cli import main
+from eagle3lens.engines import resolve
+from eagle3lens.errors import UsageError
+from eagle3lens.probes.keys import simulate_load
+
+
+def codes(result):
+    return {f.code: f.severity.value for f in result.findings}
+
+
+def fates(result):
+    return {f.key: f.fate for f in result.fates}
+
+
+@pytest.fixture(scope="module")
+def speculators(tmp_path_factory):
+    return Checkpoint.open(write(tmp_path_factory.mktemp("spec"), draft_tensors("layers.0."), speculators_config()))
+
+
+@pytest.mark.parametrize("spec, first", [("sglang==0.4.0", "0.4.4.post2"), ("sglang==0.4.4.post1", "0.4.4.post2"),
+                                         ("vllm==0.8.4", "0.8.5"), ("vllm==0.8.5rc1", "0.8.5")])
+def test_release_before_eagle3_is_refused_in_one_line(speculators, capsys, spec, first):
+    assert main(["keys", str(speculators.path), "--engine", spec]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"no EAGLE-3 before {first}" in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("version", ["0." + "9" * 5000, "1" * 4400, "0.5.11" + ".post" + "7" * 80])
+def test_huge_version_is_one_line_not_a_traceback(speculators, capsys, version):
+    assert main(["keys", str(speculators.path), "--engine", f"sglang=={version}"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err and len(err) < 400
+
+
+def test_pep440_forms_resolve():
+    assert resolve("sglang==0.5.0rc2").label == "sglang 0.4.9–0.5.1.post3"
+    assert resolve("sglang==0.5.3.post2").release == "0.5.3.post2"
+    assert resolve("sglang==0.5.3.post1").release != resolve("sglang==0.5.3.post2").release
+    assert resolve("vllm==0.9.0.1").label == "vllm 0.9.0–0.9.0.1"
+    assert resolve("vllm==0.9.1.dev3").label == "vllm 0.9.0–0.9.0.1"  # a dev build of 0.9.1 precedes 0.9.1
+    newer = resolve("sglang==0.5.24.dev1")
+    assert not newer.verified and newer.label == "sglang 0.5.17–0.5.23"
+
+
+def test_newer_release_is_simulated_with_the_newest_profile_and_flagged(speculators):
+    result = simulate_load(speculators, "vllm==0.34.0")
+    unverified = next(f for f in result.findings if f.code == "engine/unverified-version")
+    assert unverified.evidence["newest_verified"] == "0.33.0" and "0.33.0" in unverified.title
+    assert "engine/unverified-version" not in codes(simulate_load(speculators, "vllm==0.33.0"))
+
+
+def test_bare_name_says_which_release_it_assumed(speculators, capsys):
+    result = simulate_load(speculators, "vllm")
+    assert result.release == "0.33.0" and any("assumed vllm==0.33.0" in n for n in result.notes)
+    assert main(["keys", str(speculators.path), "--engine", "vllm", "--json"]) in (0, 1)
+    data = json.loads(capsys.readouterr().out)
+    assert data["engine"] == "vllm==0.33.0" and data["results"]["keys"]["release"] == "0.33.0"
+
+
+# -- SGLang key rules by release ------------------------------------------------------------------
+def test_speculators_layout_under_sglang_0_4_5_raises_keyerror(speculators):
+    result = simulate_load(speculators, "sglang==0.4.5")
+    raises = [f for f in result.findings if f.code == "keys/raises" and "KeyError" in f.detail]
+    assert raises and "KeyError: 'model.layers.0." in raises[0].evidence["message"]
+    # non-stacked unknown keys are logged by LlamaForCausalLM.load_weights, not silent
+    logged = next(f for f in result.fates if f.key == "layers.0.self_attn.o_proj.weight")
+    assert logged.fate == "dropped" and "not found in params_dict" in logged.log
+
+
+@pytest.mark.parametrize("engine", ["sglang==0.4.9", "sglang==0.5.11"])
+def test_speculators_layout_dropped_between_0_4_9_and_0_5_11(speculators, engine):
+    result = simulate_load(speculators, engine)
+    assert set(result.dropped) == {f"layers.0.{k}" for k in DECODER}
+    assert codes(result)["keys/dropped"] == "critical"
+
+
+@pytest.mark.parametrize("engine", ["sglang==0.5.12", "sglang==0.5.16", "sglang==0.5.23"])
+def test_speculators_layout_loaded_from_0_5_12(speculators, engine):
+    assert simulate_load(speculators, engine).dropped == ()
+
+
+def test_sglang_0_4_5_adds_a_random_fc_bias_and_needs_d2t(tmp_path):
+    tensors = {k: v for k, v in draft_tensors("midlayer.").items() if k not in ("d2t", "t2d")}
+    result = simulate_load(Checkpoint.open(write(tmp_path, tensors, sglang_config())), "sglang==0.4.5")
+    bias = next(p for p in result.params if p.param.name == "model.fc.bias")
+    assert bias.status == "left-at-init" and bias.param.init.startswith("uniform")
+    assert any(f.code == "keys/raises" and "hot_token_id" in f.detail for f in result.findings)
+
+
+@pytest.mark.parametrize("where", ["top-level", "eagle_config"])
+def test_norm_before_fc_by_release(tmp_path, where):
+    cfg = sglang_config()
+    if where == "top-level":
+        cfg["norm_before_fc"] = True
+    else:
+        cfg["eagle_config"]["norm_before_fc"] = True
+    tensors = draft_tensors("layers.0.", extra={"input_norm.weight": torch.ones(3 * H, dtype=torch.bfloat16)})
+    ckpt = Checkpoint.open(write(tmp_path, tensors, cfg))
+    for engine in ("sglang==0.5.19", "sglang==0.5.23", "vllm==0.22.0", "vllm==0.33.0"):
+        result = simulate_load(ckpt, engine)
+        assert fates(result)["input_norm.weight"] == "loaded", engine
+        assert "config/flag-ignored" not in codes(result), engine
+    old = simulate_load(ckpt, "sglang==0.5.15")
+    assert codes(old)["config/flag-ignored"] == "critical" and fates(old)["input_norm.weight"] == "dropped"
+    for engine in ("vllm==0.18.0", "vllm==0.21.0"):  # only the top-level flag counts
+        result = simulate_load(ckpt, engine)
+        if where == "top-level":
+            assert fates(result)["input_norm.weight"] == "loaded"
+        else:
+            assert fates(result)["input_norm.weight"] == "dropped"
+            flag = next(f for f in result.findings if f.code == "config/flag-ignored")
+            assert flag.evidence["set_in"] == ["eagle_config"] and flag.evidence["engine_reads"] == ["top-level"]
+
+
+def test_sglang_cuda_graph_and_eager_paths_differ(tmp_path):
+    ckpt = Checkpoint.open(write(tmp_path, draft_tensors("midlayer."), sglang_config(ids=(1, 4, 6))))
+    graph = simulate_load(ckpt, "sglang==0.5.5", num_target_layers=16)
+    assert graph.path == "cuda-graph" and codes(graph)["config/aux-ids-ignored"] == "critical"
+    assert all(f.evidence.get("runtime_path") == "cuda-graph (default)" for f in graph.findings)
+    assert any("runtime paths differ" in n and "eager" in n for n in graph.notes)
+    eager = simulate_load(ckpt, "sglang==0.5.5:eager", num_target_layers=16)
+    assert "config/aux-ids-ignored" not in codes(eager) and "config/aux-ids-shifted" not in codes(eager)
+    assert simulate_load(ckpt, "sglang==0.5.11", num_target_layers=16).path is None
+
+
+# -- vLLM by release ------------------------------------------------------------------------------------
+def test_sglang_ids_under_vllm_0_33_default_v2_are_ignored_but_v1_reads_them_shifted(tmp_path):
+    tensors = draft_tensors("layers.0.", n_aux=4)
+    ckpt = Checkpoint.open(write(tmp_path, tensors, sglang_config(ids=(1, 4, 6, 9))))
+    v2 = simulate_load(ckpt, "vllm==0.33.0", num_target_layers=16)
+    assert v2.path == "v2" and codes(v2)["config/aux-ids-ignored"] == "critical"
+    ignored = next(f for f in v2.findings if f.code == "config/aux-ids-ignored")
+    assert ignored.evidence["captured_hf"] == [2, 8, 13] and ignored.evidence["runtime_path"] == "v2 (default)"
+    assert "keys/shape-mismatch" not in codes(v2)  # fc width follows the id count (4 x H) ...
+    assert next(p for p in v2.params if p.param.name == "model.fc.weight").param.shape == (H, 4 * H)
+    assert any("runtime paths differ" in n for n in v2.notes)
+    v1 = simulate_load(ckpt, "vllm==0.33.0:v1", num_target_layers=16)
+    assert codes(v1)["config/aux-ids-shifted"] == "critical" and "config/aux-ids-ignored" not in codes(v1)
+
+
+def test_reduced_vocab_d2t_discarded_by_vllm_0_9_0(tmp_path):
+    ckpt = Checkpoint.open(write(tmp_path, {k: v for k, v in draft_tensors("layers.0.").items()
+                                            if k != "embed_tokens.weight"}, sglang_config()))
+    result = simulate_load(ckpt, "vllm==0.9.0")
+    assert codes(result)["keys/d2t-discarded"] == "critical"
+    finding = next(f for f in result.findings if f.code == "keys/d2t-discarded")
+    assert finding.evidence["draft_vocab_size"] == N and finding.evidence["vocab_size"] == V
+    assert "keys/d2t-discarded" not in codes(simulate_load(ckpt, "vllm==0.9.1"))
+
+
+def test_unknown_key_keyerror_until_0_24_then_valueerror(tmp_path):
+    tensors = draft_tensors("layers.0.", extra={"extra_head.weight": torch.zeros(2, 2)})
+    ckpt = Checkpoint.open(write(tmp_path, tensors, sglang_config()))
+    old = next(f for f in simulate_load(ckpt, "vllm==0.24.0").findings if f.code == "keys/raises")
+    assert old.evidence["message"] == "KeyError: 'extra_head.weight'"
+    for engine in ("vllm==0.25.0", "vllm==0.33.0"):
+        new = next(f for f in simulate_load(ckpt, engine).findings if f.code == "keys/raises")
+        assert new.evidence["message"].startswith("ValueError: There is no module or parameter named 'extra_head'")
+
+
+def test_qwen3_speculators_config_selects_the_qwen3_class(tmp_path):
+    cfg = speculators_config()
+    cfg["transformer_layer_config"]["model_type"] = "qwen3"
+    ckpt = Checkpoint.open(write(tmp_path, draft_tensors("layers.0."), cfg))
+    result = simulate_load(ckpt, "vllm==0.24.0")
+    assert result.draft_class == "Eagle3Qwen3ForCausalLM"
+    assert {"model.layers.0.self_attn.q_norm.weight", "model.layers.0.self_attn.k_norm.weight"} <= set(result.left_at_init)
+    assert simulate_load(ckpt, "vllm==0.23.0").draft_class == "Eagle3LlamaForCausalLM"
+
+
+# -- the MLA (DeepSeek / Kimi-K2.5) draft class ---------------------------------------------------------
+@pytest.fixture(scope="module")
+def mla(tmp_path_factory):
+    tensors = mla_draft_tensors("layers.0.", extra={"layers.0.self_attn.extra_scale": torch.ones(2)})
+    return Checkpoint.open(write(tmp_path_factory.mktemp("mla"), tensors, mla_config()))
+
+
+def test_mla_draft_loads_under_sglang_0_5_23_with_a_logged_warning(mla):
+    result = simulate_load(mla, "sglang==0.5.23")
+    assert result.recognised and result.draft_class == "Eagle3DeepseekV2ForCausalLM"
+    f = fates(result)
+    assert all(f[f"layers.0.{k}"] in ("loaded", "loaded-shard") for k in MLA_DECODER)
+    assert f["layers.0.self_attn.q_a_proj.weight"] == f["layers.0.self_attn.kv_a_proj_with_mqa.weight"] == "loaded-shard"
+    assert result.left_at_init == ()
+    dropped = next(x for x in result.findings if x.code == "keys/dropped")
+    assert dropped.evidence["logged"] == {"layers.0.self_attn.extra_scale":
+                                          "Eagle3 MLA: skipping unexpected weight layers.0.self_attn.extra_scale"}
+    assert "silently" not in dropped.title
+
+
+def test_mla_draft_unrecognised_before_0_5_12(mla):
+    assert codes(simulate_load(mla, "sglang==0.5.11"))["config/unrecognized"] == "critical"
+
+
+def test_mla_draft_under_vllm(mla):
+    new = simulate_load(mla, "vllm==0.33.0")
+    assert new.draft_class == "Eagle3DeepseekV2ForCausalLM" and new.recognised
+    assert fates(new)["layers.0.self_attn.q_a_proj.weight"] == "loaded-shard"
+    assert any(x.code == "keys/raises" and "extra_scale" in x.detail for x in new.findings)
+    old = simulate_load(mla, "vllm==0.18.0")
+    assert "keys/raises" not in codes(old) and fates(old)["layers.0.self_attn.extra_scale"] == "dropped"
+    assert codes(simulate_load(mla, "vllm==0.17.0"))["config/unrecognized"] == "critical"
+
+
+def test_path_suffix_refused_where_the_release_has_one_path():
+    with pytest.raises(UsageError, match="one runtime path"):
+        resolve("sglang==0.5.11:eager")
+    with pytest.raises(UsageError, match="runtime paths"):
+        resolve("vllm==0.33.0:v3")
+
+
+def test_vllm_speculators_adapter_forwards_fields_by_release(tmp_path):
+    cfg = speculators_config(norm_before_fc=True)
+    tensors = draft_tensors("layers.0.", extra={"input_norm.weight": torch.ones(3 * H, dtype=torch.bfloat16)})
+    ckpt = Checkpoint.open(write(tmp_path, tensors, cfg))
+    assert fates(simulate_load(ckpt, "vllm==0.19.0"))["input_norm.weight"] == "loaded"
+    old = simulate_load(ckpt, "vllm==0.18.0")  # norm_before_fc honoured, but not forwarded by the adapter
+    assert fates(old)["input_norm.weight"] == "dropped"
+    assert "adapter does not forward" in next(f for f in old.findings if f.code == "config/flag-ignored").detail
+    ids = simulate_load(ckpt, "vllm==0.11.0", num_target_layers=10)  # ids never read before 0.11.1
+    assert "config/aux-ids-ignored" in codes(ids)
+    assert codes(simulate_load(ckpt, "vllm==0.10.0"))["config/unrecognized"] == "critical"  # no adapter yet
+
+
+def test_sglang_tied_head_ignores_the_checkpoint_lm_head(tmp_path):
+    cfg = {**sglang_config(), "tie_word_embeddings": True}
+    result = simulate_load(Checkpoint.open(write(tmp_path, draft_tensors("midlayer."), cfg)), "sglang==0.5.11")
+    assert fates(result)["lm_head.weight"] == "dropped"
+    assert "lm_head.weight" not in {p.param.name for p in result.params}
+
+
+@pytest.mark.parametrize("engine, decoder", [("sglang==0.5.23", "midlayer."), ("vllm==0.33.0", "layers.0.")])
+def test_convert_keeps_the_mla_class_and_loads_everything(mla, tmp_path, engine, decoder):
+    from eagle3lens.convert import convert
+
+    clean = {k: mla.read(k) for k in mla.tensors if "extra_scale" not in k}
+    src = Checkpoint.open(write(tmp_path / "src", clean, mla_config()))
+    convert(src.path, engine, tmp_path / "out")
+    out = Checkpoint.open(tmp_path / "out")
+    assert out.config["architectures"] == ["Eagle3DeepseekV2ForCausalLM"]
+    assert all(k.startswith(decoder) for k in out.tensors if "_proj" in k or "layernorm" in k)
+    result = simulate_load(out, engine)
+    assert result.draft_class == "Eagle3DeepseekV2ForCausalLM" and result.dropped == () and result.left_at_init == ()
+
+
+def test_use_aux_hidden_state_false_drops_fc_from_vllm_0_12(tmp_path):
+    cfg = sglang_config()
+    cfg["eagle_config"]["use_aux_hidden_state"] = False
+    ckpt = Checkpoint.open(write(tmp_path, draft_tensors("layers.0."), cfg))
+    assert fates(simulate_load(ckpt, "vllm==0.12.0"))["fc.weight"] == "dropped"
+    assert fates(simulate_load(ckpt, "vllm==0.11.2"))["fc.weight"] == "loaded"  # not read before 0.12.0
+    assert fates(simulate_load(ckpt, "sglang==0.5.23"))["fc.weight"] == "loaded"  # SGLang always builds fc
+
+
+def test_num_aux_hidden_states_and_use_aux_norm(tmp_path):
+    cfg = {**sglang_config(), "num_aux_hidden_states": 4, "use_aux_norm": True}
+    norms = {f"fc_norm.{j}.weight": torch.ones(H, dtype=torch.bfloat16) for j in range(4)}
+    ckpt = Checkpoint.open(write(tmp_path, draft_tensors("layers.0.", n_aux=4, extra=norms), cfg))
+    new = simulate_load(ckpt, "sglang==0.5.12")  # num_aux_hidden_states over len(eagle_config ids); use_aux_norm
+    assert "keys/shape-mismatch" not in codes(new) and all(fates(new)[k] == "loaded" for k in norms)
+    old = simulate_load(ckpt, "sglang==0.5.11")  # fixed at 3 aux states, no fc_norm
+    assert codes(old)["keys/shape-mismatch"] == "critical" and codes(old)["config/flag-ignored"] == "critical"
+    vllm = simulate_load(ckpt, "vllm==0.33.0")  # counts num_aux_hidden_states, but reads fc_norm only
+    assert "keys/shape-mismatch" not in codes(vllm)
+    assert next(f for f in vllm.findings if f.code == "config/flag-ignored").evidence["flag"] == "fc_norm"
