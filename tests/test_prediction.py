@@ -244,3 +244,15 @@ def test_vllm_eagle3_capture_support_by_release(tmp_path):
         "RuntimeError: Model does not support EAGLE3 interface")
     assert capture_support("vllm", "0.8.5", "LlamaForCausalLM").captures
     assert known_releases("vllm")[0] == "0.8.5" and known_releases("vllm")[-1] == "0.33.0"
+
+
+def test_disable_cuda_graph_selects_sglangs_eager_aux_path(tmp_path):
+    target = kimi_target_config(tmp_path / "t", architecture="DeepseekV3ForCausalLM")
+    draft = sparse_eagle3_draft(tmp_path / "d", ids=(1, 29, 57))
+    graphs = predict_wiring(draft, target=target, engine="sglang==0.5.5", launch=parse_launch(sglang("EAGLE3")))
+    eager = predict_wiring(draft, target=target, engine="sglang==0.5.5",
+                           launch=parse_launch(sglang("EAGLE3") + " --disable-cuda-graph"))
+    assert graphs.resolution.captured == (2, 30, 58)  # CUDA-graph batches: the default [2, L//2, L-3]
+    assert eager.resolution.captured == (2, 30, 58) and eager.resolution.source == "eagle_config"
+    assert graphs.resolution.source == "default"
+    assert any("eager" in n for n in eager.notes)

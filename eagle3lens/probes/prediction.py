@@ -116,7 +116,9 @@ def predict_wiring(draft: str | Path | Checkpoint, *, target: str | Path | Check
     if profile.name != launch.engine:
         raise UsageError(f"the launch starts {launch.engine}, but --engine names {profile.spec}: "
                          "pass the engine the launch runs")
-    version = profile.spec.partition("==")[2] or None
+    version = profile.release
+    if launch.cuda_graph is False and "eager" in profile.paths and ":" not in profile.spec:
+        profile = profile.with_path("eager")  # --disable-cuda-graph: every decode batch runs the eager path
     spec = ckpt.spec
     fc_in, H, H_t = spec.fc_in_features, spec.hidden_size, shape.hidden_size
     notes: list[str] = []
@@ -171,7 +173,8 @@ def predict_wiring(draft: str | Path | Checkpoint, *, target: str | Path | Check
                           "draft_hidden_size": H, "predicted": True},
                 fix=_eagle3_fix(launch)))
     if launch.cuda_graph is False:
-        notes.append("the launch disables CUDA graphs (eager decode)")
+        notes.append("the launch disables CUDA graphs (eager decode)"
+                     + (": aux layers as the eager path captures them" if profile.path == "eager" else ""))
     return WiringPrediction(profile.spec, launch, shape, algorithm, capture, support, outcome, resolution, received,
                             fc_in, H, error, _observed(observed), tuple(notes), tuple(findings))
 
