@@ -55,7 +55,8 @@ def missing_module_message(exc: ImportError) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one subcommand. Exit codes: 0 ran clean, 1 findings at/above --fail-on, 2 any error, 130 interrupted."""
+    """Run one subcommand. Exit codes: 0 ran clean, 1 findings at/above --fail-on, 2 any error, 130 interrupted
+    (argparse itself exits 0 for --help and 2 for bad arguments)."""
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
@@ -73,9 +74,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("eagle3lens: interrupted", file=sys.stderr)
         return 130
-    except SystemExit as exc:  # argparse (--help: 0, bad arguments: 2); any other code is an error
-        code = exc.code if isinstance(exc.code, int) else EXIT_BAD_INPUT
-        return code if code in (0, EXIT_BAD_INPUT) else EXIT_BAD_INPUT
     except Exception as exc:  # noqa: BLE001  # a bug: one line, exit 2 (1 means findings), the traceback on request
         if os.environ.get(DEBUG_ENV):
             traceback.print_exc()

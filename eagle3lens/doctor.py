@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .checkpoint import Checkpoint
-from .findings import Finding, Report, Severity, sort_findings
+from .findings import Finding, Report, Severity, fix_command, sort_findings
 
 # code prefixes in causal order; the first matching entry gives a finding's place
 # Silent causes lead: a server that logs accept len 1.00 did load the draft, so loud failures
@@ -123,6 +123,59 @@ def rank_causes(findings: list[Finding]) -> tuple[Cause, ...]:
     return tuple(causes)
 
 
+# short phrases for the engine sweep's summary; a critical code not listed here is named by its code
+SWEEP_PHRASES = {"config/unrecognized": "config not recognised", "keys/raises": "the load raises",
+                 "keys/shape-mismatch": "shapes rejected", "config/aux-ids-shifted": "aux layers one off",
+                 "config/missing": "no config.json"}
+
+
+def _sweep_phrases(findings: tuple[Finding, ...]) -> tuple[str, ...]:
+    critical = [f for f in findings if f.severity == Severity.CRITICAL]
+    codes = {f.code for f in critical}
+    phrases = []
+    for f in critical:
+        if f.code == "keys/dropped":
+            n = len(f.evidence.get("tensors", ()))
+            phrases.append(f"{n} tensor{'s' if n != 1 else ''} dropped")
+        elif f.code == "keys/left-at-init" and "keys/dropped" in codes:
+            continue  # the dropped tensors' parameters: the same cause said twice
+        else:
+            phrases.append(SWEEP_PHRASES.get(f.code, f.code))
+    return tuple(dict.fromkeys(phrases))
+
+
+def engine_sweep(ckpt: Checkpoint, num_target_layers: int | None = None) -> Finding | None:
+    """Without ``--engine``: the load simulation under every serving-engine profile, summarised in one info
+    finding naming the releases that would drop tensors, refuse or misread the draft (None when none would)."""
+    from .engines import all_profiles
+    from .probes.keys import simulate_load
+
+    broken: dict[tuple[str, ...], list[str]] = {}
+    clean: list[str] = []
+    first_broken: str | None = None
+    for profile in all_profiles():
+        if profile.kind != "serving":
+            continue
+        phrases = _sweep_phrases(simulate_load(ckpt, profile, num_target_layers=num_target_layers).findings)
+        if phrases:
+            broken.setdefault(phrases, []).append(profile.label)
+            first_broken = first_broken or profile.spec
+        else:
+            clean.append(profile.label)
+    if not broken:
+        return None
+    parts = [f"under {', '.join(labels)}: {', '.join(phrases)}" for phrases, labels in broken.items()]
+    return Finding(
+        "keys/engine-sweep", Severity.INFO, "; ".join(parts) + "; pass --engine",
+        "No --engine was given, so the load was judged as the trainer that wrote this layout loads it. The load "
+        "simulation was also run under every serving-engine profile: the releases named here would serve this "
+        "draft broken. Pass the server's --engine NAME==VERSION to judge it as served."
+        + (f" Loads cleanly under: {', '.join(clean)}." if clean else ""),
+        evidence={"broken": {", ".join(labels): list(phrases) for phrases, labels in broken.items()},
+                  "clean": clean},
+        fix=fix_command("doctor", ckpt.path, "--engine", first_broken or ""))
+
+
 def diagnose(
     checkpoint: str | Path | Checkpoint,
     engine: str | None = None,
@@ -173,7 +226,10 @@ def diagnose(
     elif profile is not None:
         run("keys", simulate_load, ckpt, profile, num_target_layers=num_target_layers)
     else:
-        skipped["keys"] = "no --engine given: load simulation not run"
+        skipped["keys"] = "no --engine given: load simulation not run (see keys/engine-sweep)"
+        sweep = engine_sweep(ckpt, num_target_layers)
+        if sweep is not None:
+            report.findings.append(sweep)
     run("vocab", inspect_vocab, ckpt, target=tgt)
     if weights:
         run("weights", weight_stats, ckpt, target=tgt, progress=progress)
@@ -183,6 +239,7 @@ def diagnose(
         # without --engine, aux layers and wiring are judged as the loader the layout is written for
         wiring_profile = profile or resolve(OWN_LOADER.get(ckpt.spec.flavour, "vllm"))
         if profile is None:
+            report.judged_as = wiring_profile.spec
             report.notes.append(f"no --engine given: aux layers and wiring judged as {wiring_profile.spec} loads the draft")
         if tgt is not None:  # the wiring check resolves the aux layers itself and reports them
             run("wiring", check_wiring, tgt, ckpt, wiring_profile, scenario=scenario, device_map=device_map,

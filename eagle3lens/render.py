@@ -18,7 +18,12 @@ SEVERITY_COLOR = {Severity.CRITICAL: "#c62828", Severity.WARNING: "#b26a00", Sev
 
 
 def verdict(report: Report) -> str:
-    """One line: how bad it is and the first thing to look at."""
+    """One line: how bad it is and the first thing to look at (and, without an engine, the loader assumed)."""
+    judged = f"as {report.judged_as} loads it: " if report.judged_as and not report.engine else ""
+    return judged + _verdict(report)
+
+
+def _verdict(report: Report) -> str:
     worst = report.worst
     if worst is None:
         return "OK: no findings"

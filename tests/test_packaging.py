@@ -99,7 +99,7 @@ def test_wheel_installs_and_runs_outside_the_repo(tmp_path: Path) -> None:
     env.update(HOME=str(tmp_path / "home"), XDG_CACHE_HOME=str(tmp_path / "cache"),
                PIP_CACHE_DIR=os.environ.get("PIP_CACHE_DIR", str(Path.home() / ".cache" / "pip")))
     install = subprocess.run([py, "-m", "pip", "install", "-q", f"{wheel}[notebook,remote]"],
-                             env=env, capture_output=True, text=True)
+                             env=env, capture_output=True, text=True, check=False)
     assert install.returncode == 0, install.stderr[-3000:]
 
     outside = tmp_path / "elsewhere"
@@ -107,7 +107,8 @@ def test_wheel_installs_and_runs_outside_the_repo(tmp_path: Path) -> None:
     cli = str(venv / "bin" / "eagle3lens")
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([cli, *args], cwd=outside, env=env, capture_output=True, text=True, timeout=600)
+        return subprocess.run([cli, *args], cwd=outside, env=env, capture_output=True, text=True, timeout=600,
+                              check=False)
 
     where = subprocess.run([py, "-c", "import eagle3lens; print(eagle3lens.__file__)"], cwd=outside, env=env,
                            capture_output=True, text=True, check=True).stdout
