@@ -204,12 +204,21 @@ def diagnose(
     from .probes.wiring import check_wiring
 
     ckpt = (checkpoint if isinstance(checkpoint, Checkpoint) else Checkpoint.open(checkpoint)).require_draft()
-    tgt = None if target is None else target if isinstance(target, Checkpoint) else Checkpoint.open(target)
+    from .probes.wiring import config_only, config_spec
+
+    # a target holding only config.json (a model not downloaded): the wiring is traced on meta, nothing else reads it
+    config_target = Path(target) if isinstance(target, (str, Path)) and config_only(Path(target)) else None
+    shapes_only = config_target is not None
+    tgt = None if target is None or shapes_only else target if isinstance(target, Checkpoint) else Checkpoint.open(target)
     profile = resolve(engine) if engine else None
     report = Report(checkpoint=ckpt.summary(), engine=profile.spec if profile else None)
     ran: list[str] = []
     skipped: dict[str, str] = {}
     num_target_layers = tgt.spec.num_hidden_layers if tgt is not None else None
+    if config_target is not None:
+        num_target_layers = config_spec(config_target).num_hidden_layers
+        report.notes.append(f"{target} holds only config.json: the wiring is traced on the meta device (shapes "
+                            "only); the target's embedding and head copies are not checked")
 
     def run(name: str, fn, *args, **kwargs) -> None:
         report.add(name, fn(*args, **kwargs))
@@ -241,9 +250,9 @@ def diagnose(
         if profile is None:
             report.judged_as = wiring_profile.spec
             report.notes.append(f"no --engine given: aux layers and wiring judged as {wiring_profile.spec} loads the draft")
-        if tgt is not None:  # the wiring check resolves the aux layers itself and reports them
-            run("wiring", check_wiring, tgt, ckpt, wiring_profile, scenario=scenario, device_map=device_map,
-                dtype=dtype)
+        if tgt is not None or shapes_only:  # the wiring check resolves the aux layers itself and reports them
+            run("wiring", check_wiring, tgt or target, ckpt, wiring_profile, scenario=scenario,
+                device="meta" if shapes_only else "cpu", device_map=device_map, dtype=dtype)
         else:
             run("aux_layers", resolve_aux_layers, ckpt.spec, None, wiring_profile, checkpoint=ckpt.path)
             skipped["wiring"] = "no --target given: wiring not checked"

@@ -341,8 +341,8 @@ def test_host_without_sftp_and_ssh_url_host(lab: Lab, tmp_path: Path) -> None:
         assert host.remote_dir_removed and not Path(host.remote_dir).exists()
     notes = [line for host, line in lines if "SFTP" in line]
     assert [h for h, line in lines if "SFTP" in line] == ["e3l-nosftp"], lines
-    assert notes == ["note: the host serves no SFTP (no `Subsystem sftp` in its sshd_config); "
-                     "files go over the exec channel"]
+    assert notes == [("note: the host serves no SFTP (no `Subsystem sftp` in its sshd_config); "
+                      "files go over the exec channel")]
     assert not any(m.exists() for m in marks)  # nothing in the name was run by a shell
 
 
