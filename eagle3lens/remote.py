@@ -2,7 +2,8 @@
 
 For each host (in parallel): connect (``remote_ssh``), pre-flight the remote interpreter
 (Python, eagle3lens, papermill, GPU, free disk) while creating a private run directory there,
-upload the notebook, a parameters JSON file and the supervisor script by SFTP, then run
+upload the notebook, a parameters JSON file and the supervisor script by SFTP (``remote_files``: over the
+exec channel when the host serves no SFTP), then run
 ``PY remote_supervisor.py RUN_DIR TIMEOUT -- PY -m eagle3lens notebook NB --params-file P --out RUN_DIR/out``.
 Every word of that line is ``shlex.quote``d and parameters only travel in the file. Progress lines
 stream to the caller; the executed notebook is fetched as it grows, and everything in the remote

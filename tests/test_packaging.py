@@ -64,6 +64,16 @@ def _torch_closure() -> list[md.Distribution]:
     return list(seen.values())
 
 
+def _has_build_backend() -> bool:
+    """setuptools as pyproject.toml's build-system asks for it, importable here."""
+    from packaging.version import Version
+
+    try:
+        return Version(md.version("setuptools")) >= Version("77")
+    except md.PackageNotFoundError:
+        return False
+
+
 def _link_torch(into: Path) -> Path:
     """A directory of links to torch's installed closure (package dirs, modules and dist-info)."""
     into.mkdir()
@@ -86,8 +96,9 @@ def test_wheel_installs_and_runs_outside_the_repo(tmp_path: Path) -> None:
     papermill, paramiko, ...) is resolved from the wheel's metadata, so a missing dependency fails here.
     """
     wheels = tmp_path / "wheels"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                    str(ROOT), "-w", str(wheels)], check=True, capture_output=True)
+    isolation = ["--no-build-isolation"] if _has_build_backend() else []  # else pip fetches setuptools itself
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", *isolation, str(ROOT), "-w", str(wheels)],
+                   check=True, capture_output=True)
     wheel = next(wheels.glob("eagle3lens-*.whl"))
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
@@ -96,11 +107,10 @@ def test_wheel_installs_and_runs_outside_the_repo(tmp_path: Path) -> None:
                                check=True, capture_output=True, text=True).stdout.strip())
     (site / "_eagle3lens_test_torch.pth").write_text(str(_link_torch(tmp_path / "torch-only")) + "\n")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
-    env.update(HOME=str(tmp_path / "home"), XDG_CACHE_HOME=str(tmp_path / "cache"),
-               PIP_CACHE_DIR=os.environ.get("PIP_CACHE_DIR", str(Path.home() / ".cache" / "pip")))
     install = subprocess.run([py, "-m", "pip", "install", "-q", f"{wheel}[notebook,remote]"],
                              env=env, capture_output=True, text=True, check=False)
     assert install.returncode == 0, install.stderr[-3000:]
+    env.update(HOME=str(tmp_path / "home"), XDG_CACHE_HOME=str(tmp_path / "cache"))  # a user with nothing set up
 
     outside = tmp_path / "elsewhere"
     outside.mkdir()
