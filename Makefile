@@ -7,7 +7,7 @@ TORCH_PIN ?= torch==2.13.0
 DEMO_DIR ?= demo
 REPORT ?= reports/demo.html
 
-.PHONY: demo test install system-deps bench clean
+.PHONY: demo test install system-deps bench clean strip-notebooks
 
 install: $(VENV)/.installed
 
@@ -16,7 +16,7 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q "$(TORCH_PIN)"
 	$(BIN)/pip install -q -e ".[notebook,remote,dev]"
-	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (eagle3lens)" >/dev/null
+	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (ipykernel)" >/dev/null
 	touch $@
 
 # The main job on the built-in demo incident: build it, run the doctor, write the HTML report.
@@ -35,6 +35,10 @@ test: install system-deps
 
 bench: install
 	for b in bench/*.py; do case $$b in */_*) continue;; esac; echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+# after a Run All in JupyterLab: drop outputs and run state so the tracked walkthroughs stay clean
+strip-notebooks:
+	$(PYTHON) .ci/strip_notebooks.py
 
 clean:
 	rm -rf $(VENV) $(DEMO_DIR) reports

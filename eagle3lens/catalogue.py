@@ -71,6 +71,9 @@ CODES: tuple[Code, ...] = (
          meaning="the engine refuses to load (its own error message in `evidence`)"),
     Code("keys/shape-mismatch", owner="keys", severity="critical", rank=30,
          meaning="a tensor whose shape the engine's parameter rejects"),
+    Code("keys/engine-sweep", owner="doctor", severity="info", rank=240,
+         meaning="(doctor without `--engine`) the serving-engine releases whose load simulation drops tensors, raises "
+                 "or misreads the draft"),
     Code("config/missing", owner="doctor", severity="critical", rank=40,
          meaning="no config.json beside the weights: no engine can build the draft"),
     Code("config/unrecognized", owner="keys", severity="critical", rank=50,

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
 import sys
-from typing import Sequence
+import traceback
+from collections.abc import Sequence
 
 from . import __version__, commands
 from .errors import Eagle3LensError
@@ -33,24 +35,56 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# top-level modules of the optional extras: a missing one is an install problem, named in one line
+EXTRA_OF_MODULE = {
+    **dict.fromkeys(("papermill", "nbformat", "nbconvert", "nbclient", "jupyter_client", "ipykernel",
+                     "ipywidgets", "IPython", "jupyterlab", "jupyter_core"), "notebook"),
+    "paramiko": "remote",
+}
+DEBUG_ENV = "EAGLE3LENS_DEBUG"
+
+
+def missing_module_message(exc: ImportError) -> str:
+    """One line naming what to install for a module that failed to import."""
+    module = (exc.name or "").split(".")[0] or "?"
+    extra = EXTRA_OF_MODULE.get(module)
+    if extra:
+        return f"this needs the [{extra}] extra ({module} is not installed): pip install 'eagle3lens[{extra}]'"
+    return (f"Python module {module!r} is not installed or does not import ({type(exc).__name__}); "
+            "reinstall eagle3lens with its dependencies: pip install --force-reinstall eagle3lens")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return EXIT_BAD_INPUT
+    """Run one subcommand. Exit codes: 0 ran clean, 1 findings at/above --fail-on, 2 any error, 130 interrupted
+    (argparse itself exits 0 for --help and 2 for bad arguments)."""
     try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return EXIT_BAD_INPUT
         return int(args.func(args) or 0)
     except Eagle3LensError as exc:
-        print(f"eagle3lens: error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return _error(str(exc))
     except OSError as exc:  # a path the user gave that cannot be read or written
         where = f"{exc.filename}: " if exc.filename else ""
-        print(f"eagle3lens: error: {where}{exc.strerror or exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return _error(f"{where}{exc.strerror or exc}")
+    except ImportError as exc:  # a missing optional extra or a broken install: never exit 1, never a traceback
+        return _error(missing_module_message(exc))
     except KeyboardInterrupt:
         print("eagle3lens: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # noqa: BLE001  # a bug: one line, exit 2 (1 means findings), the traceback on request
+        if os.environ.get(DEBUG_ENV):
+            traceback.print_exc()
+        problem = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+        return _error(f"internal error: {type(exc).__name__}: {problem} (please report it; "
+                      f"{DEBUG_ENV}=1 shows the traceback)")
+
+
+def _error(message: str) -> int:
+    print(f"eagle3lens: error: {message}", file=sys.stderr)
+    return EXIT_BAD_INPUT
 
 
 if __name__ == "__main__":

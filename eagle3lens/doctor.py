@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from . import catalogue
-from .checkpoint import CheckpointLike, as_checkpoint
+from .checkpoint import Checkpoint, CheckpointLike, as_checkpoint
 from .engines import EngineProfile, as_profile, own_loader
-from .findings import Finding, Report, Severity, sort_findings
+from .findings import Finding, Report, Severity, fix_command, sort_findings
 from .launch import Launch, launch_from_log, parse_launch
 from .progress import Progress
 
@@ -74,6 +74,59 @@ def rank_causes(findings: list[Finding]) -> tuple[Cause, ...]:
     return tuple(causes)
 
 
+# short phrases for the engine sweep's summary; a critical code not listed here is named by its code
+SWEEP_PHRASES = {"config/unrecognized": "config not recognised", "keys/raises": "the load raises",
+                 "keys/shape-mismatch": "shapes rejected", "config/aux-ids-shifted": "aux layers one off",
+                 "config/missing": "no config.json"}
+
+
+def _sweep_phrases(findings: tuple[Finding, ...]) -> tuple[str, ...]:
+    critical = [f for f in findings if f.severity == Severity.CRITICAL]
+    codes = {f.code for f in critical}
+    phrases = []
+    for f in critical:
+        if f.code == "keys/dropped":
+            n = len(f.evidence.get("tensors", ()))
+            phrases.append(f"{n} tensor{'s' if n != 1 else ''} dropped")
+        elif f.code == "keys/left-at-init" and "keys/dropped" in codes:
+            continue  # the dropped tensors' parameters: the same cause said twice
+        else:
+            phrases.append(SWEEP_PHRASES.get(f.code, f.code))
+    return tuple(dict.fromkeys(phrases))
+
+
+def engine_sweep(ckpt: Checkpoint, num_target_layers: int | None = None) -> Finding | None:
+    """Without ``--engine``: the load simulation under every serving-engine profile, summarised in one info
+    finding naming the releases that would drop tensors, refuse or misread the draft (None when none would)."""
+    from .engines import all_profiles
+    from .probes.keys import simulate_load
+
+    broken: dict[tuple[str, ...], list[str]] = {}
+    clean: list[str] = []
+    first_broken: str | None = None
+    for profile in all_profiles():
+        if profile.kind != "serving":
+            continue
+        phrases = _sweep_phrases(simulate_load(ckpt, profile, num_target_layers=num_target_layers).findings)
+        if phrases:
+            broken.setdefault(phrases, []).append(profile.label)
+            first_broken = first_broken or profile.spec
+        else:
+            clean.append(profile.label)
+    if not broken:
+        return None
+    parts = [f"under {', '.join(labels)}: {', '.join(phrases)}" for phrases, labels in broken.items()]
+    return Finding(
+        "keys/engine-sweep", Severity.INFO, "; ".join(parts) + "; pass --engine",
+        "No --engine was given, so the load was judged as the trainer that wrote this layout loads it. The load "
+        "simulation was also run under every serving-engine profile: the releases named here would serve this "
+        "draft broken. Pass the server's --engine NAME==VERSION to judge it as served."
+        + (f" Loads cleanly under: {', '.join(clean)}." if clean else ""),
+        evidence={"broken": {", ".join(labels): list(phrases) for phrases, labels in broken.items()},
+                  "clean": clean},
+        fix=fix_command("doctor", ckpt.path, "--engine", first_broken or ""))
+
+
 def diagnose(
     draft: CheckpointLike,
     *,
@@ -106,7 +159,14 @@ def diagnose(
     from .probes.wiring import check_wiring
 
     ckpt = as_checkpoint(draft).require_draft()
-    tgt = as_checkpoint(target)
+    from .probes.wiring import config_only, config_spec
+
+    # a target holding only config.json (a model not downloaded): the wiring is traced on meta, nothing else reads it
+    config_target = Path(target) if isinstance(target, (str, Path)) and config_only(Path(target)) else None
+    shapes_only = config_target is not None
+    tgt = None if shapes_only else as_checkpoint(target)
+    num_target_layers = (config_spec(config_target).num_hidden_layers if config_target is not None
+                         else tgt.spec.num_hidden_layers if tgt is not None else None)
     profile = as_profile(engine or None)
     report = Report(checkpoint=ckpt.summary(), engine=profile.spec if profile else None)
     if profile is not None:
@@ -115,6 +175,9 @@ def diagnose(
         report.notes.extend(engine_notes(profile))
     ran: list[str] = []
     skipped: dict[str, str] = {}
+    if config_target is not None:
+        report.notes.append(f"{target} holds only config.json: the wiring is traced on the meta device (shapes "
+                            "only); the target's embedding and head copies are not checked")
 
     def run(name: str, fn, *args, **kwargs) -> None:
         report.add(name, fn(*args, **kwargs))
@@ -129,10 +192,13 @@ def diagnose(
             fix="copy the training run's config.json next to the weights"))
         skipped["keys"] = skipped["aux_layers"] = skipped["wiring"] = "no config.json: nothing to build the draft from"
     elif profile is not None:
-        run("keys", simulate_load, ckpt, profile, target=tgt)
+        run("keys", simulate_load, ckpt, profile, num_target_layers=num_target_layers)
         report.notes.extend(n for n in report.results["keys"].notes if n.startswith("the runtime paths differ"))
     else:
-        skipped["keys"] = "no --engine given: load simulation not run"
+        skipped["keys"] = "no --engine given: load simulation not run (see keys/engine-sweep)"
+        sweep = engine_sweep(ckpt, num_target_layers)
+        if sweep is not None:
+            report.findings.append(sweep)
     run("vocab", inspect_vocab, ckpt, target=tgt)
     if weights:
         run("weights", weight_stats, ckpt, target=tgt, progress=progress)
@@ -142,10 +208,11 @@ def diagnose(
         # without --engine, aux layers and wiring are judged as the loader the layout is written for
         wiring_profile = profile or own_loader(ckpt.spec.flavour)
         if profile is None:
+            report.judged_as = wiring_profile.spec
             report.notes.append(f"no --engine given: aux layers and wiring judged as {wiring_profile.spec} loads the draft")
-        if tgt is not None:  # the wiring check resolves the aux layers itself and reports them
-            run("wiring", check_wiring, ckpt, target=tgt, engine=wiring_profile, scenario=scenario,
-                device_map=device_map, dtype=dtype)
+        if tgt is not None or shapes_only:  # the wiring check resolves the aux layers itself and reports them
+            run("wiring", check_wiring, ckpt, target=tgt or target, engine=wiring_profile, scenario=scenario,
+                device="meta" if shapes_only else "cpu", device_map=device_map, dtype=dtype)
         else:
             run("aux_layers", resolve_aux_layers, ckpt, engine=wiring_profile)
             skipped["wiring"] = "no --target given: wiring not checked"
@@ -156,7 +223,7 @@ def diagnose(
     else:
         skipped["logs"] = "no --log given: acceptance not read"
 
-    _predict(report, run, ckpt, tgt, profile, launch, log)
+    _predict(report, run, ckpt, tgt or config_target, profile, launch, log)
 
     # the log probe's own fix is "run the doctor": here the causes above are the fix
     report.findings = rank_findings([replace(f, fix=None) if f.area == "logs" else f for f in report.findings])

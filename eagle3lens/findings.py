@@ -129,6 +129,7 @@ class Report:
     findings: list[Finding] = field(default_factory=list)
     results: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # e.g. "no target given: wiring not checked"
+    judged_as: str | None = None  # without an engine: the loader the findings assume (doctor: the layout's trainer)
 
     def add(self, name: str, result: Any) -> None:
         """Attach a probe result and collect its findings (de-duplicated by code + title)."""
@@ -164,6 +165,8 @@ class Report:
         }
         if self.notes:
             data["notes"] = list(self.notes)
+        if self.judged_as:
+            data["judged_as"] = self.judged_as
         return data
 
     def to_json(self, indent: int | None = 2) -> str:

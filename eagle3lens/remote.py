@@ -2,7 +2,8 @@
 
 For each host (in parallel): connect (``remote_ssh``), pre-flight the remote interpreter
 (Python, eagle3lens, papermill, GPU, free disk) while creating a private run directory there,
-upload the notebook, a parameters JSON file and the supervisor script by SFTP, then run
+upload the notebook, a parameters JSON file and the supervisor script by SFTP (``remote_files``: over the
+exec channel when the host serves no SFTP), then run
 ``PY remote_supervisor.py RUN_DIR TIMEOUT -- PY -m eagle3lens notebook NB --params-file P --out RUN_DIR/out``.
 Every word of that line is ``shlex.quote``d and parameters only travel in the file. Progress lines
 stream to the caller; the executed notebook is fetched as it grows, and everything in the remote
@@ -31,6 +32,7 @@ from . import __version__
 from .errors import UsageError
 from .findings import Finding, Severity, to_jsonable
 from .notebook import cell_failed, cell_label, code_cells, first_line, is_injected, papermill_state
+from .remote_files import EXEC_FILES, RemoteFiles
 from .remote_ssh import RemoteError, SshConnection, SshTarget, connect, load_ssh_config, resolve_host
 from .remote_supervisor import EXIT_KILLED, EXIT_TIMEOUT
 from .safewrite import replacing, write_text_atomic
@@ -177,8 +179,9 @@ def _q(word: str) -> str:
     return shlex.quote(word)
 
 
-def _safe_name(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._@+-]", "_", text).strip(".") or "host"
+def _host_dir_name(host: str) -> str:
+    """The local output folder of one ``--host`` value (``ssh://me@gpu1:2222`` -> ``me@gpu1_2222``)."""
+    return re.sub(r"[^A-Za-z0-9._@+-]", "_", host.removeprefix("ssh://")).strip(".") or "host"
 
 
 class _HostWorker:
@@ -207,6 +210,7 @@ class _HostWorker:
         self.fetched: dict[str, tuple[int, int]] = {}
         self.cell: tuple[int, int] | None = None  # (n, N) from the remote progress bar
         self.remote_error: str | None = None  # the remote command's own one-line error, if it printed one
+        self.said_no_sftp = False
 
     # -- plumbing ------------------------------------------------------------------------------
     def say(self, line: str) -> None:
@@ -277,15 +281,22 @@ class _HostWorker:
                          papermill=info["papermill"], gpus=tuple(info["gpu"] or ()), gpu_source=info["gpu_source"],
                          workdir=info["workdir"], free_bytes=free, problems=tuple(problems), notes=tuple(notes))
 
+    def files(self) -> RemoteFiles:
+        """SFTP, or bytes over an exec channel of the remote python when the host has no SFTP subsystem."""
+        files = self.conn.files(self.remote(self.python, "-c", EXEC_FILES))
+        if files.via != "sftp" and not self.said_no_sftp:
+            self.said_no_sftp = True
+            self.say("note: the host serves no SFTP (no `Subsystem sftp` in its sshd_config); "
+                     "files go over the exec channel")
+        return files
+
     def upload(self) -> None:
-        sftp = self.conn.sftp()
+        files = self.files()
         for name, data in ((self.notebook_name, self.notebook.read_bytes()),
                            ("params.json", self.params_json.encode()),
                            (SUPERVISOR.name, SUPERVISOR.read_bytes())):
-            with sftp.open(f"{self.run_dir}/{name}", "wb") as fh:
-                fh.chmod(0o600)
-                fh.write(data)
-        sftp.mkdir(f"{self.run_dir}/out", 0o700)
+            files.write(f"{self.run_dir}/{name}", data)
+        files.mkdir(f"{self.run_dir}/out", 0o700)
 
     @property
     def notebook_name(self) -> str:
@@ -392,10 +403,10 @@ class _HostWorker:
     # -- results -------------------------------------------------------------------------------
     def _remote_files(self, top: str) -> list[tuple[str, Any]]:
         found, stack = [], [(top, "")]
-        sftp = self.conn.sftp()
+        files = self.files()
         while stack:
             path, rel = stack.pop()
-            for entry in sftp.listdir_attr(path):
+            for entry in files.listdir_attr(path):
                 child_rel = f"{rel}{_safe_name(entry.filename)}"
                 if stat.S_ISDIR(entry.st_mode or 0) and rel.count("/") < 4:
                     stack.append((f"{path}/{entry.filename}", child_rel + "/"))
@@ -410,7 +421,7 @@ class _HostWorker:
         local = local_path(self.out, rel)
         local.parent.mkdir(parents=True, exist_ok=True)
         with replacing(local) as part:
-            self.conn.sftp().get(f"{self.run_dir}/out/{rel}", str(part))
+            self.files().get(f"{self.run_dir}/out/{rel}", part)
         self.fetched[rel] = signature
 
     def fetch_partial(self) -> None:
@@ -541,7 +552,7 @@ def run_remote(notebook: str | Path, parameters: Mapping[str, Any] | None, hosts
     except (TypeError, ValueError) as exc:
         raise UsageError(f"parameters are not JSON-able: {exc}") from None
     out = Path(out_dir)
-    names = [_safe_name(h) for h in host_list]
+    names = [_host_dir_name(h) for h in host_list]
     if len(set(names)) != len(names):
         raise UsageError(f"--host given twice: {', '.join(host_list)}")
     cancel = cancel or threading.Event()

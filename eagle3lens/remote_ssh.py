@@ -15,10 +15,14 @@ import socket
 import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import paramiko
 
 from .errors import Eagle3LensError
+
+if TYPE_CHECKING:
+    from .remote_files import RemoteFiles
 
 DEFAULT_SSH_CONFIG = Path("~/.ssh/config")
 DEFAULT_KNOWN_HOSTS = Path("~/.ssh/known_hosts")
@@ -160,7 +164,7 @@ class SshConnection:
         self.target = target
         self.client = client
         self._hops = hops
-        self._sftp: paramiko.SFTPClient | None = None
+        self._files: RemoteFiles | None = None
 
     @property
     def transport(self) -> paramiko.Transport:
@@ -174,10 +178,14 @@ class SshConnection:
         transport = self.client.get_transport()
         return transport is not None and transport.is_active()
 
-    def sftp(self) -> paramiko.SFTPClient:
-        if self._sftp is None:
-            self._sftp = self.client.open_sftp()
-        return self._sftp
+    def files(self, python_command: str) -> RemoteFiles:
+        """File transfer to the host: SFTP, or the exec-channel fallback through ``python_command``
+        (the shell-quoted ``PY -c EXEC_FILES``) when the host serves no SFTP subsystem."""
+        if self._files is None:
+            from .remote_files import open_files
+
+            self._files = open_files(self.client, self.transport, python_command, self.target.label)
+        return self._files
 
     def run(self, argv: list[str], timeout: float = 60.0) -> tuple[int, str]:
         """Run a short command (``argv`` already shell-quoted words joined by the caller); return (status, output)."""
@@ -197,7 +205,8 @@ class SshConnection:
         return status, b"".join(chunks).decode("utf-8", "replace")
 
     def close(self) -> None:
-        for closable in (self._sftp, self.client, *reversed(self._hops)):
+        sftp = getattr(self._files, "sftp", None)
+        for closable in (sftp, self.client, *reversed(self._hops)):
             try:
                 if closable is not None:
                     closable.close()

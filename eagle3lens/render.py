@@ -18,7 +18,12 @@ SEVERITY_COLOR = {Severity.CRITICAL: "#c62828", Severity.WARNING: "#b26a00", Sev
 
 
 def verdict(report: Report) -> str:
-    """One line: how bad it is and the first thing to look at."""
+    """One line: how bad it is and the first thing to look at (and, without an engine, the loader assumed)."""
+    judged = f"as {report.judged_as} loads it: " if report.judged_as and not report.engine else ""
+    return judged + _verdict(report)
+
+
+def _verdict(report: Report) -> str:
     worst = report.worst
     if worst is None:
         return "OK: no findings"
@@ -60,21 +65,28 @@ def render_report_terminal(report: Report, console: Any = None) -> None:
         console.print(f"[dim]note: {escape(note)}[/]")
 
 
+# Inline, so the layout holds where page CSS does not reach or is overridden: JupyterLab's output CSS
+# right-aligns every table cell and lets a fix command wrap at its spaces (``--to`` on a line of its own).
+CELL_STYLE = "text-align:left;vertical-align:top"
+FIX_STYLE = "white-space:nowrap"
+
+
 def findings_html(report: Report) -> str:
     if not report.findings:
         return "<p class='ok'>No findings.</p>"
+    td = f"<td style='{CELL_STYLE}'>"
     rows = []
     for i, f in enumerate(report.findings, 1):
         color = SEVERITY_COLOR[f.severity]
         evidence = html.escape(json.dumps(f.to_dict()["evidence"], indent=1)[:4000])
         rows.append(
-            f"<tr><td>{i}</td><td style='color:{color};font-weight:bold'>{f.severity.value}</td>"
-            f"<td><code>{html.escape(f.code)}</code></td><td><b>{html.escape(f.title)}</b><br>{html.escape(f.detail)}"
-            f"<details><summary>evidence</summary><pre>{evidence}</pre></details></td>"
-            f"<td><code>{html.escape(f.fix or '')}</code></td></tr>"
+            f"<tr>{td}{i}</td><td style='{CELL_STYLE};color:{color};font-weight:bold'>{f.severity.value}</td>"
+            f"{td}<code>{html.escape(f.code)}</code></td>{td}<b>{html.escape(f.title)}</b><br>{html.escape(f.detail)}"
+            f"<details><summary>evidence</summary><pre style='text-align:left'>{evidence}</pre></details></td>"
+            f"{td}<code class='cmd' style='{FIX_STYLE}'>{html.escape(f.fix or '')}</code></td></tr>"
         )
-    return ("<table class='findings'><thead><tr><th>#</th><th>severity</th><th>code</th><th>what</th><th>fix</th>"
-            "</tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
+    head = "".join(f"<th style='{CELL_STYLE}'>{name}</th>" for name in ("#", "severity", "code", "what", "fix"))
+    return f"<table class='findings'><thead><tr>{head}</tr></thead><tbody>" + "".join(rows) + "</tbody></table>"
 
 
 def render_report_fragment(report: Report) -> str:

@@ -47,6 +47,7 @@ class Sshd:
     host_key: Path
     process: subprocess.Popen | None = None
     extra_config: list[str] = field(default_factory=list)
+    sftp: bool = True  # False: no `Subsystem sftp` line, as on hosts that disable SFTP
 
     @property
     def config(self) -> Path:
@@ -78,7 +79,7 @@ class Sshd:
             "KbdInteractiveAuthentication no",
             "PubkeyAuthentication yes",
             "PermitRootLogin prohibit-password",
-            "Subsystem sftp internal-sftp",
+            *(["Subsystem sftp internal-sftp"] if self.sftp else []),
             "AllowTcpForwarding yes",
             "LogLevel ERROR",
             "MaxStartups 50",
@@ -154,10 +155,11 @@ class Sshd:
         self.process = None
 
 
-def make_sshd(root: Path, client_public_lines: list[str], extra_config: list[str] | None = None) -> Sshd:
+def make_sshd(root: Path, client_public_lines: list[str], extra_config: list[str] | None = None,
+              sftp: bool = True) -> Sshd:
     """Create (not start) an sshd under ``root`` accepting the given client public keys."""
     root.mkdir(parents=True, exist_ok=True)
     host_key = root / "ssh_host_ed25519_key"
     write_ed25519_key(host_key)
     (root / "authorized_keys").write_text("".join(line.strip() + "\n" for line in client_public_lines))
-    return Sshd(root=root, port=free_port(), host_key=host_key, extra_config=extra_config or [])
+    return Sshd(root=root, port=free_port(), host_key=host_key, extra_config=extra_config or [], sftp=sftp)

@@ -86,6 +86,54 @@ def jupyterlab(tmp_path, demo_dir):
         log.close()
 
 
+# every cell of each findings table: (text-align, vertical-align) and, for the fix column, white-space and
+# whether the command fits on one line (its box no taller than one line of its font)
+FINDINGS_LAYOUT_JS = """() => [...document.querySelectorAll('table.findings')].map(t => ({
+    cells: [...t.querySelectorAll('td, th')].map(c => getComputedStyle(c).textAlign),
+    fixes: [...t.querySelectorAll('tbody tr td:last-child code')].filter(c => c.textContent).map(c => ({
+        whiteSpace: getComputedStyle(c).whiteSpace,
+        lines: Math.round(c.getBoundingClientRect().height / parseFloat(getComputedStyle(c).lineHeight || 0)
+                          || c.getClientRects().length)}))}))"""
+
+
+def assert_findings_layout(page) -> None:
+    """Findings tables as in the HTML report: every cell left-aligned, each fix command on one line."""
+    tables = page.evaluate(FINDINGS_LAYOUT_JS)
+    assert tables, "no findings table on the page"
+    for table in tables:
+        assert table["cells"] and set(table["cells"]) <= {"left", "start"}, table["cells"]
+        assert table["fixes"], "no fix command in the findings table"
+        for fix in table["fixes"]:
+            assert fix["whiteSpace"] == "nowrap" and fix["lines"] == 1, fix
+
+
+def test_findings_table_in_exported_notebook_matches_the_report_layout(demo_dir, tmp_path, browser):
+    """nbconvert's lab template carries JupyterLab's output CSS (cells right-aligned, text wrapping)."""
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.cells = [nbformat.v4.new_code_cell(
+        "from eagle3lens import notebook as nb\nfrom eagle3lens.doctor import diagnose\n"
+        f"nb.show(diagnose({str(demo_dir / 'speculators')!r}, engine='sglang==0.5.11', weights=False))")]
+    nbformat.write(nb, tmp_path / "findings.ipynb")
+    run = run_notebook(tmp_path / "findings.ipynb", {}, tmp_path / "out", progress=False)
+    page = browser.new_page(viewport={"width": 1000, "height": 900})  # narrow enough that wrapping would happen
+    page.goto(run.html.as_uri())
+    page.wait_for_selector("table.findings")
+    assert "jp-RenderedHTMLCommon" in run.html.read_text()  # the JupyterLab CSS that right-aligns cells is there
+    assert_findings_layout(page)
+    page.close()
+    report = browser.new_page(viewport={"width": 1000, "height": 900})  # the standalone report: the same layout
+    from eagle3lens.doctor import diagnose
+
+    (tmp_path / "report.html").write_text(
+        diagnose(demo_dir / "speculators", engine="sglang==0.5.11", weights=False).to_html())
+    report.goto((tmp_path / "report.html").as_uri())
+    assert_findings_layout(report)
+    report.close()
+
+
 def test_triage_renders_widgets_and_plotly_in_jupyterlab(jupyterlab, browser):
     url, token = jupyterlab
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
@@ -106,6 +154,8 @@ def test_triage_renders_widgets_and_plotly_in_jupyterlab(jupyterlab, browser):
     assert page.locator(".jp-Notebook .jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']").count() == 0
     errors = page.locator(".jp-Notebook .jp-RenderedText[data-mime-type='application/vnd.jupyter.error']")
     assert errors.count() == 0, errors.first.inner_text()
+    page.wait_for_selector(".jp-Notebook table.findings", timeout=60_000)
+    assert_findings_layout(page)
     page.close()
 
 

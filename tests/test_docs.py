@@ -48,3 +48,26 @@ def test_catalogue_lists_every_code_the_sources_name() -> None:
     named = {m for path in (ROOT / "eagle3lens").rglob("*.py") if path.name != "catalogue.py"
              for m in CODE.findall(path.read_text())}
     assert named <= set(catalogue.BY_CODE), sorted(named - set(catalogue.BY_CODE))
+
+
+def _joined(text: str) -> str:
+    return re.sub(r"\\\n\s*", " ", text)
+
+
+def test_readme_notebook_example_runs_on_the_inputs_of_make_demo() -> None:
+    """The README's headless triage sees what `make demo`'s doctor sees, so both give the same verdict."""
+    import shlex
+
+    make = _joined((ROOT / "Makefile").read_text()).replace("$(DEMO_DIR)", "demo").replace("$(BIN)/", "")
+    doctor = shlex.split(re.search(r"^\s*eagle3lens doctor (.*?);", make, re.MULTILINE).group(1))
+    demo = {"checkpoint": doctor[0], **{k.lstrip("-"): v for k, v in zip(doctor[1::2], doctor[2::2])}}
+    readme = _joined((ROOT / "README.md").read_text())
+    notebook = shlex.split(re.search(r"^\.venv/bin/eagle3lens notebook 00_triage (.*)$", readme, re.MULTILINE).group(1))
+    params = {notebook[i + 1]: notebook[i + 2] for i, word in enumerate(notebook) if word == "-p"}
+    assert params == {k: demo[k] for k in ("checkpoint", "engine", "target", "log")}
+
+
+def test_readme_says_how_to_reach_the_command_and_run_jupyter_as_root() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert ". .venv/bin/activate" in readme and ".venv/bin/eagle3lens doctor" in readme
+    assert "jupyter lab --allow-root" in readme

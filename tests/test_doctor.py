@@ -202,6 +202,30 @@ def test_without_engine_wiring_is_judged_as_the_layouts_own_loader(demo_dir: Pat
     assert triage.causes[0].finding.code == "trace/fc-bypassed"
 
 
+def test_without_engine_headline_names_the_assumption_and_the_engines_that_break_it(
+        demo_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["doctor", str(demo_dir / "speculators"), "--no-weights"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert code == 0  # an info finding: --fail-on critical does not trip
+    assert out.startswith("as speculators loads it: INFO: under sglang 0.4.0–0.5.11: config not recognised, "
+                          "10 tensors dropped; under sglang 0.5.12–0.5.22, sglang 0.5.23: config not recognised; "
+                          "pass --engine")
+    assert "Loads cleanly under: vllm 0.33.0." in out
+    report = json.loads((main(["doctor", str(demo_dir / "speculators"), "--no-weights", "--json"]),
+                         capsys.readouterr().out)[1])
+    assert report["judged_as"] == "speculators" and report["engine"] is None
+    (sweep,) = [f for f in report["findings"] if f["code"] == "keys/engine-sweep"]
+    assert sweep["severity"] == "info" and sweep["evidence"]["clean"] == ["vllm 0.33.0"]
+    assert sweep["fix"].endswith("--engine sglang==0.5.11")
+    # the same draft in SGLang's layout is judged as sglang loads it; vLLM reads its aux ids one off
+    eagle = diagnose(demo_dir / "eagle", weights=False)
+    (sweep_eagle,) = [f for f in eagle.findings if f.code == "keys/engine-sweep"]
+    assert sweep_eagle.title == "under vllm 0.33.0: aux layers one off; pass --engine"
+    # with an engine there is no sweep and no assumption
+    served = diagnose(demo_dir / "speculators", engine="vllm==0.33.0", weights=False)
+    assert served.judged_as is None and not [f for f in served.findings if f.code == "keys/engine-sweep"]
+
+
 def test_unwritable_html_is_a_one_line_error(demo_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("x")

@@ -18,6 +18,8 @@ from eagle3lens.findings import Finding
 from eagle3lens.notebook import (FINDINGS_MIME, NotebookCellError, collect_findings, export_html, findings_of,
                                  resolve, run_notebook, walkthroughs)
 
+ROOT = Path(__file__).resolve().parent.parent
+
 SCRIPT_SRC = re.compile(r"<script[^>]*\bsrc\s*=", re.I)
 
 
@@ -88,6 +90,36 @@ def test_resolve_short_names_and_paths(probe_notebook):
         resolve("nope")
     with pytest.raises(UsageError, match="not found"):
         resolve(probe_notebook.parent / "absent.ipynb")
+
+
+def _strip_tool():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("strip_notebooks", ROOT / ".ci" / "strip_notebooks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_committed_walkthroughs_are_clean_and_use_the_registered_kernel(tmp_path, capsys):
+    """No outputs or run state in git, and the kernelspec the install registers, so opening a walkthrough in
+    JupyterLab (or running it) does not leave the checkout dirty."""
+    strip = _strip_tool()
+    assert strip.main(["--check"]) == 0, capsys.readouterr().err
+    registered = re.search(r'ipykernel install .*--name (\S+) --display-name "([^"]+)"', (ROOT / "Makefile").read_text())
+    assert registered.groups() == (strip.KERNELSPEC["name"], strip.KERNELSPEC["display_name"])
+    assert ".ipynb_checkpoints/" in (ROOT / ".gitignore").read_text().splitlines()
+    # the check catches what a Run All in JupyterLab leaves behind; the rewrite undoes it
+    original = (ROOT / "notebooks" / "00_triage.ipynb").read_text()
+    nb = json.loads(original)
+    code_cell = next(c for c in nb["cells"] if c["cell_type"] == "code")
+    code_cell.update(outputs=[{"output_type": "stream", "name": "stdout", "text": ["x\n"]}], execution_count=3)
+    nb["metadata"]["kernelspec"] = {"name": "eagle3lens", "display_name": "Python 3 (eagle3lens)", "language": "python"}
+    (tmp_path / "00_triage.ipynb").write_text(json.dumps(nb))
+    assert strip.main(["--check"], folder=tmp_path) == 1
+    assert "00_triage.ipynb" in capsys.readouterr().err
+    assert strip.main([], folder=tmp_path) == 0
+    assert (tmp_path / "00_triage.ipynb").read_text() == original
 
 
 def test_walkthroughs_are_papermill_ready():

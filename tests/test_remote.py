@@ -43,13 +43,16 @@ class Lab:
         write_ed25519_key(self.wrong_key)
         self.target = make_sshd(root / "target", [self.client_pub]).start()
         self.bastion = make_sshd(root / "bastion", [self.client_pub], ["LogLevel VERBOSE"]).start()
+        self.nosftp = make_sshd(root / "nosftp", [self.client_pub], sftp=False).start()  # no Subsystem sftp
         self.known_hosts = root / "known_hosts"
-        self.known_hosts.write_text(self.target.host_key_line() + self.bastion.host_key_line())
+        self.known_hosts.write_text(self.target.host_key_line() + self.bastion.host_key_line()
+                                    + self.nosftp.host_key_line())
         self.ssh_config = root / "ssh_config"
         ident = f"    User root\n    IdentityFile {self.client_key}\n    IdentitiesOnly yes\n"
         self.ssh_config.write_text(
             f"Host e3l-target\n    HostName 127.0.0.1\n    Port {self.target.port}\n{ident}"
             f"Host e3l-bastion\n    HostName 127.0.0.1\n    Port {self.bastion.port}\n{ident}"
+            f"Host e3l-nosftp\n    HostName 127.0.0.1\n    Port {self.nosftp.port}\n{ident}"
             f"Host e3l-behind\n    HostName 127.0.0.1\n    Port {self.target.port}\n{ident}    ProxyJump e3l-bastion\n"
             f"Host e3l-wrongkey\n    HostName 127.0.0.1\n    Port {self.target.port}\n    User root\n"
             f"    IdentityFile {self.wrong_key}\n    IdentitiesOnly yes\n")
@@ -63,6 +66,7 @@ class Lab:
     def stop(self) -> None:
         self.target.stop()
         self.bastion.stop()
+        self.nosftp.stop()
 
 
 @pytest.fixture(scope="session")
@@ -313,6 +317,33 @@ def test_two_hosts_alias_and_proxyjump_run_with_verbatim_parameters(lab: Lab, tm
         assert any(h == host.host and line.startswith("cell ") for h, line in lines)
     assert list(mark.iterdir()) == []  # no substitution, backtick or redirect ran anywhere
     assert "Accepted publickey for root" in lab.bastion.log.read_text()  # e3l-behind went through the bastion
+
+
+def test_host_without_sftp_and_ssh_url_host(lab: Lab, tmp_path: Path) -> None:
+    """A host whose sshd serves no SFTP gets its files over the exec channel (names with shell metacharacters
+    included); ``ssh://alias`` is a host, its output folder the alias."""
+    marks = [Path.home() / "e3l-mark-dollar", Path.home() / "e3l-mark-tick"]  # where a shell would touch them
+    name = "it's $(touch e3l-mark-dollar) `touch e3l-mark-tick`; a.ipynb"  # run from the remote home
+    notebook = write_notebook(tmp_path / name, [
+        code("n = 1", tags=["parameters"]),
+        code("import pathlib\npathlib.Path('blob.bin').write_bytes(bytes(range(256)) * 4000)\nprint(n * 7)"),
+    ])
+    lines: list[tuple[str, str]] = []
+    result = run_remote(notebook, {"n": 6}, ["e3l-nosftp", "ssh://e3l-target"], tmp_path / "out", timeout=120,
+                        remote_python=PY, known_hosts=lab.known_hosts, ssh_config=lab.ssh_config,
+                        progress=lambda host, line: lines.append((host, line)))
+    assert [h.status for h in result.hosts] == ["ok", "ok"], [h.error for h in result.hosts]
+    nosftp, url = result.hosts
+    assert nosftp.out_dir == tmp_path / "out" / "e3l-nosftp" and url.out_dir == tmp_path / "out" / "e3l-target"
+    for host in result.hosts:
+        executed = nbformat.read(host.out_dir / name, as_version=4)
+        assert executed.cells[-1].outputs[0]["text"].strip() == "42"
+        assert host.remote_dir_removed and not Path(host.remote_dir).exists()
+    notes = [line for host, line in lines if "SFTP" in line]
+    assert [h for h, line in lines if "SFTP" in line] == ["e3l-nosftp"], lines
+    assert notes == [("note: the host serves no SFTP (no `Subsystem sftp` in its sshd_config); "
+                      "files go over the exec channel")]
+    assert not any(m.exists() for m in marks)  # nothing in the name was run by a shell
 
 
 def test_failing_cell_reported_with_partial_notebook(lab: Lab, tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -271,3 +272,65 @@ def test_trace_forward_runs_one_seeded_forward_under_the_tracer():
     assert [r.path for r in tracer.records] == ["model.layers.0", "model.layers.1", "model.layers.2"]
     assert tracer.records[0].first_input == TensorMeta((1, 6, 32), "float32", "cpu")
     assert hook_count(model) == 0 and not tracer.active
+
+
+# -- config-only targets (a model not downloaded) on the meta device ------------------------------
+
+def _config_only_llama(path: Path) -> Path:
+    from _keys_helpers import llama_fields
+
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps({**llama_fields(10), "architectures": ["LlamaForCausalLM"]}))
+    return path
+
+
+def _config_only_deepseek_v3(path: Path) -> Path:
+    from _keys_helpers import HEADS, INTER, V, H
+    from transformers import DeepseekV3Config
+
+    DeepseekV3Config(vocab_size=V, hidden_size=H, intermediate_size=INTER, moe_intermediate_size=8,
+                     num_hidden_layers=10, num_attention_heads=HEADS, num_key_value_heads=HEADS, n_routed_experts=4,
+                     num_experts_per_tok=2, n_group=1, topk_group=1, first_k_dense_replace=1, kv_lora_rank=8,
+                     q_lora_rank=8, qk_rope_head_dim=4, qk_nope_head_dim=4, v_head_dim=4, max_position_embeddings=64,
+                     architectures=["DeepseekV3ForCausalLM"]).save_pretrained(path)
+    assert sorted(p.name for p in path.iterdir()) == ["config.json"]
+    return path
+
+
+@pytest.mark.parametrize("build, decoder_class", [(_config_only_llama, "LlamaDecoderLayer"),
+                                                   (_config_only_deepseek_v3, "DeepseekV3DecoderLayer")])
+def test_config_only_target_traces_on_meta(build, decoder_class, tmp_path, capsys):
+    from _keys_helpers import speculators_draft
+
+    from eagle3lens.cli import main
+    from eagle3lens.probes.wiring import load_target
+
+    target = build(tmp_path / "target")
+    draft = speculators_draft(tmp_path / "draft")
+    assert type(load_target(target, device="meta").model.layers[1]).__name__ == decoder_class
+    code = main(["trace", "--target", str(target), "--draft", str(draft), "--engine", "sglang==0.5.11",
+                 "--device", "meta", "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    wiring = json.loads(captured.out)["results"]["wiring"]
+    assert wiring["num_target_layers"] == 10 and wiring["layers_used"] == [2, 5, 7]
+    assert wiring["feature"]["shape"] == [1, 16, 48] and wiring["feature"]["device"] == "meta"
+    assert wiring["fc_ran"] and captured.err == ""
+    # the doctor's wiring pass takes the same target: traced on meta, with a note saying so
+    from eagle3lens.doctor import diagnose
+
+    report = diagnose(draft, engine="sglang==0.5.11", target=target, weights=False, scenario="aux-off")
+    assert "wiring" in report.results["doctor"].ran
+    assert "trace/fc-bypassed" in [c.finding.code for c in report.results["doctor"].causes]
+    assert any("holds only config.json" in note for note in report.notes)
+
+
+def test_config_only_target_needs_meta(tmp_path):
+    from _keys_helpers import speculators_draft
+
+    from eagle3lens.errors import CheckpointError
+    from eagle3lens.probes.wiring import check_wiring
+
+    target = _config_only_llama(tmp_path / "target")
+    with pytest.raises(CheckpointError, match="no \\*.safetensors"):
+        check_wiring(speculators_draft(tmp_path / "draft"), target=target, engine="sglang==0.5.11", device="cpu")

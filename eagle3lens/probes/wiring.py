@@ -16,11 +16,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..checkpoint import Checkpoint, CheckpointLike, as_checkpoint
+from ..checkpoint import Checkpoint, CheckpointLike, DraftSpec, as_checkpoint, build_spec
 from ..draft import Eagle3Draft, canonical_key, map_to_target
 from ..engines import EngineProfile, own_loader, resolve
 from ..errors import CheckpointError, UsageError
 from ..findings import Finding, Severity, to_jsonable
+from ..jsonio import read_json
 from .aux_layers import AuxResolution, describe_layer, resolve_aux_layers
 from .trace import TensorMeta, Tracer, first_tensor, meta_of
 
@@ -112,7 +113,12 @@ def load_target(target: Any, device: str = "cpu", device_map: str | dict[str, An
     path = target.root if isinstance(target, Checkpoint) else Path(target)
     if not (path / "config.json").is_file():
         raise CheckpointError(path, "not an HF model directory (no config.json)")
-    spec = (target if isinstance(target, Checkpoint) else Checkpoint.open(path)).spec
+    if isinstance(target, Checkpoint):
+        spec = target.spec
+    elif device == "meta" and config_only(path):  # a model not downloaded: its config builds it on meta
+        spec = config_spec(path)
+    else:
+        spec = Checkpoint.open(path).spec
     if spec.is_draft:
         raise CheckpointError(path, f"not an HF target model: it holds an EAGLE-3 draft ({spec.flavour} layout)")
     try:
@@ -124,6 +130,49 @@ def load_target(target: Any, device: str = "cpu", device_map: str | dict[str, An
         raise CheckpointError(path, f"not an HF target model: {type(exc).__name__}: {problem}"[:300]) from exc
 
 
+def build_on_meta(config: Any, dtype: torch.dtype | str = "auto") -> nn.Module:
+    """The model ``config`` describes, on the meta device (shapes only): the causal-LM class transformers maps
+    it to, else the class its ``architectures`` names (a multimodal wrapper, say).
+
+    Built in the config's dtype (bfloat16 when it names none) unless ``dtype`` is a half type: MoE grouped
+    matmuls on meta accept bf16 only, and float32, the CLI default, would only double nothing on meta.
+    """
+    import transformers
+    from transformers import AutoModelForCausalLM
+
+    stored = getattr(config, "dtype", None) if hasattr(config, "dtype") else getattr(config, "torch_dtype", None)
+    stored = getattr(torch, stored, None) if isinstance(stored, str) else stored
+    chosen = dtype if dtype in (torch.bfloat16, torch.float16) else stored if isinstance(stored, torch.dtype) else None
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(chosen if isinstance(chosen, torch.dtype) and chosen.is_floating_point else torch.bfloat16)
+    try:
+        with torch.device("meta"):
+            try:
+                return AutoModelForCausalLM.from_config(config).eval()
+            except ValueError:  # not mapped to a causal LM: the architecture the config names
+                names = [a for a in getattr(config, "architectures", None) or [] if isinstance(a, str)]
+                cls = getattr(transformers, names[0], None) if names and names[0].isidentifier() else None
+                if not (isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel)):
+                    raise
+                return cls(config).eval()
+    finally:
+        torch.set_default_dtype(previous)
+
+
+def config_only(path: Path) -> bool:
+    """A model directory holding a config.json and no weight files (shards, index, pickles)."""
+    return path.is_dir() and not any(p.suffix in WEIGHT_SUFFIXES or p.name.endswith(".index.json")
+                                     for p in path.iterdir())
+
+
+def config_spec(path: Path) -> DraftSpec:
+    """The normalised spec of a config-only model directory (no tensors)."""
+    config = read_json(path / "config.json", "config JSON", CheckpointError)
+    if not isinstance(config, dict):
+        raise CheckpointError(path / "config.json", "config must be a JSON object")
+    return build_spec(config, {})
+
+
 def _from_pretrained(path: Path, device: str, device_map: str | dict[str, Any] | None,
                      dtype: torch.dtype | str) -> nn.Module:
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -132,9 +181,7 @@ def _from_pretrained(path: Path, device: str, device_map: str | dict[str, Any] |
     if device == "meta":
         if device_map is not None:
             raise UsageError("--device meta traces shapes only: drop --device-map")
-        config = AutoConfig.from_pretrained(path)
-        with torch.device("meta"):
-            return AutoModelForCausalLM.from_config(config).eval()
+        return build_on_meta(AutoConfig.from_pretrained(path), dtype)
     from transformers.utils import logging as hf_logging
 
     bar_was_on, verbosity = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
@@ -175,6 +222,9 @@ def draft_device(model: nn.Module) -> torch.device:
         return torch.device("meta")
     device = input_device(model)
     return device if device.type != "meta" else torch.device("cpu")
+
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 
 
 # -- the draft as an engine loads it ------------------------------------------------------------
@@ -244,17 +294,16 @@ def check_wiring(draft: CheckpointLike, *, target: Any = None, engine: EnginePro
     _, layers = find_decoder_layers(model)
     resolution = resolve_aux_layers(ckpt, len(layers), profile)
     module = load_draft_as(ckpt, profile).to(draft_device(model))
-    _share_embedding(module, model, ckpt, profile)
-    try:
+    if not is_shape_only(model):
+        _share_embedding(module, model, ckpt, profile)
         return wire(model, module, resolution, profile, scenario=scenario, inputs=inputs, has_d2t=ckpt.spec.has_d2t,
                     seq_len=seq_len)
-    except (NotImplementedError, RuntimeError) as exc:
-        if not is_shape_only(model):
-            raise
-        problem = (str(exc).strip().splitlines() or [""])[0][:160]
-        raise UsageError(f"{target}: the target's forward cannot run on the meta device ({type(exc).__name__}: "
-                         f"{problem}; MoE routing and some kernels need real values): trace it with --device cpu "
-                         "or --device-map auto") from None
+    from .meta_trace import wire_on_meta
+
+    # shapes only: the draft runs in the target's dtype, as an engine runs both
+    module = module.to(next(model.parameters()).dtype)
+    fallback = "run the trace on real weights (--device cpu/cuda, or --device-map auto)"
+    return wire_on_meta(model, module, resolution, profile, type(model).__name__, fallback, scenario, seq_len)
 
 
 def wire(model: nn.Module, module: Eagle3Draft, resolution: AuxResolution, profile: EngineProfile | str, scenario: str | None = None,
