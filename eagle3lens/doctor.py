@@ -77,7 +77,9 @@ def rank_causes(findings: list[Finding]) -> tuple[Cause, ...]:
 # short phrases for the engine sweep's summary; a critical code not listed here is named by its code
 SWEEP_PHRASES = {"config/unrecognized": "config not recognised", "keys/raises": "the load raises",
                  "keys/shape-mismatch": "shapes rejected", "config/aux-ids-shifted": "aux layers one off",
-                 "config/missing": "no config.json"}
+                 "config/missing": "no config.json", "keys/d2t-discarded": "d2t discarded",
+                 "config/aux-ids-ignored": "aux ids ignored", "config/flag-ignored": "a flag ignored",
+                 "keys/left-at-init": "parameters left at init"}
 
 
 def _sweep_phrases(findings: tuple[Finding, ...]) -> tuple[str, ...]:
@@ -101,18 +103,24 @@ def engine_sweep(ckpt: Checkpoint, num_target_layers: int | None = None) -> Find
     from .engines import all_profiles
     from .probes.keys import simulate_load
 
-    broken: dict[tuple[str, ...], list[str]] = {}
-    clean: list[str] = []
+    runs: list[tuple[str, tuple[str, ...], str, str]] = []  # (engine, phrases, first release, last release)
     first_broken: str | None = None
     for profile in all_profiles():
         if profile.kind != "serving":
             continue
         phrases = _sweep_phrases(simulate_load(ckpt, profile, num_target_layers=num_target_layers).findings)
-        if phrases:
-            broken.setdefault(phrases, []).append(profile.label)
-            first_broken = first_broken or profile.spec
+        first, last = profile.releases[0], profile.releases[-1]
+        if runs and runs[-1][:2] == (profile.name, phrases):  # adjacent groups that break the same way: one range
+            runs[-1] = (profile.name, phrases, runs[-1][2], last)
         else:
-            clean.append(profile.label)
+            runs.append((profile.name, phrases, first, last))
+        if phrases:
+            first_broken = first_broken or profile.spec
+    broken: dict[tuple[str, ...], list[str]] = {}
+    clean: list[str] = []
+    for name, phrases, first, last in runs:
+        label = f"{name} {first}" if first == last else f"{name} {first}–{last}"
+        (broken.setdefault(phrases, []) if phrases else clean).append(label)
     if not broken:
         return None
     parts = [f"under {', '.join(labels)}: {', '.join(phrases)}" for phrases, labels in broken.items()]
