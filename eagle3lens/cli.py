@@ -10,6 +10,7 @@ from typing import Sequence
 
 from . import __version__, commands
 from .errors import Eagle3LensError
+from .textsafe import printable
 
 EXIT_BAD_INPUT = 2
 
@@ -42,11 +43,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except Eagle3LensError as exc:
-        print(f"eagle3lens: error: {exc}", file=sys.stderr)
+        print(f"eagle3lens: error: {printable(exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except OSError as exc:  # a path the user gave that cannot be read or written
         where = f"{exc.filename}: " if exc.filename else ""
-        print(f"eagle3lens: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        print(f"eagle3lens: error: {printable(f'{where}{exc.strerror or exc}')}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("eagle3lens: interrupted", file=sys.stderr)

@@ -167,18 +167,3 @@ class Report:
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent)
-
-    def render_terminal(self, console: Any = None) -> None:
-        from .render import render_report_terminal
-
-        render_report_terminal(self, console)
-
-    def to_html(self, title: str = "eagle3lens report") -> str:
-        from .render import render_report_html
-
-        return render_report_html(self, title=title)
-
-    def _repr_html_(self) -> str:
-        from .render import render_report_fragment
-
-        return render_report_fragment(self)

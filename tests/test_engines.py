@@ -123,9 +123,10 @@ def test_engines_table_fits_80_columns():
     from rich.console import Console
 
     from eagle3lens.commands.engines import EnginesTable
+    from eagle3lens.plots import rich_view
 
     console = Console(width=80, record=True, color_system=None)
-    console.print(EnginesTable())
+    console.print(rich_view(EnginesTable()))
     text = console.export_text()
     assert max(len(line) for line in text.splitlines()) <= 80
     assert "…" not in text  # nothing cut off

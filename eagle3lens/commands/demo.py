@@ -13,10 +13,11 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from ..demo import build_demo
+    from ..plots.style import markup
 
     console = Console(stderr=args.json)
     with console.status("building the demo...") as status:
-        paths = build_demo(args.dir, force=args.force, progress=lambda message: status.update(message))
+        paths = build_demo(args.dir, force=args.force, progress=lambda message: status.update(markup(message)))
     manifest = json.loads(paths.manifest.read_text(encoding="utf-8"))
     if args.json:
         print(json.dumps({"root": str(paths.root), "target": str(paths.target),
@@ -24,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
                           "logs": [str(paths.sglang_log), str(paths.vllm_log)], "manifest": manifest}, indent=2))
         return 0
     training = manifest["training"]
-    console.print(f"[bold green]demo ready[/] in {paths.root}  (see {paths.readme.name})")
+    console.print(f"[bold green]demo ready[/] in {markup(paths.root)}  (see {markup(paths.readme.name)})")
     table = Table("made", "what should be found", box=None, padding=(0, 2))
     table.add_row("target/", f"tiny Llama target, {manifest['target']['num_hidden_layers']} layers")
     for name, variant in manifest["variants"].items():
@@ -35,8 +36,9 @@ def run(args: argparse.Namespace) -> int:
     console.print(table)
     console.print(f"draft accuracy {training['accuracy']:.1%} (majority baseline {training['majority_baseline']:.1%})")
     console.print("next:")
-    console.print(f"  eagle3lens info {paths.speculators}", soft_wrap=True)
-    console.print(f"  eagle3lens doctor {paths.speculators} --engine sglang==0.5.11 --log {paths.sglang_log}", soft_wrap=True)
+    console.print(f"  eagle3lens info {markup(paths.speculators)}", soft_wrap=True)
+    console.print(f"  eagle3lens doctor {markup(paths.speculators)} --engine sglang==0.5.11 --log {markup(paths.sglang_log)}",
+                  soft_wrap=True)
     return 0
 
 

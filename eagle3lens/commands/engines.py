@@ -22,11 +22,6 @@ class EnginesTable:
                              "honoured_flags": sorted(p.honoured_flags), "fc_gate": p.fc_gate,
                              "unknown_keys": p.unknown, "missing_d2t": p.missing_d2t} for p in self.profiles]}
 
-    def __rich__(self):
-        from ..plots.keys import engines_rich
-
-        return engines_rich(self.profiles)
-
 
 def run(args: argparse.Namespace) -> int:
     report = Report(checkpoint={})

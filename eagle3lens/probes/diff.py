@@ -62,11 +62,6 @@ class DiffResult:
             "layout_changes": [c.__dict__ for c in self.layout_changes], "changed": [c.__dict__ for c in self.changed],
             "identical": self.identical, "unchecked": self.unchecked})
 
-    def __rich__(self):
-        from ..plots.keys import diff_rich
-
-        return diff_rich(self)
-
 
 def diff(a: Checkpoint, b: Checkpoint, values: bool = True, names_only: bool = False,
          pairs: Mapping[str, str] | None = None) -> DiffResult:

@@ -37,7 +37,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from ..errors import Eagle3LensError, UsageError
+from ..errors import LogFileError, UsageError
 from ..findings import Finding, Severity, fix_command, to_jsonable
 
 ZERO_ACCEPT_LEN = 1.05  # ≤ 1 accepted draft token per 20 verify steps: "zero"
@@ -63,14 +63,6 @@ FORMULA_TEXT = {
     "0.5.5": "accept_len / (K+1)",
     "0.5.11+": "(accept_len - 1) / (num_draft_tokens - 1)",
 }
-
-
-class LogFileError(Eagle3LensError):
-    """A log file that is missing or unreadable."""
-
-    def __init__(self, path: str | Path, problem: str) -> None:
-        self.path = str(path)
-        super().__init__(f"{self.path}: {problem}")
 
 
 # ---------------------------------------------------------------- line grammar (data)
@@ -277,21 +269,6 @@ class LogResult:
             "series": [s.to_dict() for s in self.samples],
             "findings": [f.to_dict() for f in self.findings],
         }
-
-    def figures(self) -> list[Any]:
-        from ..plots.logs import log_figures
-
-        return log_figures(self)
-
-    def _repr_html_(self) -> str:
-        from ..plots.logs import summary_html
-
-        return summary_html(self)
-
-    def __rich__(self) -> Any:
-        from ..plots.logs import summary_rich
-
-        return summary_rich(self)
 
 
 # ---------------------------------------------------------------- line parsing

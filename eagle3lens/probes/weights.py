@@ -255,21 +255,6 @@ class WeightsResult:
             "notes": list(self.notes),
         })
 
-    def figures(self) -> list:
-        from ..plots.weights import weights_figures
-
-        return weights_figures(self)
-
-    def _repr_html_(self) -> str:
-        from ..plots.weights import weights_html
-
-        return weights_html(self)
-
-    def __rich__(self):
-        from ..plots.weights import weights_rich
-
-        return weights_rich(self)
-
 
 # -- the probe ------------------------------------------------------------------------------
 def weight_stats(

@@ -18,9 +18,9 @@ from torch import nn
 
 from ..checkpoint import Checkpoint
 from ..draft import Eagle3Draft, canonical_key, map_to_target
+from ..engines import EngineProfile, resolve
 from ..errors import CheckpointError, UsageError
 from ..findings import Finding, Severity, to_jsonable
-from ..engines import EngineProfile, resolve
 from .aux_layers import AuxResolution, describe_layer, resolve_aux_layers
 from .trace import TensorMeta, Tracer, first_tensor, meta_of
 
@@ -67,21 +67,6 @@ class WiringResult:
             "logits": self.logits.to_dict() if self.logits else None, "engine_error": self.engine_error,
             "agreement": self.agreement, "draft_trace": list(self.draft_table), "d2t_state": self.d2t_state,
             "findings": [f.to_dict() for f in self.findings]})
-
-    def figures(self) -> list[Any]:
-        from ..plots.trace import wiring_figure
-
-        return [wiring_figure(self)]
-
-    def _repr_html_(self) -> str:
-        from ..plots.trace import wiring_html
-
-        return wiring_html(self)
-
-    def __rich__(self):
-        from ..plots.trace import wiring_rich
-
-        return wiring_rich(self)
 
 
 # -- the target --------------------------------------------------------------------------------
