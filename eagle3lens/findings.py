@@ -9,6 +9,8 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
+from ._version import __version__
+
 
 class Severity(str, enum.Enum):
     """How bad a finding is; ordered ``info < warning < critical``."""
@@ -148,8 +150,6 @@ class Report:
         return any(f.severity.rank >= threshold.rank for f in self.findings)
 
     def to_dict(self) -> dict[str, Any]:
-        from . import __version__
-
         results = {}
         for name, result in self.results.items():
             results[name] = to_jsonable(result.to_dict() if hasattr(result, "to_dict") else result)

@@ -92,10 +92,11 @@ def diff_rich(result: DiffResult) -> Any:
         table.add_row("[red]only in A[/]", markup(name), "", "")
     for name in result.only_in_b:
         table.add_row("[red]only in B[/]", "", markup(name), "")
-    for c in result.layout_changes:
-        table.add_row("[yellow]dtype/shape[/]", markup(c.name), markup(c.name), markup(f"{c.a} → {c.b}"))
-    for c in result.changed:
-        table.add_row("[yellow]values[/]", markup(c.name), markup(c.b_name), f"max abs {c.max_abs:.3g}, max rel {c.max_rel:.3g}, {c.n_diff} differ")
+    for lc in result.layout_changes:
+        table.add_row("[yellow]dtype/shape[/]", markup(lc.name), markup(lc.name), markup(f"{lc.a} → {lc.b}"))
+    for vc in result.changed:
+        table.add_row("[yellow]values[/]", markup(vc.name), markup(vc.b_name),
+                      f"max abs {vc.max_abs:.3g}, max rel {vc.max_rel:.3g}, {vc.n_diff} differ")
     for a, b in result.renamed:
         table.add_row("[cyan]renamed[/]", markup(a), markup(b), "same bytes")
     table.add_row("identical", f"{len(result.identical)} tensors", "", "")

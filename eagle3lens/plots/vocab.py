@@ -16,6 +16,7 @@ def offset_figure(result: "VocabResult"):
     import plotly.graph_objects as go
 
     d2t = result.d2t
+    assert d2t is not None  # vocab_figures draws it only then
     fig = go.Figure()
     idx = list(range(d2t.numel()))
     fig.add_trace(go.Scattergl(x=idx, y=d2t.tolist(), mode="lines", name="d2t as stored", line={"color": MUTED}))
@@ -43,6 +44,7 @@ def coverage_figure(result: "VocabResult"):
     import torch
 
     cov = result.coverage
+    assert cov is not None  # vocab_figures draws it only then
     total = float(cov.counts.sum()) or 1.0
     ideal = cov.counts.sort(descending=True).values.cumsum(0) / total
     draft = cov.counts[cov.draft_ids].sort(descending=True).values.cumsum(0) / total

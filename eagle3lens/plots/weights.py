@@ -57,6 +57,7 @@ def change_figure(result: "WeightsResult"):
     from plotly.subplots import make_subplots
 
     comp = result.comparison
+    assert comp is not None  # weights_figures draws it only then
     names = [plain(c.name) for c in comp.changes]
     fig = make_subplots(rows=1, cols=2, subplot_titles=("relative change ||a-b||/||b||", "cosine similarity"))
     fig.add_bar(x=names, y=[c.rel_change for c in comp.changes], row=1, col=1, showlegend=False)
@@ -120,8 +121,9 @@ def weights_rich(result: WeightsResult) -> Any:
         comp = Table(title=f"against {markup(result.comparison.against)}", expand=False)
         for col in ("name", "relative change", "cosine", "max |diff|"):
             comp.add_column(col)
-        for c in result.comparison.changes:
-            comp.add_row(markup(c.name), _fmt(c.rel_change, ".3g"), _fmt(c.cosine, ".6f"), _fmt(c.max_abs_diff, ".3g"))
+        for change in result.comparison.changes:
+            comp.add_row(markup(change.name), _fmt(change.rel_change, ".3g"), _fmt(change.cosine, ".6f"),
+                         _fmt(change.max_abs_diff, ".3g"))
         parts.append(comp)
         parts.extend(f"{markup(line)}" for line in result.comparison.summary())
     parts.extend(f"[dim]note: {markup(n)}[/]" for n in result.notes)
