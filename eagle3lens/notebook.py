@@ -139,7 +139,7 @@ def record_findings(*objs: Any) -> None:
     findings = findings_of(*objs)
     summary = verdict(Report(checkpoint={}, findings=findings))
     display({FINDINGS_MIME: {"findings": [f.to_dict() for f in findings]},
-             "text/plain": f"eagle3lens findings: {summary}"}, raw=True)
+             "text/plain": f"eagle3lens findings: {printable(summary)}"}, raw=True)
 
 
 def default_demo_dir() -> Path:

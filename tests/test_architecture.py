@@ -134,3 +134,14 @@ def test_every_exception_type_lives_in_errors() -> None:
                 if any(b.endswith(("Error", "Exception", "Refused", "Unsupported")) for b in bases):
                     bad.append(f"{module}.{node.name}")
     assert not bad, bad
+
+
+def test_every_view_module_is_listed_for_lazy_loading() -> None:
+    """Each plots module that registers a view is in VIEW_MODULES, keyed by a data module that exists."""
+    from eagle3lens.plots.registry import VIEW_MODULES
+
+    listed = {name for names in VIEW_MODULES.values() for name in names}
+    registering = {m for m, p in MODULES.items() if m.startswith("eagle3lens.plots.")
+                   and ".register" in p.read_text(encoding="utf-8") and m != "eagle3lens.plots.registry"}
+    assert registering <= listed, registering - listed
+    assert set(VIEW_MODULES) <= set(MODULES) and listed <= set(MODULES)

@@ -1,9 +1,13 @@
 """Presentation: plotly figures, rich tables and HTML for probe results (no probe logic).
 
-Importing this package registers every view (see :mod:`.registry`); new views register in their own
-module and are listed here.
+Views register per result type with the singledispatch functions of :mod:`.registry`
+(``@rich_view.register``, ``@html_view.register``, ``@figures.register``) in a module of this package named
+for its area. A view module is loaded when a result from its data module is first shown: add the pair to
+:data:`.registry.VIEW_MODULES` (importing the module here would work too, but would load its data module,
+and torch with it, on every render). Data in any view goes through :mod:`.style` (``markup``, ``plain``,
+``html_text``) so control characters never reach a terminal or a page.
 """
 
-from .registry import figures, html_view, rich_view
+from .registry import VIEW_MODULES, figures, html_view, rich_view
 
-__all__ = ["figures", "html_view", "rich_view"]
+__all__ = ["VIEW_MODULES", "figures", "html_view", "rich_view"]

@@ -21,6 +21,7 @@ from ..checkpoint import DECODER_KEY, Checkpoint, DraftSpec
 from ..errors import UsageError
 from ..findings import Finding, Severity, to_jsonable
 from ..safetensors_header import DTYPE_BITS, torch_dtype
+from ..textsafe import printable
 from .stats import DEFAULT_CHUNK_BYTES, TensorStats, iter_element_chunks, tensor_stats
 
 PROGRESS_MIN_BYTES = 100_000_000
@@ -350,7 +351,7 @@ def _progress_bar(total: int, progress: bool | None, what: Any):
         return _NoBar()
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=f"weights {what}")
+    return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=printable(f"weights {what}"))
 
 
 def judge(s: TensorStats, spec: DraftSpec) -> TensorReport:
