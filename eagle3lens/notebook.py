@@ -21,7 +21,7 @@ from typing import Any
 from .errors import Eagle3LensError
 from .findings import Report
 from .notebook_runner import FINDINGS_MIME, findings_of
-from .plots.registry import figures, html_view, load_all_views, registered_types, rich_view
+from .plots.registry import VIEWS, figures, html_view, rich_view
 from .textsafe import printable
 
 __all__ = ["FINDINGS_MIME", "demo", "default_demo_dir", "findings_of", "init", "record_findings", "show",
@@ -43,9 +43,10 @@ def init() -> None:
 
     shell.set_custom_exc((Eagle3LensError,), one_line)
     formatter = shell.display_formatter.formatters["text/html"]
-    load_all_views()
-    for cls in (Report, *registered_types()):
-        formatter.for_type(cls, to_html)
+    formatter.for_type(Report, to_html)
+    for name in VIEWS:  # by name: nothing is imported until a result of the type is displayed
+        module, _, cls = name.rpartition(".")
+        formatter.for_type_by_name(module, cls, to_html)
 
 
 _plotlyjs_shown = False

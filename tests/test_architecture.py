@@ -136,12 +136,18 @@ def test_every_exception_type_lives_in_errors() -> None:
     assert not bad, bad
 
 
-def test_every_view_module_is_listed_for_lazy_loading() -> None:
-    """Each plots module that registers a view is in VIEW_MODULES, keyed by a data module that exists."""
-    from eagle3lens.plots.registry import VIEW_MODULES
+def test_views_table_matches_what_the_view_modules_register() -> None:
+    """VIEWS names every result type a plots module registers a view for, and the module that does."""
+    from eagle3lens.plots.registry import VIEWS, figures, html_view, load_all_views, qualified_name, rich_view
 
-    listed = {name for names in VIEW_MODULES.values() for name in names}
+    load_all_views()
+    registered: dict[str, set[str]] = {}
+    for dispatcher in (rich_view, html_view, figures):
+        for cls, func in dispatcher.registry.items():
+            if cls is not object:
+                registered.setdefault(qualified_name(cls), set()).add(func.__module__)
+    assert set(registered) == set(VIEWS)
+    assert all(modules == {VIEWS[name]} for name, modules in registered.items()), registered
     registering = {m for m, p in MODULES.items() if m.startswith("eagle3lens.plots.")
                    and ".register" in p.read_text(encoding="utf-8") and m != "eagle3lens.plots.registry"}
-    assert registering <= listed, registering - listed
-    assert set(VIEW_MODULES) <= set(MODULES) and listed <= set(MODULES)
+    assert registering == set(VIEWS.values())

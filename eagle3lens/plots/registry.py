@@ -10,9 +10,10 @@ Results are plain data; their views live in ``plots/`` and are registered per re
 ``render.py``, the CLI and the notebooks' display hook call these three functions and never a method
 on the result. A type with no registered view has none in that medium (``None`` / ``[]``).
 
-A view module is loaded when a result from the data module it draws is first shown (:data:`VIEW_MODULES`):
-a result of ``eagle3lens.probes.wiring`` exists only once that module (and torch) is imported, so drawing it
-costs nothing more, while ``eagle3lens logs`` never imports torch to draw a log summary.
+A view module is loaded when a result of a type it draws is first shown (:data:`VIEWS`): a
+``WiringResult`` exists only once ``eagle3lens.probes.wiring`` (and torch) is imported, so drawing it costs
+nothing more, while ``eagle3lens logs`` never imports torch to draw a log summary. The notebook kernel
+registers its display formatters from the same table, by name, without importing anything.
 """
 
 from __future__ import annotations
@@ -21,24 +22,28 @@ import importlib
 from functools import singledispatch
 from typing import Any
 
-# data module (where a result type is defined) -> the plots modules that register its views
-VIEW_MODULES: dict[str, tuple[str, ...]] = {
-    "eagle3lens.probes.keys": ("eagle3lens.plots.keys",),
-    "eagle3lens.probes.diff": ("eagle3lens.plots.keys",),
-    "eagle3lens.probes.logs": ("eagle3lens.plots.logs",),
-    "eagle3lens.probes.vocab": ("eagle3lens.plots.vocab",),
-    "eagle3lens.probes.weights": ("eagle3lens.plots.weights",),
-    "eagle3lens.probes.wiring": ("eagle3lens.plots.trace",),
-    "eagle3lens.probes.aux_layers": ("eagle3lens.plots.trace",),
-    "eagle3lens.probes.trace": ("eagle3lens.plots.trace",),
-    "eagle3lens.doctor": ("eagle3lens.plots.doctor",),
-    "eagle3lens.convert": ("eagle3lens.plots.convert",),
-    "eagle3lens.commands.info": ("eagle3lens.plots.info",),
-    "eagle3lens.commands.engines": ("eagle3lens.plots.engines",),
-    "eagle3lens.remote": ("eagle3lens.plots.remote",),
-    "eagle3lens.notebook_runner": ("eagle3lens.plots.notebook",),
+# every result type with a view -> the plots module that registers it (loaded on first show)
+VIEWS: dict[str, str] = {
+    "eagle3lens.probes.keys.LoadResult": "eagle3lens.plots.keys",
+    "eagle3lens.probes.diff.DiffResult": "eagle3lens.plots.keys",
+    "eagle3lens.probes.logs.LogResult": "eagle3lens.plots.logs",
+    "eagle3lens.probes.vocab.VocabResult": "eagle3lens.plots.vocab",
+    "eagle3lens.probes.weights.WeightsResult": "eagle3lens.plots.weights",
+    "eagle3lens.probes.wiring.WiringResult": "eagle3lens.plots.trace",
+    "eagle3lens.probes.aux_layers.AuxResolution": "eagle3lens.plots.trace",
+    "eagle3lens.doctor.Triage": "eagle3lens.plots.doctor",
+    "eagle3lens.convert.ConvertResult": "eagle3lens.plots.convert",
+    "eagle3lens.commands.info.InfoResult": "eagle3lens.plots.info",
+    "eagle3lens.commands.engines.EnginesTable": "eagle3lens.plots.engines",
+    "eagle3lens.commands.demo.DemoBuilt": "eagle3lens.plots.demo",
+    "eagle3lens.remote.RemoteRun": "eagle3lens.plots.remote",
+    "eagle3lens.notebook_runner.NotebookRun": "eagle3lens.plots.notebook",
 }
 _loaded: set[str] = set()
+
+
+def qualified_name(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def _load(name: str) -> bool:
@@ -50,33 +55,27 @@ def _load(name: str) -> bool:
 
 
 def _load_views(result: object) -> bool:
-    """Import the view modules for ``result``'s type (and its bases); True when one was newly loaded."""
+    """Import the view module for ``result``'s type (or a base); True when one was newly loaded."""
     new = False
     for cls in type(result).__mro__:
-        for name in VIEW_MODULES.get(cls.__module__, ()):
-            new = _load(name) or new
+        module = VIEWS.get(qualified_name(cls))
+        if module is not None:
+            new = _load(module) or new
     return new
 
 
 def load_all_views() -> None:
-    """Import every view module (a notebook kernel registers display formatters for all result types).
+    """Import every view module (tests check :data:`VIEWS` against what the modules register).
 
     A view whose data module needs an extra that is not installed (``[remote]``: paramiko) is skipped:
     no result of it can exist here.
     """
-    for names in VIEW_MODULES.values():
-        for name in names:
-            try:
-                _load(name)
-            except ModuleNotFoundError as exc:
-                if (exc.name or "").split(".")[0] == "eagle3lens":
-                    raise
-
-
-def registered_types() -> list[type]:
-    """Every type with a view in some medium (``object``, the fallback, excluded)."""
-    types = {*rich_view.registry, *html_view.registry, *figures.registry} - {object}
-    return sorted(types, key=lambda cls: (cls.__module__, cls.__qualname__))
+    for module in sorted(set(VIEWS.values())):
+        try:
+            _load(module)
+        except ModuleNotFoundError as exc:
+            if (exc.name or "").split(".")[0] == "eagle3lens":
+                raise
 
 
 @singledispatch
