@@ -28,14 +28,7 @@ from typing import Any, Callable, Mapping, Sequence
 from . import __version__
 from .errors import RemoteError, UsageError
 from .findings import Finding, Severity, to_jsonable
-from .notebook_runner import (
-    cell_failed,
-    cell_label,
-    code_cells,
-    first_line,
-    is_injected,
-    papermill_state,
-)
+from .notebook_runner import cell_failed, cell_label, code_cells, first_line, is_injected, papermill_state
 from .remote_ssh import SshConnection, SshTarget, connect, load_ssh_config, resolve_host
 from .remote_supervisor import EXIT_KILLED, EXIT_TIMEOUT
 from .safewrite import replacing, write_text_atomic
