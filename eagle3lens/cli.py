@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from . import __version__, commands
 from .errors import Eagle3LensError
+from .textsafe import printable
 
 EXIT_BAD_INPUT = 2
 
@@ -83,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _error(message: str) -> int:
-    print(f"eagle3lens: error: {message}", file=sys.stderr)
+    print(f"eagle3lens: error: {printable(message)}", file=sys.stderr)
     return EXIT_BAD_INPUT
 
 

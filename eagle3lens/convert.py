@@ -68,32 +68,6 @@ class ConvertResult:
                          "renames_only": self.diff.renames_only if self.diff else None},
             "notes": self.notes})
 
-    def __rich__(self):
-        from rich.markup import escape
-        from rich.table import Table
-
-        table = Table(title=escape(f"{self.source} → {self.out}" + (f" (backup {self.backup})" if self.backup else "")), expand=False)
-        table.add_column("change")
-        table.add_column("detail")
-        for a, b in self.renamed.items():
-            table.add_row("renamed", escape(f"{a} → {b}"))
-        for name in self.overridden:
-            table.add_row("[yellow]replaced[/]", escape(name))
-        for name in self.added:
-            table.add_row("[yellow]added[/]", escape(name))
-        for name in self.omitted:
-            table.add_row("omitted", escape(name))
-        for change in self.config_changes:
-            table.add_row("config", escape(change))
-        for why in self.forced:
-            table.add_row("[red]forced[/]", escape(why))
-        if self.forced:
-            table.add_row("[yellow]checked[/]", "every other byte identical to the source; NOT verified that the "
-                                                "engine uses the forced items above faithfully")
-        else:
-            table.add_row("[green]verified[/]", "engine loads every tensor; every other byte identical to the source")
-        return table
-
 
 @dataclass
 class _Plan:

@@ -48,16 +48,6 @@ class Triage:
     def to_dict(self) -> dict[str, Any]:
         return {"causes": [c.to_dict() for c in self.causes], "ran": list(self.ran), "skipped": dict(self.skipped)}
 
-    def __rich__(self):
-        from .plots.doctor import triage_table
-
-        return triage_table(self)
-
-    def _repr_html_(self) -> str:
-        from .plots.doctor import triage_html
-
-        return triage_html(self)
-
 
 def rank_findings(findings: list[Finding]) -> list[Finding]:
     """Severity first, then causal order; stable otherwise."""

@@ -1,4 +1,19 @@
-"""Error types: every bad input becomes one of these, with a one-line message for people."""
+"""Error types: every bad input becomes one of these, with a one-line message for people.
+
+The CLI prints ``eagle3lens: error: <message>`` on one line (control characters escaped) and exits 2.
+Every exception type of the package lives here::
+
+    Eagle3LensError                      base; never a traceback for the user
+    ├── FileError(path, problem)         an input file that is missing, unreadable or malformed
+    │   ├── CheckpointError              a checkpoint file or directory (headers, index, config, tensors)
+    │   └── LogFileError                 a server log
+    ├── UsageError                       arguments that do not make sense (unknown engine, bad value)
+    ├── ConversionRefused                a rewrite that cannot be done faithfully (--force where allowed)
+    ├── MetaTraceUnsupported             an architecture whose forward cannot run on meta tensors
+    ├── NotebookCellError(path, problem) a walkthrough cell failed (names the cell and its error)
+    └── RemoteError                      a GPU host that cannot be reached, trusted or used
+        └── HostKeyError                 its host key is unknown (without opt-in) or has changed
+"""
 
 from __future__ import annotations
 
@@ -9,13 +24,21 @@ class Eagle3LensError(Exception):
     """Base class: the CLI prints ``str(error)`` on one line and exits 2."""
 
 
-class CheckpointError(Eagle3LensError):
-    """A checkpoint file or directory is missing, malformed or unsafe."""
+class FileError(Eagle3LensError):
+    """An input file that is missing, unreadable or malformed: ``path`` names it, ``problem`` says what is wrong."""
 
     def __init__(self, path: str | Path, problem: str) -> None:
         self.path = str(path)
         self.problem = problem
         super().__init__(f"{self.path}: {problem}")
+
+
+class CheckpointError(FileError):
+    """A checkpoint file or directory is missing, malformed or unsafe."""
+
+
+class LogFileError(FileError):
+    """A log file that is missing or unreadable."""
 
 
 class UsageError(Eagle3LensError):
@@ -24,3 +47,32 @@ class UsageError(Eagle3LensError):
 
 class ConversionRefused(Eagle3LensError):
     """A conversion or repair that cannot be done faithfully (``--force`` overrides where allowed)."""
+
+
+class MetaTraceUnsupported(Eagle3LensError):
+    """An architecture whose forward cannot run on meta tensors."""
+
+
+class NotebookCellError(Eagle3LensError):
+    """A walkthrough cell failed; names the cell (``code cell n of N`` in the source notebook) and its error.
+
+    ``path`` is the source notebook, ``problem`` the failed cell and its error, ``executed`` the partial
+    executed notebook kept for reading.
+    """
+
+    def __init__(self, notebook: str | Path, cell: str, first_line: str, error: str, executed: Path) -> None:
+        self.notebook = self.path = str(notebook)
+        self.cell = cell
+        self.first_line = first_line
+        self.error = error
+        self.executed = executed
+        self.problem = f"{cell} `{first_line}` failed: {error}"
+        super().__init__(f"{self.notebook}: {self.problem} (partial notebook: {executed})")
+
+
+class RemoteError(Eagle3LensError):
+    """A remote host cannot be reached, trusted, authenticated or used for a run."""
+
+
+class HostKeyError(RemoteError):
+    """The host key is unknown (without opt-in) or has changed."""

@@ -9,6 +9,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
+from ._version import __version__
 from .catalogue import lookup
 
 
@@ -150,8 +151,6 @@ class Report:
         return any(f.severity.rank >= threshold.rank for f in self.findings)
 
     def to_dict(self) -> dict[str, Any]:
-        from . import __version__
-
         results = {}
         for name, result in self.results.items():
             results[name] = to_jsonable(result.to_dict() if hasattr(result, "to_dict") else result)
@@ -171,18 +170,3 @@ class Report:
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent)
-
-    def render_terminal(self, console: Any = None) -> None:
-        from .render import render_report_terminal
-
-        render_report_terminal(self, console)
-
-    def to_html(self, title: str = "eagle3lens report") -> str:
-        from .render import render_report_html
-
-        return render_report_html(self, title=title)
-
-    def _repr_html_(self) -> str:
-        from .render import render_report_fragment
-
-        return render_report_fragment(self)

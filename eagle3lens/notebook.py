@@ -1,63 +1,35 @@
-"""Walkthrough notebooks: headless papermill runs, offline HTML export and findings read-back.
+"""Kernel side of the walkthroughs: what a notebook imports (``from eagle3lens import notebook as nb``).
 
-Two sides share this module:
-
-* **kernel side** (imported by the notebooks): :func:`init` makes eagle3lens errors show as their
-  one-line message, :func:`show` displays a result or report with its figures (plotly.js inlined once
-  so exported HTML draws offline), :func:`show_table` shows summary rows, :func:`codes` lists finding
-  codes, :func:`record_findings` stores the findings as a JSON output with the mimetype
-  :data:`FINDINGS_MIME`, :func:`demo` builds the demo incident on first use;
-* **runner side**: :func:`run_notebook` executes a walkthrough with papermill and writes the
-  executed ``.ipynb``, a self-contained ``.html`` and ``<name>.findings.json``;
-  :func:`collect_findings` reads the findings back from an executed notebook.
+:func:`init` makes eagle3lens errors show as their one-line message and registers IPython display
+formatters, so a cell ending in a probe result or a :class:`Report` shows it as HTML with its figures
+(results carry no ``_repr_html_``: their views are registered in :mod:`eagle3lens.plots`);
+:func:`show` displays a result or report with its figures (plotly.js inlined once so exported HTML draws
+offline); :func:`show_table` shows summary rows; :func:`codes` lists finding codes; :func:`record_findings` stores the findings as a JSON output with the mimetype
+:data:`FINDINGS_MIME`; :func:`demo` builds the demo incident on first use. Running notebooks headless is
+:mod:`eagle3lens.notebook_runner`.
 """
 
 from __future__ import annotations
 
 import html
+import io
 import json
 import os
-import sys
-import time
-from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
-from .errors import Eagle3LensError, UsageError
-from .findings import Finding, Report, to_jsonable
-from .safewrite import write_text_atomic
+from .errors import Eagle3LensError
+from .findings import Report
+from .notebook_runner import FINDINGS_MIME, findings_of
+from .plots.registry import VIEWS, figures, html_view, rich_view
+from .textsafe import printable
 
-FINDINGS_MIME = "application/vnd.eagle3lens.findings+json"
-"""Mimetype of the display output that carries a walkthrough's findings."""
-
-WIDGET_VIEW_MIME = "application/vnd.jupyter.widget-view+json"
-
-# nbconvert's lab template loads require.js and MathJax from CDNs; the report needs neither
-# (and require.js would capture plotly.js as an anonymous AMD module), so the export drops both.
-_OFFLINE_TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
-{%- block html_head_js_requirejs -%}{%- endblock html_head_js_requirejs -%}
-{%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
-"""
-
-
-class NotebookCellError(Eagle3LensError):
-    """A walkthrough cell failed; names the cell (``code cell n of N`` in the source notebook) and its error."""
-
-    def __init__(self, notebook: str | Path, cell: str, first_line: str, error: str, executed: Path) -> None:
-        self.notebook = str(notebook)
-        self.cell = cell
-        self.first_line = first_line
-        self.error = error
-        self.executed = executed
-        super().__init__(f"{self.notebook}: {cell} `{first_line}` failed: {error} (partial notebook: {executed})")
-
-
-# ---------------------------------------------------------------- kernel side
+__all__ = ["FINDINGS_MIME", "codes", "demo", "default_demo_dir", "findings_of", "init", "record_findings", "show",
+           "show_figure"]
 
 
 def init() -> None:
-    """Show eagle3lens errors in a cell as their one-line message instead of a traceback."""
+    """One-line eagle3lens errors in cells, and HTML display (with figures) of results and reports."""
     from IPython import get_ipython
 
     shell = get_ipython()
@@ -65,41 +37,84 @@ def init() -> None:
         return
 
     def one_line(shell: Any, etype: type, value: BaseException, tb: Any, tb_offset: Any = None) -> list[str]:
-        line = f"eagle3lens: error: {value}"
+        line = f"eagle3lens: error: {printable(value)}"
         shell._showtraceback(etype, value, [line])
         return [line]
 
     shell.set_custom_exc((Eagle3LensError,), one_line)
+    formatter = shell.display_formatter.formatters["text/html"]
+    formatter.for_type(Report, to_html)
+    for name in VIEWS:  # by name: nothing is imported until a result of the type is displayed
+        module, _, cls = name.rpartition(".")
+        formatter.for_type_by_name(module, cls, to_html)
 
 
 _plotlyjs_shown = False
 
 
+def _figure_html(fig: Any) -> str:
+    """A figure's HTML, with plotly.js inlined the first time (exported notebooks draw offline)."""
+    global _plotlyjs_shown
+    out = fig.to_html(full_html=False, include_plotlyjs=not _plotlyjs_shown, include_mathjax=False,
+                      default_width="100%", default_height=450)
+    _plotlyjs_shown = True
+    return str(out)
+
+
+def _rich_html(view: Any) -> str:
+    """A rich renderable as an HTML ``<pre>`` (inline styles, no stylesheet)."""
+    from rich.console import Console
+
+    console = Console(record=True, file=io.StringIO(), width=120, color_system="truecolor")
+    console.print(view)
+    return str(console.export_html(inline_styles=True, code_format="<pre style='font-family:monospace'>{code}</pre>"))
+
+
+def _result_html(obj: Any) -> str | None:
+    fragment = html_view(obj)
+    if fragment is None:
+        view = rich_view(obj)
+        fragment = _rich_html(view) if view is not None else None
+    figs = figures(obj)
+    if fragment is None and not figs:
+        return None
+    return (fragment or "") + "".join(_figure_html(fig) for fig in figs)
+
+
+def to_html(obj: Any) -> str | None:
+    """What a cell ending in ``obj`` displays: its HTML view (else its rich view) and figures; for a
+    :class:`Report`, the verdict and findings, then each probe's result under a heading."""
+    if not isinstance(obj, Report):
+        return _result_html(obj)
+    from .render import render_report_fragment
+
+    parts = [render_report_fragment(obj)]
+    for name, result in obj.results.items():
+        parts.append(f"<h3>{html.escape(printable(name))}</h3>{_result_html(result) or ''}")
+    return "".join(parts)
+
+
 def show_figure(fig: Any) -> None:
     """Display a plotly figure for JupyterLab (plotly mimetype) and for exported HTML (plotly.js inlined once)."""
-    global _plotlyjs_shown
     from IPython.display import display
 
-    html = fig.to_html(full_html=False, include_plotlyjs=not _plotlyjs_shown, include_mathjax=False,
-                       default_width="100%", default_height=450)
-    _plotlyjs_shown = True
-    display({"application/vnd.plotly.v1+json": json.loads(fig.to_json()), "text/html": html,
+    display({"application/vnd.plotly.v1+json": json.loads(fig.to_json()), "text/html": _figure_html(fig),
              "text/plain": f"<plotly figure: {fig.layout.title.text or 'untitled'}>"}, raw=True)
 
 
 def show(obj: Any) -> None:
-    """Display a probe result (``_repr_html_``, else its rich view) and its plotly figures.
+    """Display a probe result (its HTML view, else its rich view) and its plotly figures.
 
     A :class:`Report` shows its verdict and findings, then each probe's result under a heading.
     """
     from IPython.display import HTML, display
 
-    from .plots import figures, html_view, rich_view
-
     if isinstance(obj, Report):
-        display(obj)
+        from .render import render_report_fragment
+
+        display(HTML(render_report_fragment(obj)))
         for name, result in obj.results.items():
-            display(HTML(f"<h3>{html.escape(name)}</h3>"))
+            display(HTML(f"<h3>{html.escape(printable(name))}</h3>"))
             show(result)
         return
     fragment = html_view(obj)
@@ -116,33 +131,6 @@ def show(obj: Any) -> None:
         show_figure(fig)
 
 
-def findings_of(*objs: Any) -> list[Finding]:
-    """Findings of reports, probe results, findings or iterables of them, de-duplicated by code + title."""
-    out: list[Finding] = []
-    seen: set[tuple[str, str]] = set()
-
-    def visit(obj: Any) -> None:
-        if isinstance(obj, Finding):
-            if (obj.code, obj.title) not in seen:
-                seen.add((obj.code, obj.title))
-                out.append(obj)
-        elif hasattr(obj, "findings"):
-            for f in obj.findings:
-                visit(f)
-        elif isinstance(obj, Mapping):
-            for v in obj.values():
-                visit(v)
-        elif isinstance(obj, Iterable) and not isinstance(obj, (str, bytes)):
-            for v in obj:
-                visit(v)
-        else:
-            raise TypeError(f"cannot take findings from {type(obj).__name__}")
-
-    for obj in objs:
-        visit(obj)
-    return out
-
-
 def record_findings(*objs: Any) -> None:
     """Store the findings of ``objs`` in the notebook as a JSON output eagle3lens reads back."""
     from IPython.display import display
@@ -152,7 +140,7 @@ def record_findings(*objs: Any) -> None:
     findings = findings_of(*objs)
     summary = verdict(Report(checkpoint={}, findings=findings))
     display({FINDINGS_MIME: {"findings": [f.to_dict() for f in findings]},
-             "text/plain": f"eagle3lens findings: {summary}"}, raw=True)
+             "text/plain": f"eagle3lens findings: {printable(summary)}"}, raw=True)
 
 
 def codes(*objs: Any) -> list[str]:
@@ -174,8 +162,8 @@ def show_table(rows: Sequence[Mapping[str, Any]]) -> None:
 
     columns = list(dict.fromkeys(k for row in rows for k in row))
     cells = [[_cell_text(row.get(c)) for c in columns] for row in rows]
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in row) + "</tr>" for row in cells)
+    head = "".join(f"<th>{html.escape(printable(c))}</th>" for c in columns)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(printable(v))}</td>" for v in row) + "</tr>" for row in cells)
     widths = [max([len(c), *(len(row[i]) for row in cells)]) for i, c in enumerate(columns)]
     text = "\n".join("  ".join(v.ljust(w) for v, w in zip(row, widths)) for row in [columns, *cells])
     display({"text/html": f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>",
@@ -201,343 +189,3 @@ def demo(demo_dir: str | Path = "") -> Any:
     from .demo import build_demo
 
     return build_demo(Path(demo_dir) if demo_dir else default_demo_dir())
-
-
-# ---------------------------------------------------------------- runner side
-
-
-def _nbformat() -> Any:
-    """nbformat, imported without the ``iri`` grammars of ``rfc3987_syntax``.
-
-    nbformat imports jsonschema, whose format checker compiles ~40 lark grammars of rfc3987_syntax at
-    import (1.5 s of every runner start) for ``iri`` formats that the notebook schema never uses. The import
-    is refused only while jsonschema loads; later imports of rfc3987_syntax work as usual.
-    """
-    if "jsonschema" in sys.modules or "rfc3987_syntax" in sys.modules:
-        import nbformat
-
-        return nbformat
-    sys.modules["rfc3987_syntax"] = None  # type: ignore[assignment]  # makes `import rfc3987_syntax` fail
-    try:
-        import nbformat
-    finally:
-        if sys.modules.get("rfc3987_syntax", False) is None:
-            del sys.modules["rfc3987_syntax"]
-    return nbformat
-
-
-def notebooks_dir() -> Path:
-    """The walkthroughs: ``notebooks/`` of a source checkout, or ``share/eagle3lens/notebooks`` when installed."""
-    candidates = [Path(__file__).resolve().parent.parent / "notebooks",
-                  Path(sys.prefix) / "share" / "eagle3lens" / "notebooks"]
-    for candidate in candidates:
-        if any(candidate.glob("[0-9][0-9]_*.ipynb")):
-            return candidate
-    raise UsageError("walkthrough notebooks not found (looked in " + ", ".join(map(str, candidates)) + ")")
-
-
-def walkthroughs() -> dict[str, Path]:
-    """Short name (``00_triage``) -> path of every packaged walkthrough."""
-    return {p.stem: p for p in sorted(notebooks_dir().glob("[0-9][0-9]_*.ipynb"))}
-
-
-def walkthrough_title(path: Path) -> str:
-    """The first heading of a notebook's first markdown cell."""
-    nbformat = _nbformat()
-
-    nb = nbformat.read(path, as_version=4)
-    for cell in nb.cells:
-        if cell.cell_type == "markdown":
-            for line in cell.source.splitlines():
-                if line.startswith("#"):
-                    return line.lstrip("# ").strip()
-    return path.stem
-
-
-def resolve(name_or_path: str | Path) -> Path:
-    """A walkthrough's path from its short name (``00_triage`` or ``triage``) or a notebook path."""
-    path = Path(name_or_path)
-    if path.suffix == ".ipynb" or path.exists():
-        if not path.is_file():
-            raise UsageError(f"{path}: notebook not found")
-        return path
-    known = walkthroughs()
-    name = str(name_or_path)
-    matches = [p for stem, p in known.items() if stem == name or stem.split("_", 1)[1] == name]
-    if not matches:
-        raise UsageError(f"unknown walkthrough {name!r}: choose one of {', '.join(known)} or give a .ipynb path")
-    return matches[0]
-
-
-@dataclass(frozen=True)
-class NotebookRun:
-    """The outputs of one headless walkthrough run."""
-
-    notebook: Path
-    executed: Path
-    html: Path
-    findings_json: Path
-    parameters: Mapping[str, Any]
-    findings: tuple[Finding, ...]
-    seconds: float
-    extra: Mapping[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return to_jsonable({"notebook": self.notebook, "executed": self.executed, "html": self.html,
-                            "findings_json": self.findings_json, "parameters": dict(self.parameters),
-                            "seconds": round(self.seconds, 3)})
-
-    def __rich__(self) -> str:
-        return (f"executed notebook: {self.executed}\nHTML report:       {self.html}\n"
-                f"findings JSON:     {self.findings_json}\n({self.seconds:.1f} s)")
-
-
-def notebook_parameters(path: str | Path) -> tuple[str, ...] | None:
-    """Names assigned in a notebook's ``parameters`` cell (None when it has no such cell)."""
-    import ast
-
-    nbformat = _nbformat()
-
-    nb = nbformat.read(str(path), as_version=4)
-    cell = next((c for c in nb.cells if "parameters" in c.metadata.get("tags", [])), None)
-    if cell is None:
-        return None
-    return tuple(t.id for node in ast.parse(cell.source).body if isinstance(node, (ast.Assign, ast.AnnAssign))
-                 for t in (node.targets if isinstance(node, ast.Assign) else [node.target]) if isinstance(t, ast.Name))
-
-
-@contextmanager
-def _quiet_papermill() -> Iterator[None]:
-    """papermill's own parameter inference cannot parse values holding '=' (``"sglang==0.5.11"``) and then
-    warns that such parameters are unknown (:func:`run_notebook` checks parameter names itself); nbclient logs
-    a cell timeout through papermill's logger before raising it (:func:`run_notebook` reports it in one line)."""
-    import logging
-
-    loggers = [logging.getLogger("papermill"), logging.getLogger("papermill.translators")]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.CRITICAL)
-    try:
-        yield
-    finally:
-        for lg, level in zip(loggers, levels):
-            lg.setLevel(level)
-
-
-@contextmanager
-def _environ(**values: str) -> Iterator[None]:
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-KERNEL_ARGUMENTS = ("--IPKernelApp.log_level=CRITICAL",)
-"""Extra kernel command-line arguments: the kernel app's own log (``Kernel is running over TCP without
-encryption`` at start, a reply it cannot send after a cell timeout) would land on the runner's stderr and break
-the one-line error contract. Cell output, errors included, travels over the kernel protocol and is unaffected."""
-
-
-@contextmanager
-def _writing(out: Path) -> Iterator[None]:
-    """Turn a failed write under ``out`` into a one-line :class:`UsageError` naming the path."""
-    try:
-        yield
-    except OSError as exc:
-        target = Path(exc.filename) if exc.filename else None
-        if target is None or not (target == out or out in target.parents or target in out.parents):
-            raise
-        raise UsageError(f"{target}: cannot write output ({exc.strerror or exc})") from None
-
-
-def _check_kernel(kernel_name: str) -> None:
-    from jupyter_client.kernelspec import KernelSpecManager
-
-    specs = KernelSpecManager().find_kernel_specs()
-    if kernel_name not in specs:
-        raise UsageError(f"no Jupyter kernel named {kernel_name!r} (available: {', '.join(sorted(specs)) or 'none'})")
-
-
-# Cell helpers over plain dicts (a NotebookNode is one), shared with eagle3lens.remote which reads JSON.
-def code_cells(nb: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """The code cells of an executed notebook, papermill's injected parameters cell included."""
-    return [c for c in nb.get("cells", []) if c.get("cell_type") == "code"]
-
-
-def papermill_state(cell: Mapping[str, Any]) -> Mapping[str, Any]:
-    """What papermill recorded about a cell (status, exception, start_time...)."""
-    return cell.get("metadata", {}).get("papermill", {})
-
-
-def cell_failed(cell: Mapping[str, Any]) -> bool:
-    state = papermill_state(cell)
-    return bool(state.get("exception")) or state.get("status") == "failed"
-
-
-def first_line(cell: Mapping[str, Any]) -> str:
-    """The cell's first non-blank source line, stripped ("" for an empty cell)."""
-    source = cell.get("source", "")
-    source = "".join(source) if isinstance(source, list) else source
-    return next((line.strip() for line in source.splitlines() if line.strip()), "")
-
-
-def is_injected(cell: Mapping[str, Any]) -> bool:
-    """Papermill's injected parameters cell (not part of the source notebook)."""
-    return "injected-parameters" in cell.get("metadata", {}).get("tags", [])
-
-
-def cell_label(cells: list[Mapping[str, Any]], cell: Mapping[str, Any]) -> str:
-    """``code cell n of N`` for ``cell`` among ``cells`` (from :func:`code_cells`): 1-based over the source
-    notebook's code cells, so papermill's injected parameters cell is not counted."""
-    counted = [c for c in cells if not is_injected(c)]
-    number = next((n for n, c in enumerate(counted, 1) if c is cell), None)
-    return f"code cell {number} of {len(counted)}" if number else "the injected parameters cell"
-
-
-def failed_cell(executed: Any) -> tuple[str, str, Any] | None:
-    """``("code cell n of N", first source line, cell)`` of the cell that failed or was running last.
-
-    Numbered as :func:`cell_label`. The failed cell is the one papermill marked as failed, else the
-    last one that started (a cell timeout or a dead kernel leaves no mark). None when no cell ran.
-    """
-    cells = code_cells(_read(executed))
-    failed = [c for c in cells if cell_failed(c)]
-    started = [c for c in cells if papermill_state(c).get("start_time")]
-    cell = failed[0] if failed else started[-1] if started else None
-    if cell is None:
-        return None
-    return cell_label(cells, cell), first_line(cell), cell
-
-
-def _mark_failed(nb: Any, cell: Any, ename: str, evalue: str) -> None:
-    """Record an error the kernel could not report (timeout, dead kernel) in ``cell`` of the partial notebook."""
-    nbformat = _nbformat()
-
-    cell.outputs.append(nbformat.v4.new_output("error", ename=ename, evalue=evalue,
-                                               traceback=[f"eagle3lens: error: {evalue}"]))
-    cell.metadata.setdefault("papermill", {}).update(exception=True, status="failed")
-    nb.metadata.setdefault("papermill", {})["exception"] = True
-
-
-def run_notebook(name_or_path: str | Path, parameters: Mapping[str, Any] | None, out_dir: str | Path,
-                 progress: bool = True, kernel_name: str = "python3", timeout: float | None = None) -> NotebookRun:
-    """Execute a walkthrough headless and write ``<name>.ipynb``, ``<name>.html``, ``<name>.findings.json``.
-
-    The executed notebook is saved after every cell, so a run that is killed still leaves what it did.
-
-    Raises :class:`NotebookCellError` naming the failing cell when a cell raises, exceeds ``timeout``
-    seconds or kills the kernel (the partial notebook and its HTML are still written);
-    :class:`UsageError` for an unknown parameter or kernel, or an output that cannot be written.
-    """
-    _nbformat()
-    import papermill
-    from nbclient.exceptions import CellTimeoutError, DeadKernelError
-    from papermill.exceptions import PapermillExecutionError
-
-    source = resolve(name_or_path)
-    parameters = dict(parameters or {})
-    known = notebook_parameters(source)
-    unknown = sorted(set(parameters) - set(known)) if known is not None else []
-    if unknown:
-        raise UsageError(f"{source}: unknown parameter{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} "
-                         f"(this notebook takes: {', '.join(known)})")
-    _check_kernel(kernel_name)
-    out = Path(out_dir).absolute()
-    executed = out / f"{source.stem}.ipynb"
-    html = out / f"{source.stem}.html"
-    findings_json = out / f"{source.stem}.findings.json"
-    start = time.perf_counter()
-    with _writing(out):
-        out.mkdir(parents=True, exist_ok=True)
-        try:
-            # The kernel inherits this environment: plotly emits text/html with plotly.js inlined, and
-            # no progress-bar widgets (transformers' weight loading) clutter the report.
-            with _environ(PLOTLY_RENDERER="notebook", HF_HUB_DISABLE_PROGRESS_BARS="1"), _quiet_papermill():
-                papermill.execute_notebook(str(source), str(executed), parameters=parameters,
-                                           kernel_name=kernel_name, progress_bar=progress,
-                                           cwd=str(source.parent), execution_timeout=timeout,
-                                           extra_arguments=list(KERNEL_ARGUMENTS), shutdown_kernel="immediate")
-        except (PapermillExecutionError, CellTimeoutError, DeadKernelError) as exc:
-            raise _cell_error(source, executed, html, exc, timeout) from None
-        executed_nb = _read(executed)
-        export_html(executed_nb, html)
-        findings = tuple(collect_findings(executed_nb))
-        write_text_atomic(findings_json, json.dumps({"notebook": str(source), "parameters": to_jsonable(parameters),
-                                                     "findings": [f.to_dict() for f in findings]}, indent=2) + "\n")
-    return NotebookRun(source, executed, html, findings_json, parameters, findings,
-                       time.perf_counter() - start)
-
-
-def _cell_error(source: Path, executed: Path, html: Path, exc: Exception, timeout: float | None) -> NotebookCellError:
-    """The :class:`NotebookCellError` for a failed run; completes the partial notebook and exports its HTML."""
-    from nbclient.exceptions import CellTimeoutError
-
-    if isinstance(exc, CellTimeoutError):
-        limit = f"within {timeout:g} s " if timeout else ""
-        ename, evalue = "CellTimeoutError", f"the cell did not finish {limit}(cell timeout)"
-    elif hasattr(exc, "ename"):
-        ename, evalue = exc.ename, exc.evalue
-    else:
-        ename, evalue = type(exc).__name__, "the kernel died while running the cell"
-    nbformat = _nbformat()
-
-    nb = _read(executed) if executed.is_file() else None
-    where = failed_cell(nb) if nb is not None else None
-    if where is None:
-        return NotebookCellError(source, "a cell", "", f"{ename}: {evalue}", executed)
-    label, first, cell = where
-    if not hasattr(exc, "ename"):
-        _mark_failed(nb, cell, ename, evalue)
-        nbformat.write(nb, str(executed))
-    export_html(nb, html)
-    return NotebookCellError(source, label, first, f"{ename}: {evalue}", executed)
-
-
-def _read(notebook: Any) -> Any:
-    nbformat = _nbformat()
-
-    return notebook if isinstance(notebook, nbformat.NotebookNode) else nbformat.read(str(notebook), as_version=4)
-
-
-def export_html(executed: Any, html_path: str | Path) -> Path:
-    """A self-contained offline HTML page of an executed notebook (no CDN scripts).
-
-    Widget views and widget state are left out: they need the widget manager from a CDN, and every
-    widget cell also renders its output statically.
-    """
-    import jinja2
-    from nbconvert import HTMLExporter
-
-    nbformat = _nbformat()
-    source = _read(executed)
-    # A shallow view (nbconvert deep-copies what it is given; the outputs hold megabytes of plotly.js).
-    nb = nbformat.NotebookNode({**source, "metadata": nbformat.NotebookNode(
-        {k: v for k, v in source.metadata.items() if k != "widgets"})})
-    nb.cells = [nbformat.NotebookNode({**cell, "outputs": [o for o in cell.outputs
-                                                           if WIDGET_VIEW_MIME not in o.get("data", {})]})
-                if cell.cell_type == "code" else cell for cell in source.cells]
-    exporter = HTMLExporter(extra_loaders=[jinja2.DictLoader({"eagle3lens_offline.html.j2": _OFFLINE_TEMPLATE})],
-                            template_file="eagle3lens_offline.html.j2")
-    body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": Path(html_path).stem}})
-    return write_text_atomic(Path(html_path), body)
-
-
-def collect_findings(executed_ipynb: Any) -> list[Finding]:
-    """The findings a walkthrough recorded (every :data:`FINDINGS_MIME` output), in recorded order.
-
-    ``executed_ipynb``: a path or a ``NotebookNode``.
-    """
-    nb = _read(executed_ipynb)
-    recorded = []
-    for cell in nb.cells:
-        for output in cell.get("outputs", []):
-            data = output.get("data", {}).get(FINDINGS_MIME)
-            if data is not None:
-                recorded.extend(Finding.from_dict(f) for f in data["findings"])
-    return findings_of(recorded)

@@ -14,13 +14,11 @@ directory is removed afterwards. Nothing about keys, agents or local config path
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import select
 import shlex
 import stat
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -29,11 +27,11 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from . import __version__
-from .errors import UsageError
+from .errors import RemoteError, UsageError
 from .findings import Finding, Severity, to_jsonable
-from .notebook import cell_failed, cell_label, code_cells, first_line, is_injected, papermill_state
+from .notebook_runner import cell_failed, cell_label, code_cells, first_line, is_injected, papermill_state
 from .remote_files import EXEC_FILES, RemoteFiles
-from .remote_ssh import RemoteError, SshConnection, SshTarget, connect, load_ssh_config, resolve_host
+from .remote_ssh import SshConnection, SshTarget, connect, load_ssh_config, resolve_host
 from .remote_supervisor import EXIT_KILLED, EXIT_TIMEOUT
 from .safewrite import replacing, write_text_atomic
 
@@ -156,20 +154,6 @@ class RemoteRun:
     def to_dict(self) -> dict[str, Any]:
         return {"tool": "eagle3lens", "version": __version__, "notebook": self.notebook,
                 "hosts": [h.to_dict() for h in self.hosts]}
-
-    def __rich__(self) -> Any:
-        from rich.table import Table
-
-        table = Table(title=f"{self.notebook} on {len(self.hosts)} host(s)")
-        for col in ("host", "status", "last cell", "findings", "GPU", "results"):
-            table.add_column(col, overflow="fold")
-        for h in self.hosts:
-            counts = {s: sum(f.severity is s for f in h.findings) for s in Severity}
-            found = " ".join(f"{n} {s.value}" for s, n in counts.items() if n) or "-"
-            gpu = ", ".join(h.preflight.gpus) if h.preflight and h.preflight.gpus else "-"
-            table.add_row(h.host, h.status if h.ok else f"[red]{h.status}[/]", h.last_cell or "-", found, gpu,
-                          str(h.out_dir) if h.files else "-")
-        return table
 
 
 def _q(word: str) -> str:
@@ -539,7 +523,7 @@ def run_remote(notebook: str | Path, parameters: Mapping[str, Any] | None, hosts
     ``progress(host, line)`` receives progress lines. Ctrl-C (or setting ``cancel``) stops every
     remote run, fetches what exists and returns with status ``interrupted``.
     """
-    from .notebook import resolve
+    from .notebook_runner import resolve
 
     path = resolve(notebook)
     host_list = [hosts] if isinstance(hosts, str) else list(hosts)
@@ -604,33 +588,4 @@ def _write_manifest(run: HostRun, notebook: str, secrets: Sequence[str]) -> None
     write_text_atomic(run.out_dir / "remote.json", _redact(json.dumps(data, indent=2), secrets) + "\n")
 
 
-# -- CLI glue for ``eagle3lens notebook NAME --host HOST`` (commands/notebook.py calls these) --------
-
-def run_from_args(args: argparse.Namespace, notebook_name: str | Path, parameters: Mapping[str, Any]) -> int:
-    """Run ``notebook_name`` on every ``--host`` with the notebook command's remote options."""
-    lock = threading.Lock()
-
-    def show(host: str, line: str) -> None:
-        with lock:
-            print(f"[{host}] {line}", file=sys.stderr, flush=True)
-
-    out = Path(getattr(args, "out", None) or f"{Path(notebook_name).stem}-remote")
-    result = run_remote(
-        notebook_name, parameters, args.host, out, timeout=getattr(args, "timeout", None),
-        remote_python=args.remote_python, remote_workdir=args.remote_workdir, known_hosts=args.known_hosts,
-        ssh_config=args.ssh_config, accept_new_host_key=args.accept_new_host_key, progress=show)
-    for run in result.hosts:
-        if run.error:
-            print(f"eagle3lens: error: {run.host}: {run.error}" if not run.error.startswith(run.host)
-                  else f"eagle3lens: error: {run.error}", file=sys.stderr)
-    if getattr(args, "json", False):
-        sys.stdout.write(json.dumps(result.to_dict(), indent=2) + "\n")
-    else:
-        from rich.console import Console
-
-        Console().print(result)
-    return result.exit_code(getattr(args, "fail_on", Severity.CRITICAL))
-
-
-__all__ = ["HostRun", "Preflight", "RemoteRun", "RemoteError", "describe_progress",
-           "run_from_args", "run_remote"]
+__all__ = ["HostRun", "Preflight", "RemoteRun", "RemoteError", "describe_progress", "run_remote"]

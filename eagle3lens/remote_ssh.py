@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import paramiko
 
-from .errors import Eagle3LensError
+from .errors import HostKeyError, RemoteError
 
 if TYPE_CHECKING:
     from .remote_files import RemoteFiles
@@ -28,14 +28,6 @@ DEFAULT_SSH_CONFIG = Path("~/.ssh/config")
 DEFAULT_KNOWN_HOSTS = Path("~/.ssh/known_hosts")
 CONNECT_TIMEOUT = 15.0
 _MAX_JUMPS = 8
-
-
-class RemoteError(Eagle3LensError):
-    """A remote host cannot be reached, trusted, authenticated or used for a run."""
-
-
-class HostKeyError(RemoteError):
-    """The host key is unknown (without opt-in) or has changed."""
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,9 @@
 """Report rendering: terminal (rich), self-contained offline HTML (plotly.js inlined once), notebook fragment.
 
-Probe results contribute through the view registry (:mod:`eagle3lens.plots.registry`): ``rich_view`` for a
-terminal section, ``html_view`` for an HTML fragment and ``figures`` for plotly figures.
+A :class:`Report` is data; drawing it is this module's job. Probe results contribute through the view
+registry (:mod:`eagle3lens.plots.registry`): ``rich_view`` for a terminal section, ``html_view`` for an HTML
+fragment and ``figures`` for plotly figures. Every piece of text that came from data (paths, names, finding
+titles quoting them) is passed through :func:`eagle3lens.textsafe.printable` before it is printed.
 """
 
 from __future__ import annotations
@@ -11,10 +13,8 @@ import json
 from typing import Any
 
 from .findings import Report, Severity
-from .plots import figures, html_view, rich_view
-
-SEVERITY_STYLE = {Severity.CRITICAL: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
-SEVERITY_COLOR = {Severity.CRITICAL: "#c62828", Severity.WARNING: "#b26a00", Severity.INFO: "#1565c0"}
+from .plots.registry import figures, html_view, rich_view
+from .plots.style import SEVERITY_COLOR, SEVERITY_STYLE, html_text, markup, plain
 
 
 def verdict(report: Report) -> str:
@@ -33,36 +33,44 @@ def _verdict(report: Report) -> str:
     return f"{worst.value.upper()}: {first.title} · {tally}"
 
 
+def print_renderable(result: Any, console: Any = None) -> None:
+    """Print one result's terminal view (nothing when it has none)."""
+    from rich.console import Console
+
+    view = rich_view(result)
+    if view is not None:
+        (console or Console()).print(view)
+
+
 def render_report_terminal(report: Report, console: Any = None) -> None:
     """Verdict line first, then each probe's section (the doctor's ranked causes lead), then the findings in detail."""
     from rich.console import Console
-    from rich.markup import escape
     from rich.padding import Padding
     from rich.text import Text
 
     console = console or Console()
     style = SEVERITY_STYLE.get(report.worst, "bold green") if report.worst else "bold green"
-    console.print(f"[{style}]{escape(verdict(report))}[/]")
+    console.print(f"[{style}]{markup(verdict(report))}[/]")
     ck = report.checkpoint
     if ck:
-        console.print(f"checkpoint: {escape(str(ck.get('path')))}  layout: {ck.get('layout')}"
-                      + (f"  engine: {report.engine}" if report.engine else ""), highlight=False)
+        console.print(f"checkpoint: {markup(ck.get('path'))}  layout: {markup(ck.get('layout'))}"
+                      + (f"  engine: {markup(report.engine)}" if report.engine else ""), highlight=False)
     for name, result in report.results.items():
         view = rich_view(result)
         if view is not None:
-            console.rule(name)
+            console.rule(markup(name))
             console.print(view)
     if report.findings:
         console.rule("findings")
         for i, f in enumerate(report.findings, 1):
-            console.print(f"[{SEVERITY_STYLE[f.severity]}]{i}. {f.severity.value}[/] [bold]{f.code}[/]  {escape(f.title)}",
-                          highlight=False)
+            console.print(f"[{SEVERITY_STYLE[f.severity]}]{i}. {f.severity.value}[/] [bold]{markup(f.code)}[/]  "
+                          f"{markup(f.title)}", highlight=False)
             if f.detail:
-                console.print(Padding(Text(f.detail, style="dim"), (0, 0, 0, 3)))
+                console.print(Padding(Text(plain(f.detail, newlines=True), style="dim"), (0, 0, 0, 3)))
             if f.fix:
-                console.print(Padding(Text.from_markup(f"fix: [green]{escape(f.fix)}[/]"), (0, 0, 0, 3)))
+                console.print(Padding(Text.from_markup(f"fix: [green]{markup(f.fix)}[/]"), (0, 0, 0, 3)))
     for note in report.notes:
-        console.print(f"[dim]note: {escape(note)}[/]")
+        console.print(f"[dim]note: {markup(note, newlines=True)}[/]")
 
 
 # Inline, so the layout holds where page CSS does not reach or is overridden: JupyterLab's output CSS
@@ -78,12 +86,13 @@ def findings_html(report: Report) -> str:
     rows = []
     for i, f in enumerate(report.findings, 1):
         color = SEVERITY_COLOR[f.severity]
-        evidence = html.escape(json.dumps(f.to_dict()["evidence"], indent=1)[:4000])
+        evidence = html_text(json.dumps(f.to_dict()["evidence"], indent=1)[:4000], newlines=True)
         rows.append(
             f"<tr>{td}{i}</td><td style='{CELL_STYLE};color:{color};font-weight:bold'>{f.severity.value}</td>"
-            f"{td}<code>{html.escape(f.code)}</code></td>{td}<b>{html.escape(f.title)}</b><br>{html.escape(f.detail)}"
+            f"{td}<code>{html_text(f.code)}</code></td>{td}<b>{html_text(f.title)}</b><br>"
+            f"{html_text(f.detail, newlines=True)}"
             f"<details><summary>evidence</summary><pre style='text-align:left'>{evidence}</pre></details></td>"
-            f"{td}<code class='cmd' style='{FIX_STYLE}'>{html.escape(f.fix or '')}</code></td></tr>"
+            f"{td}<code class='cmd' style='{FIX_STYLE}'>{html_text(f.fix or '')}</code></td></tr>"
         )
     head = "".join(f"<th style='{CELL_STYLE}'>{name}</th>" for name in ("#", "severity", "code", "what", "fix"))
     return f"<table class='findings'><thead><tr>{head}</tr></thead><tbody>" + "".join(rows) + "</tbody></table>"
@@ -91,18 +100,14 @@ def findings_html(report: Report) -> str:
 
 def render_report_fragment(report: Report) -> str:
     """HTML for a notebook cell (figures are displayed by the notebook itself)."""
-    return (f"<div class='eagle3lens-report'><h3>{html.escape(verdict(report))}</h3>"
+    return (f"<div class='eagle3lens-report'><h3>{html_text(verdict(report))}</h3>"
             f"{findings_html(report)}{_notes_html(report)}</div>")
 
 
 def _notes_html(report: Report) -> str:
     if not report.notes:
         return ""
-    return "<ul class='notes'>" + "".join(f"<li>{html.escape(n)}</li>" for n in report.notes) + "</ul>"
-
-
-def figures_of(result: Any) -> list[Any]:
-    return figures(result)
+    return "<ul class='notes'>" + "".join(f"<li>{html_text(n, newlines=True)}</li>" for n in report.notes) + "</ul>"
 
 
 def render_report_html(report: Report, title: str = "eagle3lens report") -> str:
@@ -111,16 +116,16 @@ def render_report_html(report: Report, title: str = "eagle3lens report") -> str:
 
     sections = []
     for name, result in report.results.items():
-        parts = [f"<h2>{html.escape(name)}</h2>"]
+        parts = [f"<h2>{html_text(name)}</h2>"]
         fragment = html_view(result)
         if fragment is not None:
             parts.append(fragment)
-        for fig in figures_of(result):
+        for fig in figures(result):
             parts.append(fig.to_html(full_html=False, include_plotlyjs=False))
         sections.append("<section>" + "".join(parts) + "</section>")
     ck = report.checkpoint or {}
     return f"""<!DOCTYPE html>
-<html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<html><head><meta charset="utf-8"><title>{html_text(title)}</title>
 <style>
 body {{ font-family: system-ui, sans-serif; margin: 2em; max-width: 1200px; }}
 table {{ border-collapse: collapse; margin: 1em 0; }} td, th {{ border: 1px solid #ddd; padding: 4px 8px; vertical-align: top; }}
@@ -129,10 +134,10 @@ code.cmd, td:last-child code {{ white-space: nowrap; }}
 </style>
 <script type="text/javascript">{get_plotlyjs()}</script>
 </head><body>
-<h1>{html.escape(title)}</h1>
-<p><b>{html.escape(verdict(report))}</b></p>
-<p>checkpoint: <code>{html.escape(str(ck.get('path', '')))}</code> · layout: {html.escape(str(ck.get('layout', '')))}
-{'· engine: ' + html.escape(report.engine) if report.engine else ''}</p>
+<h1>{html_text(title)}</h1>
+<p><b>{html_text(verdict(report))}</b></p>
+<p>checkpoint: <code>{html_text(ck.get('path', ''))}</code> · layout: {html_text(ck.get('layout', ''))}
+{'· engine: ' + html_text(report.engine) if report.engine else ''}</p>
 <h2>Findings</h2>
 {findings_html(report)}
 {_notes_html(report)}

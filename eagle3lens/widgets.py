@@ -13,6 +13,7 @@ import ipywidgets as widgets
 
 from .errors import Eagle3LensError
 from .notebook import show
+from .textsafe import printable
 
 _WIDE = widgets.Layout(width="60%")
 
@@ -88,7 +89,7 @@ def probe_panel(probe: Callable[..., Any], controls: Mapping[str, widgets.ValueW
             try:
                 show(probe(**values))
             except Eagle3LensError as exc:
-                print(f"eagle3lens: error: {exc}")
+                print(f"eagle3lens: error: {printable(exc)}")
 
     for control in controls.values():
         control.observe(rerun, names="value")

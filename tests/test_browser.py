@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from eagle3lens.notebook import run_notebook, walkthroughs
+from eagle3lens.notebook_runner import run_notebook, walkthroughs
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",

@@ -7,12 +7,13 @@ import os
 
 import pytest
 import torch
-
 from _keys_helpers import draft_tensors, sglang_config, speculators_config, write
+
 from eagle3lens.checkpoint import Checkpoint
 from eagle3lens.cli import main
 from eagle3lens.convert import convert
 from eagle3lens.errors import CheckpointError, ConversionRefused, UsageError
+from eagle3lens.plots import rich_view
 from eagle3lens.probes.diff import diff
 from eagle3lens.probes.keys import simulate_load
 
@@ -258,7 +259,7 @@ def test_rich_table_keeps_bracketed_names(spec_dir, tmp_path):
     out = tmp_path / "out [v2]"
     result = convert(spec_dir, "sglang==0.5.11", out, progress=False)
     console = Console(width=300, record=True)
-    console.print(result)
+    console.print(rich_view(result))
     assert "[v2]" in console.export_text()
 
 

@@ -6,10 +6,11 @@ import json
 
 import pytest
 import torch
-
 from _keys_helpers import DECODER, draft_tensors, sglang_config, speculators_config, write
+
 from eagle3lens.checkpoint import Checkpoint
 from eagle3lens.cli import main
+from eagle3lens.plots import figures, html_view, rich_view
 from eagle3lens.probes.keys import simulate_load
 
 SPEC_DECODER = {f"layers.0.{k}" for k in DECODER}
@@ -135,10 +136,10 @@ def test_result_renders_and_serialises(speculators_ckpt):
     data = json.loads(json.dumps(result.to_dict()))
     assert data["counts"]["dropped"] == 10
     console = Console(record=True, width=160)
-    console.print(result)
+    console.print(rich_view(result))
     text = console.export_text()
     assert text.index("dropped") < text.index("loaded")
-    assert result.figures() and "<table>" in result._repr_html_()
+    assert figures(result) and "<table>" in html_view(result)
     state = result.loaded_state(speculators_ckpt)
     assert "fc.weight" in state and "layers.0.mlp.down_proj.weight" not in state
 

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from eagle3lens.cli import main
-from eagle3lens.errors import UsageError
-from eagle3lens.probes.logs import LogFileError, infer_draft_tokens, parse_log
+from eagle3lens.errors import LogFileError, UsageError
+from eagle3lens.plots import figures, html_view, rich_view
+from eagle3lens.probes.logs import infer_draft_tokens, parse_log
 
 DATA = Path(__file__).parent / "data" / "logs"
 
@@ -172,7 +173,7 @@ def test_ansi_colours_and_engine_override():
 def test_nothing_parsed_is_a_warning_not_a_verdict(tmp_path):
     r = parse_log(DATA / "no_decode.log")
     assert r.engine is None and r.samples == ()
-    assert r.format_era == "nothing parsed" and r.figures() == []
+    assert r.format_era == "nothing parsed" and figures(r) == []
     assert "no decode or speculative-metrics lines parsed" in r.notes[0]
     assert codes(r) == ["logs/no-acceptance-lines"] and r.findings[0].severity.value == "warning"
     empty = tmp_path / "empty.log"
@@ -285,13 +286,13 @@ def test_figures_html_rich_and_dict():
     from rich.console import Console
 
     r = parse_log(DATA / "vllm_0.33.0_dead.log", baseline_tps=90)
-    titles = [f.layout.title.text for f in r.figures()]
+    titles = [f.layout.title.text for f in figures(r)]
     assert titles == ["Acceptance over time (vllm)", "Per-position acceptance rate", "Throughput"]
-    assert r.figures()[0].data[0].x == (10.0, 20.0)  # seconds since the first timestamp
-    html = r._repr_html_()
+    assert figures(r)[0].data[0].x == (10.0, 20.0)  # seconds since the first timestamp
+    html = html_view(r)
     assert "vllm-throughput" in html and "0.000, 0.000" in html
     console = Console(record=True, width=160)
-    console.print(r)
+    console.print(rich_view(r))
     assert "per-position" in console.export_text()
     data = json.loads(json.dumps(r.to_dict()))
     assert data["summary"]["mean_accept_len"] == 1.0 and len(data["series"]) == 4

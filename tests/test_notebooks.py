@@ -13,10 +13,10 @@ from safetensors.torch import save_file
 
 from eagle3lens import cli
 from eagle3lens.commands.notebook import parse_value, read_params_file
-from eagle3lens.errors import Eagle3LensError, UsageError
+from eagle3lens.errors import Eagle3LensError, NotebookCellError, UsageError
 from eagle3lens.findings import Finding
-from eagle3lens.notebook import (FINDINGS_MIME, NotebookCellError, collect_findings, export_html, findings_of,
-                                 resolve, run_notebook, walkthroughs)
+from eagle3lens.notebook_runner import (FINDINGS_MIME, collect_findings, export_html, findings_of, resolve,
+                                        run_notebook, walkthroughs)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -431,7 +431,7 @@ def test_runner_imports_nbformat_without_the_iri_grammars(probe_notebook):
     import subprocess
     import sys
 
-    code_ = (f"import sys\nfrom eagle3lens.notebook import notebook_parameters\n"
+    code_ = (f"import sys\nfrom eagle3lens.notebook_runner import notebook_parameters\n"
              f"assert notebook_parameters({str(probe_notebook)!r}) == ('checkpoint', 'severity')\n"
              "assert 'jsonschema' in sys.modules and 'rfc3987_syntax' not in sys.modules\n"
              "import rfc3987_syntax  # still importable afterwards")

@@ -17,10 +17,12 @@ from pathlib import Path
 
 import nbformat
 import pytest
-
 from _sshd import make_sshd, sshd_missing_reason, write_ed25519_key
-from eagle3lens.remote import REFRESH_S, RemoteRun, describe_progress, run_from_args, run_remote
-from eagle3lens.remote_ssh import HostKeyError, RemoteError, connect, load_ssh_config, resolve_host
+
+from eagle3lens.commands.notebook import run_from_args
+from eagle3lens.errors import HostKeyError, RemoteError
+from eagle3lens.remote import REFRESH_S, RemoteRun, describe_progress, run_remote
+from eagle3lens.remote_ssh import connect, load_ssh_config, resolve_host
 from eagle3lens.remote_supervisor import MARKER
 
 pytestmark = [pytest.mark.ssh,
@@ -162,7 +164,7 @@ def test_fetched_names_cannot_leave_the_output_folder(tmp_path: Path) -> None:
 def test_describe_progress_and_failed_cell_number_cells_alike(tmp_path: Path) -> None:
     """The injected parameters cell is never counted, a running cell is marked, and the local error names the
     same cell as the remote progress line."""
-    from eagle3lens.notebook import failed_cell
+    from eagle3lens.notebook_runner import failed_cell
 
     nb = nbformat.v4.new_notebook()
     injected = code("x = 1", papermill={"status": "completed", "start_time": "t"})
@@ -462,7 +464,7 @@ def test_sshd_killed_mid_run_keeps_what_was_fetched(lab: Lab, tmp_path: Path) ->
 
 @pytest.mark.slow
 def test_triage_walkthrough_on_demo(lab: Lab, tmp_path: Path, demo_dir: Path) -> None:
-    from eagle3lens.notebook import walkthroughs
+    from eagle3lens.notebook_runner import walkthroughs
 
     if "00_triage" not in walkthroughs():
         pytest.fail("notebooks/00_triage.ipynb is missing")
@@ -471,7 +473,7 @@ def test_triage_walkthrough_on_demo(lab: Lab, tmp_path: Path, demo_dir: Path) ->
     (host,) = result.hosts
     assert host.status == "ok", host.error
     assert {"00_triage.ipynb", "00_triage.html", "00_triage.findings.json"} <= set(host.files)
-    from eagle3lens.notebook import collect_findings
+    from eagle3lens.notebook_runner import collect_findings
 
     out = tmp_path / "out" / "e3l-target"
     assert list(host.findings) == collect_findings(out / "00_triage.ipynb")  # what the notebook recorded

@@ -222,8 +222,9 @@ class ToyMoE(nn.Module):
 @pytest.mark.parametrize("how", ["item", "nonzero"])
 def test_meta_trace_of_a_value_routed_model_names_the_fallback(how):
     from eagle3lens.draft import DraftConfig, Eagle3Draft
+    from eagle3lens.errors import MetaTraceUnsupported
     from eagle3lens.probes.aux_layers import resolve_aux_layers
-    from eagle3lens.probes.meta_trace import MetaTraceUnsupported, Preset, draft_spec, wire_on_meta
+    from eagle3lens.probes.meta_trace import Preset, draft_spec, wire_on_meta
 
     assert ToyMoE(16, 8, 50, how)(torch.tensor([[1, 2, 3]])).logits.shape == (1, 3, 50)  # fine with values
     toy = Preset("toy", hidden=16, layers=8, heads=2, kv_heads=1, intermediate=32, vocab=50, draft_vocab=20,

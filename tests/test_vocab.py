@@ -9,13 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from _vocab_helpers import build_mapping, write_draft, write_target
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from _vocab_helpers import build_mapping, write_draft, write_target
 from eagle3lens.checkpoint import Checkpoint
 from eagle3lens.cli import main
 from eagle3lens.errors import ConversionRefused, UsageError
+from eagle3lens.plots import figures
 from eagle3lens.probes.vocab import inspect_vocab, invariant_breaks, plan_d2t_repair
 
 FEW = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -276,11 +277,11 @@ def test_figures_highlight_breaks_and_show_coverage(tmp_path):
     counts = spread(200)
     d2t, t2d = build_mapping(counts, 50)
     ckpt = Checkpoint.open(write_draft(tmp_path / "d", 200, 50, d2t - torch.arange(50), t2d))
-    figs = inspect_vocab(ckpt, token_counts=counts.tolist()).figures()
+    figs = figures(inspect_vocab(ckpt, token_counts=counts.tolist()))
     names = [t.name for t in figs[0].data]
     assert "invariant break" in names and any(n.startswith("repair") for n in names)
     assert len(figs) == 2 and "coverage" in figs[1].layout.title.text
-    good = inspect_vocab(Checkpoint.open(write_draft(tmp_path / "g", 200, 50, d2t, t2d))).figures()
+    good = figures(inspect_vocab(Checkpoint.open(write_draft(tmp_path / "g", 200, 50, d2t, t2d))))
     assert [t.name for t in good[0].data] == ["d2t as stored"]
 
 

@@ -8,15 +8,15 @@ import math
 import numpy as np
 import pytest
 import torch
+from _weights_helpers import heavy_tailed, kaiming_uniform, save_ckpt, speculators_config
 
 from eagle3lens.checkpoint import Checkpoint
 from eagle3lens.cli import main
 from eagle3lens.errors import UsageError
+from eagle3lens.plots import figures, html_view, rich_view
 from eagle3lens.probes.stats import tensor_stats
 from eagle3lens.probes.weights import weight_stats
 from eagle3lens.progress import TqdmBars
-
-from _weights_helpers import heavy_tailed, kaiming_uniform, save_ckpt, speculators_config
 
 CHUNK = 96  # bytes: every tensor below spans many chunks
 
@@ -197,11 +197,11 @@ def test_names_pattern_results_and_rendering(tmp_path, rng):
     full = weight_stats(ckpt, against=ckpt)
     json.dumps(full.to_dict())
     assert full["d2t"].verdict == "buffer"
-    assert len(full.figures()) == 3 and "<table>" in full._repr_html_()
+    assert len(figures(full)) == 3 and "<table>" in html_view(full)
     from rich.console import Console
 
     console = Console(record=True, width=160)
-    console.print(full)
+    console.print(rich_view(full))
     assert "layers.0" in console.export_text()
 
 

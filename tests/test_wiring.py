@@ -12,6 +12,7 @@ from torch import nn
 
 from eagle3lens.checkpoint import Checkpoint
 from eagle3lens.engines import resolve
+from eagle3lens.plots import figures
 from eagle3lens.probes.aux_layers import resolve_aux_layers
 from eagle3lens.probes.wiring import check_wiring, find_decoder_layers, load_draft_as
 
@@ -99,7 +100,7 @@ def test_aux_off_under_sglang_bypasses_fc_silently(demo_dir, target):
     assert result.decoder_input.shape[-1] == 128  # the decoder ran on the raw target state
     bypass = next(f for f in result.findings if f.code == "trace/fc-bypassed")
     assert bypass.severity.value == "critical" and bypass.evidence["feature_width"] == 64
-    fig = result.figures()[0]
+    fig = figures(result)[0]
     assert "BYPASSED" in json.dumps(fig.to_plotly_json(), default=str)
 
 
@@ -270,13 +271,13 @@ def test_d2t_stage_is_coloured_by_the_drafts_mapping(demo_dir, target):
         result = check_wiring(Checkpoint.open(demo_dir / variant), target=target, engine="vllm==0.33.0", inputs=ids)
         assert result.logits is not None and result.d2t_state == state == result.to_dict()["d2t_state"]
         assert flow_stages(result)[-1][0] == "d2t"
-        d2t_box = result.figures()[0].layout.shapes[-1]
+        d2t_box = figures(result)[0].layout.shapes[-1]
         assert d2t_box.line.color == colour
     assert d2t_state(torch.zeros(512, dtype=torch.long), True, 2048) == "identity"  # stored, all zero, N < V
     assert d2t_state(torch.zeros(2048, dtype=torch.long), False, 2048) == "not-needed"
     assert d2t_state(torch.zeros(512, dtype=torch.long, device="meta"), True, 2048) == "unknown"
     identity = dataclasses.replace(result, d2t_state="identity")
-    assert identity.figures()[0].layout.shapes[-1].line.color == WARN
+    assert figures(identity)[0].layout.shapes[-1].line.color == WARN
 
 
 def test_only_the_engines_assert_is_reported_other_errors_propagate(demo_dir, target, monkeypatch):

@@ -11,6 +11,7 @@ import sys
 from typing import Any
 
 from ..findings import Report, Severity
+from ..render import render_report_terminal
 
 
 def add_output_options(parser: argparse.ArgumentParser) -> None:
@@ -25,7 +26,7 @@ def finish(report: Report, args: argparse.Namespace, console: Any = None) -> int
     if getattr(args, "json", False):
         sys.stdout.write(report.to_json() + "\n")
     else:
-        report.render_terminal(console)
+        render_report_terminal(report, console)
     return 1 if report.fails(args.fail_on) else 0
 
 

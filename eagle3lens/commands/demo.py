@@ -5,19 +5,30 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import dataclass
+from typing import Any
 
+from ..textsafe import printable
 from . import example_epilog
+
+
+@dataclass(frozen=True)
+class DemoBuilt:
+    """What ``demo`` built and the findings each variant should give (its view: :mod:`eagle3lens.plots.demo`)."""
+
+    paths: Any  # eagle3lens.demo.DemoPaths
+    manifest: dict[str, Any]
 
 
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
-    from rich.table import Table
 
     from ..demo import build_demo
+    from ..plots.registry import rich_view
 
     console = Console(stderr=args.json)
     with console.status("building the demo...") as status:
-        paths = build_demo(args.dir, force=args.force, progress=lambda message: status.update(message))
+        paths = build_demo(args.dir, force=args.force, progress=lambda message: status.update(printable(message)))
     manifest = json.loads(paths.manifest.read_text(encoding="utf-8"))
     if args.json:
         print(json.dumps({"root": str(paths.root), "target": str(paths.target),
@@ -26,28 +37,7 @@ def run(args: argparse.Namespace) -> int:
                           "kimi_drafts": {name: str(path) for name, path in paths.kimi_drafts.items()},
                           "logs": [str(paths.sglang_log), str(paths.vllm_log)], "manifest": manifest}, indent=2))
         return 0
-    training = manifest["training"]
-    console.print(f"[bold green]demo ready[/] in {paths.root}  (see {paths.readme.name})")
-    table = Table("made", "what should be found", box=None, padding=(0, 2))
-    table.add_row("target/", f"tiny Llama target, {manifest['target']['num_hidden_layers']} layers")
-    for name, variant in manifest["variants"].items():
-        codes = ", ".join(variant["expected_findings"]) or "healthy"
-        codes += "".join(f"; {engine}: {', '.join(extra)}" for engine, extra in variant["expected_findings_by_engine"].items())
-        table.add_row(f"{name}/", codes)
-    kimi = manifest["kimi"]
-    table.add_row("kimi-target/", f"tiny DeepSeek-V3 (Kimi-like: MLA + MoE), {kimi['target']['num_hidden_layers']} layers")
-    for name, variant in kimi["variants"].items():
-        codes = ", ".join(variant["expected_findings"]) or "healthy"
-        codes += "".join(f"; {engine}: {', '.join(extra)}" for engine, extra in variant["expected_findings_by_engine"].items())
-        table.add_row(f"{name}/", codes)
-    table.add_row("sglang.log, vllm.log", "logs/zero-acceptance")
-    console.print(table)
-    console.print(f"draft accuracy {training['accuracy']:.1%} (majority baseline {training['majority_baseline']:.1%})")
-    console.print("next:")
-    console.print(f"  eagle3lens info {paths.speculators}", soft_wrap=True)
-    console.print(f"  eagle3lens doctor {paths.speculators} --engine sglang==0.5.11 --log {paths.sglang_log}", soft_wrap=True)
-    console.print(f"  eagle3lens trace --target {paths.kimi_target} --draft {paths.kimi_mla} --engine sglang==0.5.23",
-                  soft_wrap=True)
+    console.print(rich_view(DemoBuilt(paths, manifest)), crop=False)
     return 0
 
 

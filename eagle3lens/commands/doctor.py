@@ -8,7 +8,9 @@ from pathlib import Path
 from ..doctor import diagnose
 from ..errors import UsageError
 from ..progress import bars
+from ..render import render_report_html
 from ..safewrite import write_text_atomic
+from ..textsafe import printable
 from . import add_output_options, example_epilog, finish, positive_float, positive_int
 from .trace import DTYPE_NAMES, SCENARIO_NAMES
 
@@ -28,10 +30,10 @@ def run(args: argparse.Namespace) -> int:
                       scenario=args.scenario, weights=not args.no_weights, device_map=args.device_map,
                       dtype=args.dtype, progress=bars(not args.json), launch=args.launch)
     if args.html:
-        write_html(Path(args.html), report.to_html(title=f"eagle3lens doctor: {args.checkpoint}"))
+        write_html(Path(args.html), render_report_html(report, title=f"eagle3lens doctor: {args.checkpoint}"))
     code = finish(report, args)
     if args.html and not args.json:
-        print(f"HTML report: {args.html}")
+        print(f"HTML report: {printable(args.html)}")
     return code
 
 

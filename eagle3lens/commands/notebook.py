@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from ..errors import CheckpointError, UsageError
-from ..findings import Report
+from ..findings import Report, Severity
 from ..inputs import MiB, open_regular
 from ..jsonio import read_json
+from ..textsafe import printable
 from . import add_output_options, example_epilog, finish
 
 MAX_PARAMS_BYTES = 16 * MiB  # a parameters file is a small JSON object
@@ -49,10 +53,10 @@ def absolute_paths(parameters: dict[str, Any], base: Path) -> dict[str, Any]:
 
 
 def list_walkthroughs() -> int:
-    from ..notebook import walkthrough_title, walkthroughs
+    from ..notebook_runner import walkthrough_title, walkthroughs
 
     for name, path in walkthroughs().items():
-        print(f"{name:20s} {walkthrough_title(path)}")
+        print(printable(f"{name:20s} {walkthrough_title(path)}"))
     return 0
 
 
@@ -80,8 +84,36 @@ def add_remote_arguments(parser: argparse.ArgumentParser) -> None:
         group.add_argument(*flags, **kwargs)
 
 
+def run_from_args(args: argparse.Namespace, notebook_name: str | Path, parameters: Mapping[str, Any]) -> int:
+    """Run ``notebook_name`` on every ``--host`` with the remote options; the hosts' lines reach stderr escaped."""
+    from ..remote import run_remote
+    from ..render import print_renderable
+
+    lock = threading.Lock()
+
+    def show(host: str, line: str) -> None:
+        with lock:
+            print(printable(f"[{host}] {line}"), file=sys.stderr, flush=True)
+
+    out = Path(getattr(args, "out", None) or f"{Path(notebook_name).stem}-remote")
+    result = run_remote(
+        notebook_name, parameters, args.host, out, timeout=getattr(args, "timeout", None),
+        remote_python=args.remote_python, remote_workdir=args.remote_workdir, known_hosts=args.known_hosts,
+        ssh_config=args.ssh_config, accept_new_host_key=args.accept_new_host_key, progress=show)
+    for host_run in result.hosts:
+        if host_run.error:
+            message = (host_run.error if host_run.error.startswith(host_run.host)
+                       else f"{host_run.host}: {host_run.error}")
+            print(f"eagle3lens: error: {printable(message)}", file=sys.stderr)
+    if getattr(args, "json", False):
+        sys.stdout.write(json.dumps(result.to_dict(), indent=2) + "\n")
+    else:
+        print_renderable(result)
+    return result.exit_code(getattr(args, "fail_on", Severity.CRITICAL))
+
+
 def run(args: argparse.Namespace) -> int:
-    from ..notebook import run_notebook
+    from ..notebook_runner import run_notebook
 
     if args.list:
         return list_walkthroughs()
@@ -90,8 +122,6 @@ def run(args: argparse.Namespace) -> int:
     parameters = read_params_file(args.params_file) if args.params_file else {}
     parameters.update({key: parse_value(value) for key, value in args.parameter})
     if args.host:
-        from ..remote import run_from_args
-
         return run_from_args(args, args.name, parameters)
     if args.timeout is not None:
         raise UsageError("--timeout is the wall-clock limit of a --host run; use --cell-timeout for a local run")

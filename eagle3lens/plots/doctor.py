@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import html
-from typing import TYPE_CHECKING
+from typing import Any
 
-from rich.markup import escape
-
-from ..render import SEVERITY_COLOR
-
-if TYPE_CHECKING:
-    from ..doctor import Triage
+from ..doctor import Triage
+from .registry import html_view, rich_view
+from .style import SEVERITY_COLOR, html_text, markup, plain
 
 
-def _fixes(triage: "Triage") -> list[tuple[list[int], str]]:
+def _fixes(triage: Triage) -> list[tuple[list[int], str]]:
     """Each distinct fix once, with the ranks of the causes it fixes, in cause order."""
     fixes: dict[str, list[int]] = {}
     for c in triage.causes:
@@ -22,7 +18,8 @@ def _fixes(triage: "Triage") -> list[tuple[list[int], str]]:
     return [(ranks, fix) for fix, ranks in fixes.items()]
 
 
-def triage_table(triage: "Triage"):
+@rich_view.register
+def triage_table(triage: Triage) -> Any:
     """Causes in a table; each fix once below it, on its own line so it copies cleanly."""
     from rich.console import Group
     from rich.table import Table
@@ -35,22 +32,24 @@ def triage_table(triage: "Triage"):
         table.add_column(col)
     for c in triage.causes:
         style = "bold red" if c.finding.severity.value == "critical" else "yellow"
-        table.add_row(str(c.rank), f"[{style}]{c.finding.code}[/]\n{escape(c.finding.title)}", c.explains)
-    fixes = [Text.from_markup(f"fix for #{', #'.join(map(str, ranks))}: [green]{escape(fix)}[/]")
+        table.add_row(str(c.rank), f"[{style}]{markup(c.finding.code)}[/]\n{markup(c.finding.title)}",
+                      markup(c.explains))
+    fixes = [Text.from_markup(f"fix for #{', #'.join(map(str, ranks))}: [green]{markup(fix)}[/]")
              for ranks, fix in _fixes(triage)]
-    skipped = [Text(f"not run: {name}: {why}", style="dim") for name, why in triage.skipped.items()]
+    skipped = [Text(plain(f"not run: {name}: {why}"), style="dim") for name, why in triage.skipped.items()]
     return Group(table, *fixes, *skipped)
 
 
-def triage_html(triage: "Triage") -> str:
+@html_view.register
+def triage_html(triage: Triage) -> str:
     if not triage.causes:
         return "<p>No likely cause found among the probes that ran.</p>"
     rows = "".join(
         f"<tr><td>{c.rank}</td><td style='color:{SEVERITY_COLOR[c.finding.severity]}'>"
-        f"<code>{html.escape(c.finding.code)}</code><br>{html.escape(c.finding.title)}</td>"
-        f"<td>{html.escape(c.explains)}</td><td><code class='cmd'>{html.escape(c.finding.fix or '')}</code></td></tr>"
+        f"<code>{html_text(c.finding.code)}</code><br>{html_text(c.finding.title)}</td>"
+        f"<td>{html_text(c.explains)}</td><td><code class='cmd'>{html_text(c.finding.fix or '')}</code></td></tr>"
         for c in triage.causes
     )
-    skipped = "".join(f"<li>{html.escape(name)}: {html.escape(why)}</li>" for name, why in triage.skipped.items())
+    skipped = "".join(f"<li>{html_text(name)}: {html_text(why)}</li>" for name, why in triage.skipped.items())
     return ("<h3>Likely causes, in causal order</h3><table><tr><th>#</th><th>cause</th><th>explains</th><th>fix</th>"
             f"</tr>{rows}</table>" + (f"<p>Not run:</p><ul>{skipped}</ul>" if skipped else ""))

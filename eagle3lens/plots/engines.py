@@ -7,6 +7,7 @@ from typing import Any
 from ..commands.engines import EnginesTable
 from ..engines.detect import Detection
 from .registry import rich_view
+from .style import markup
 
 
 def _versions(p: Any) -> str:
@@ -52,10 +53,9 @@ def engines_rich(result: EnginesTable) -> Any:
 
 @rich_view.register
 def detection_rich(result: Detection) -> Any:
-    from rich.markup import escape
     from rich.table import Table
 
-    where = f" on {escape(result.host)}" if result.host else ""
+    where = f" on {markup(result.host)}" if result.host else ""
     if not result.engines:
         from rich.text import Text
 
@@ -66,15 +66,15 @@ def detection_rich(result: Detection) -> Any:
     table.add_column("sha256[:12]", no_wrap=True)
     table.add_column("matches", overflow="fold")
     for e in result.engines:
-        label = f"{escape(e.name)} {escape(e.version)}\n[dim]--engine {escape(e.profile or 'none')}[/]"
+        label = f"{markup(e.name)} {markup(e.version)}\n[dim]--engine {markup(e.profile or 'none')}[/]"
         for i, f in enumerate(e.files):
             if f.sha12 is None:
                 match = "[dim]absent[/]"
             elif f.patched:
-                match = f"[bold red]no release[/] (nearest {escape(e.nearest or '?')})"
+                match = f"[bold red]no release[/] (nearest {markup(e.nearest or '?')})"
             else:
                 match = _span(f.matches)
-            table.add_row(label if i == 0 else "", escape(f.path.rsplit("/", 1)[-1]), f.sha12 or "-", match)
+            table.add_row(label if i == 0 else "", markup(f.path.rsplit("/", 1)[-1]), f.sha12 or "-", match)
     return table
 
 

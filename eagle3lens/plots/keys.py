@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from rich.markup import escape
-
-import html
 from typing import Any
+
+from ..probes.diff import DiffResult
+from ..probes.keys import LoadResult
+from .registry import figures, html_view, rich_view
+from .style import html_text, markup
 
 FATE_STYLE = {"raises": "bold red", "dropped": "bold red", "loaded-shard": "green", "loaded": "green",
               "converted": "cyan", "skipped": "dim"}
@@ -24,7 +26,8 @@ def _target(f: Any) -> str:
     return f.reason
 
 
-def load_rich(result: Any):
+@rich_view.register
+def load_rich(result: LoadResult) -> Any:
     """Fates table (raising and dropped tensors first) plus the parameters nothing writes."""
     from rich.console import Group
     from rich.table import Table
@@ -35,7 +38,7 @@ def load_rich(result: Any):
         table.add_column(col)
     for f in _ordered(result):
         shape = str(list(f.shape)) + (f" ≠ {list(f.expected_shape)}" if f.shape_mismatch else "")
-        table.add_row(f"[{FATE_STYLE[f.fate]}]{f.fate}[/]", escape(f.key), shape, escape(_target(f)))
+        table.add_row(f"[{FATE_STYLE[f.fate]}]{f.fate}[/]", markup(f.key), shape, markup(_target(f)))
     parts: list[Any] = [table]
     unwritten = [p for p in result.params if p.status != "loaded"]
     if unwritten:
@@ -46,21 +49,23 @@ def load_rich(result: Any):
             style = "bold red" if p.status in ("left-at-init", "partial") else "dim"
             holds = p.by_design if p.status == "by-design" else f"init: {p.param.init}" + (
                 f" (shards {', '.join(p.missing_shards)})" if p.missing_shards else "")
-            ptable.add_row(escape(p.param.name), str(list(p.param.shape)), f"[{style}]{p.status}[/]", escape(holds))
+            ptable.add_row(markup(p.param.name), str(list(p.param.shape)), f"[{style}]{p.status}[/]", markup(holds))
         parts.append(ptable)
     return Group(*parts)
 
 
-def load_html(result: Any) -> str:
+@html_view.register
+def load_html(result: LoadResult) -> str:
     rows = "".join(
-        f"<tr><td style='color:{FATE_COLOR[f.fate]};font-weight:bold'>{f.fate}</td><td><code>{html.escape(f.key)}</code></td>"
-        f"<td>{list(f.shape)}</td><td>{html.escape(_target(f))}</td></tr>" for f in _ordered(result))
-    return (f"<p>{html.escape(result.label)} — source: {html.escape(result.source)}</p>"
+        f"<tr><td style='color:{FATE_COLOR[f.fate]};font-weight:bold'>{f.fate}</td><td><code>{html_text(f.key)}</code></td>"
+        f"<td>{list(f.shape)}</td><td>{html_text(_target(f))}</td></tr>" for f in _ordered(result))
+    return (f"<p>{html_text(result.label)} — source: {html_text(result.source)}</p>"
             "<table><thead><tr><th>fate</th><th>tensor</th><th>shape</th><th>parameter / reason</th></tr></thead>"
             f"<tbody>{rows}</tbody></table>")
 
 
-def load_figures(result: Any) -> list[Any]:
+@figures.register
+def load_figures(result: LoadResult) -> list[Any]:
     """One bar per draft part, stacked by fate: dropped weights stand out in red."""
     import plotly.graph_objects as go
 
@@ -75,56 +80,26 @@ def load_figures(result: Any) -> list[Any]:
     return [fig]
 
 
-def diff_rich(result: Any):
+@rich_view.register
+def diff_rich(result: DiffResult) -> Any:
     from rich.table import Table
 
-    table = Table(title=f"{escape(str(result.a))} ⇄ {escape(str(result.b))}" + ("  [green](renames only, bytes identical)[/]" if result.renames_only else ""),
+    table = Table(title=f"{markup(str(result.a))} ⇄ {markup(str(result.b))}" + ("  [green](renames only, bytes identical)[/]" if result.renames_only else ""),
                   expand=False)
     for col in ("change", "A", "B", "detail"):
         table.add_column(col)
     for name in result.only_in_a:
-        table.add_row("[red]only in A[/]", escape(name), "", "")
+        table.add_row("[red]only in A[/]", markup(name), "", "")
     for name in result.only_in_b:
-        table.add_row("[red]only in B[/]", "", escape(name), "")
-    for c in result.layout_changes:
-        table.add_row("[yellow]dtype/shape[/]", escape(c.name), escape(c.name), escape(f"{c.a} → {c.b}"))
-    for c in result.changed:
-        table.add_row("[yellow]values[/]", escape(c.name), escape(c.b_name), f"max abs {c.max_abs:.3g}, max rel {c.max_rel:.3g}, {c.n_diff} differ")
+        table.add_row("[red]only in B[/]", "", markup(name), "")
+    for lc in result.layout_changes:
+        table.add_row("[yellow]dtype/shape[/]", markup(lc.name), markup(lc.name), markup(f"{lc.a} → {lc.b}"))
+    for vc in result.changed:
+        table.add_row("[yellow]values[/]", markup(vc.name), markup(vc.b_name),
+                      f"max abs {vc.max_abs:.3g}, max rel {vc.max_rel:.3g}, {vc.n_diff} differ")
     for a, b in result.renamed:
-        table.add_row("[cyan]renamed[/]", escape(a), escape(b), "same bytes")
+        table.add_row("[cyan]renamed[/]", markup(a), markup(b), "same bytes")
     table.add_row("identical", f"{len(result.identical)} tensors", "", "")
     if result.unchecked:
         table.add_row("[dim]names only[/]", f"{len(result.unchecked)} tensors", "", "values not compared")
     return table
-
-
-def _versions(p: Any) -> str:
-    """The label's version range ("0.4.0–0.5.11", "0.9.x"); "any" for the unversioned EAGLE reference."""
-    prefix = f"{p.name} "
-    return p.label[len(prefix):] if p.versions is not None and p.label.lower().startswith(prefix) else "any"
-
-
-def _flags(p: Any) -> str:
-    flags = sorted(p.honoured_flags)
-    return "all four" if len(flags) == 4 else "\n".join(flags) or "none"
-
-
-def engines_rich(profiles: Any):
-    """Engine profiles in 80 columns: one row per profile, the (long) source files listed under the table."""
-    from rich.console import Group
-    from rich.table import Table
-    from rich.text import Text
-
-    table = Table(title="engine profiles", expand=False)
-    table.add_column("--engine", no_wrap=True)
-    table.add_column("versions", no_wrap=True)
-    table.add_column("unknown\nkeys")
-    table.add_column("aux ids read from")
-    table.add_column("flags honoured")
-    for p in profiles:
-        ids = " → ".join(p.aux_ids_sources) or "hard-coded"
-        table.add_row(p.spec, _versions(p), p.unknown, f"{ids}\n[dim]{p.aux_id_convention}-of-layer[/]", _flags(p))
-    sources = Text("read from:\n", style="bold")
-    for p in profiles:
-        sources.append(f"{p.spec}", style="bold").append(f" ({p.label}): ", style="dim").append(p.source + "\n")
-    return Group(table, sources)

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from rich.markup import escape
+from typing import Any
 
-import html
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from ..probes.logs import LogResult, LogSample
+from ..probes.logs import FORMAT_DESCRIPTIONS, ZERO_ACCEPT_LEN, LogResult, LogSample
+from .registry import figures, html_view, rich_view
+from .style import html_text, markup
 
 
 def _x(result: "LogResult", samples: list["LogSample"]) -> tuple[list[float], str]:
@@ -26,8 +24,6 @@ def acceptance_figure(result: "LogResult") -> Any:
     """Accept length (with 1.0, zero threshold, break-even, expected) and accept rate over time."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
-
-    from ..probes.logs import ZERO_ACCEPT_LEN
 
     samples = [s for s in result.samples if s.accept_len is not None and s.format != "sglang-lifetime"]
     x, xlabel = _x(result, samples)
@@ -98,16 +94,17 @@ def throughput_figure(result: "LogResult") -> Any:
     return fig
 
 
-def log_figures(result: "LogResult") -> list[Any]:
+@figures.register
+def log_figures(result: LogResult) -> list[Any]:
     """Every figure the parsed series allow (none when nothing was parsed)."""
-    figures = []
+    figs = []
     if any(s.accept_len is not None and s.format != "sglang-lifetime" for s in result.samples):
-        figures.append(acceptance_figure(result))
+        figs.append(acceptance_figure(result))
     if any(s.per_position for s in result.samples):
-        figures.append(per_position_figure(result))
+        figs.append(per_position_figure(result))
     if any(s.gen_tps is not None or s.accepted_tps is not None for s in result.samples):
-        figures.append(throughput_figure(result))
-    return figures
+        figs.append(throughput_figure(result))
+    return figs
 
 
 def summary_rows(result: "LogResult") -> list[tuple[str, str]]:
@@ -122,8 +119,6 @@ def summary_rows(result: "LogResult") -> list[tuple[str, str]]:
                        f"last {_fmt(s.last_accept_len)}, min {_fmt(s.min_accept_len)}, max {_fmt(s.max_accept_len)}"
                        f" over {s.acceptance_lines} lines"),
     ]
-    from ..probes.logs import FORMAT_DESCRIPTIONS
-
     for name, count in result.formats:
         rows.append((f"format {name}", f"{count} lines: {FORMAT_DESCRIPTIONS[name]}"))
     if s.lifetime_accept_len is not None:
@@ -153,7 +148,8 @@ def summary_rows(result: "LogResult") -> list[tuple[str, str]]:
     return rows
 
 
-def summary_rich(result: "LogResult") -> Any:
+@rich_view.register
+def summary_rich(result: LogResult) -> Any:
     """A two-column rich table of the summary."""
     from rich.table import Table
 
@@ -161,12 +157,13 @@ def summary_rich(result: "LogResult") -> Any:
     table.add_column("what", style="bold")
     table.add_column("value", overflow="fold")
     for label, value in summary_rows(result):
-        table.add_row(label, escape(value))
+        table.add_row(markup(label), markup(value))
     return table
 
 
-def summary_html(result: "LogResult") -> str:
+@html_view.register
+def summary_html(result: LogResult) -> str:
     """The summary as an HTML table (figures are added by the report)."""
-    body = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>"
+    body = "".join(f"<tr><th style='text-align:left'>{html_text(k)}</th><td>{html_text(v)}</td></tr>"
                    for k, v in summary_rows(result))
     return f"<table class='eagle3lens-logs'>{body}</table>"

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import html
 from typing import Any
 
 from ..probes.prediction import WiringPrediction
 from .registry import html_view, rich_view
+from .style import html_text, markup
 
 OUTCOME = {"wired": ("aux states reach fc", "green"), "fc-bypassed": ("fc BYPASSED (silent)", "bold red"),
            "fails-at-start": ("server fails at start", "bold red"),
@@ -40,20 +40,17 @@ def prediction_rows(p: WiringPrediction) -> list[tuple[str, str, str]]:
 
 @rich_view.register
 def _(p: WiringPrediction) -> Any:
-    from rich.markup import escape
     from rich.table import Table
 
-    from ..textsafe import printable
-
     observed = p.observed is not None
-    table = Table(title=f"predicted wiring under {escape(printable(p.engine))}", title_justify="left")
+    table = Table(title=f"predicted wiring under {markup(p.engine)}", title_justify="left")
     table.add_column("aspect")
     table.add_column("predicted", overflow="fold")
     if observed:
         table.add_column("observed (trace)", overflow="fold")
     for aspect, predicted, seen in prediction_rows(p):
         style = OUTCOME[p.outcome][1] if aspect == "outcome" else None
-        cells = [aspect, escape(printable(predicted))] + ([escape(printable(seen))] if observed else [])
+        cells = [aspect, markup(predicted)] + ([markup(seen)] if observed else [])
         table.add_row(*cells, style=style)
     return table
 
@@ -63,7 +60,7 @@ def _(p: WiringPrediction) -> str:
     observed = p.observed is not None
     head = "<tr><th>aspect</th><th>predicted</th>" + ("<th>observed (trace)</th>" if observed else "") + "</tr>"
     body = "".join(
-        f"<tr><td>{html.escape(a)}</td><td>{html.escape(v)}</td>"
-        + (f"<td>{html.escape(o)}</td>" if observed else "") + "</tr>"
+        f"<tr><td>{html_text(a)}</td><td>{html_text(v)}</td>"
+        + (f"<td>{html_text(o)}</td>" if observed else "") + "</tr>"
         for a, v, o in prediction_rows(p))
     return f"<table class='prediction'><thead>{head}</thead><tbody>{body}</tbody></table>"

@@ -9,30 +9,90 @@ Results are plain data; their views live in ``plots/`` and are registered per re
 
 ``render.py``, the CLI and the notebooks' display hook call these three functions and never a method
 on the result. A type with no registered view has none in that medium (``None`` / ``[]``).
+
+A view module is loaded when a result of a type it draws is first shown (:data:`VIEWS`): a
+``WiringResult`` exists only once ``eagle3lens.probes.wiring`` (and torch) is imported, so drawing it costs
+nothing more, while ``eagle3lens logs`` never imports torch to draw a log summary. The notebook kernel
+registers its display formatters from the same table, by name, without importing anything.
 """
 
 from __future__ import annotations
 
+import importlib
 from functools import singledispatch
 from typing import Any
+
+# every result type with a view -> the plots module that registers it (loaded on first show)
+VIEWS: dict[str, str] = {
+    "eagle3lens.probes.keys.LoadResult": "eagle3lens.plots.keys",
+    "eagle3lens.probes.diff.DiffResult": "eagle3lens.plots.keys",
+    "eagle3lens.probes.logs.LogResult": "eagle3lens.plots.logs",
+    "eagle3lens.probes.vocab.VocabResult": "eagle3lens.plots.vocab",
+    "eagle3lens.probes.weights.WeightsResult": "eagle3lens.plots.weights",
+    "eagle3lens.probes.wiring.WiringResult": "eagle3lens.plots.trace",
+    "eagle3lens.probes.aux_layers.AuxResolution": "eagle3lens.plots.trace",
+    "eagle3lens.doctor.Triage": "eagle3lens.plots.doctor",
+    "eagle3lens.convert.ConvertResult": "eagle3lens.plots.convert",
+    "eagle3lens.commands.info.InfoResult": "eagle3lens.plots.info",
+    "eagle3lens.commands.engines.EnginesTable": "eagle3lens.plots.engines",
+    "eagle3lens.engines.detect.Detection": "eagle3lens.plots.engines",
+    "eagle3lens.probes.prediction.WiringPrediction": "eagle3lens.plots.prediction",
+    "eagle3lens.commands.demo.DemoBuilt": "eagle3lens.plots.demo",
+    "eagle3lens.remote.RemoteRun": "eagle3lens.plots.remote",
+    "eagle3lens.notebook_runner.NotebookRun": "eagle3lens.plots.notebook",
+}
+_loaded: set[str] = set()
+
+
+def qualified_name(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _load(name: str) -> bool:
+    if name in _loaded:
+        return False
+    _loaded.add(name)
+    importlib.import_module(name)
+    return True
+
+
+def _load_views(result: object) -> bool:
+    """Import the view module for ``result``'s type (or a base); True when one was newly loaded."""
+    new = False
+    for cls in type(result).__mro__:
+        module = VIEWS.get(qualified_name(cls))
+        if module is not None:
+            new = _load(module) or new
+    return new
+
+
+def load_all_views() -> None:
+    """Import every view module (tests check :data:`VIEWS` against what the modules register).
+
+    A view whose data module needs an extra that is not installed (``[remote]``: paramiko) is skipped:
+    no result of it can exist here.
+    """
+    for module in sorted(set(VIEWS.values())):
+        try:
+            _load(module)
+        except ModuleNotFoundError as exc:
+            if (exc.name or "").split(".")[0] == "eagle3lens":
+                raise
 
 
 @singledispatch
 def rich_view(result: object) -> Any | None:
     """A rich renderable for the terminal, or None when the result has no terminal section."""
-    legacy = getattr(result, "__rich__", None)  # transitional: results that still draw themselves
-    return legacy() if callable(legacy) else None
+    return rich_view(result) if _load_views(result) else None
 
 
 @singledispatch
 def html_view(result: object) -> str | None:
     """An HTML fragment for reports and notebooks, or None."""
-    legacy = getattr(result, "_repr_html_", None)  # transitional
-    return legacy() if callable(legacy) else None
+    return html_view(result) if _load_views(result) else None
 
 
 @singledispatch
 def figures(result: object) -> list[Any]:
     """Plotly figures for the result (possibly none)."""
-    legacy = getattr(result, "figures", None)  # transitional
-    return list(legacy()) if callable(legacy) else []
+    return figures(result) if _load_views(result) else []

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from rich.markup import escape
+from typing import Any
 
-import html
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from ..probes.aux_layers import AuxResolution
-    from ..probes.wiring import WiringResult
+from ..probes.aux_layers import AuxResolution
+from ..probes.wiring import WiringResult
+from .registry import figures, html_view, rich_view
+from .style import html_text, markup, plain
 
 OK, BAD, WARN, MUTED = "#2e7d32", "#c62828", "#ef6c00", "#757575"
 # a stage's state -> (line colour, fill, rich style)
@@ -20,13 +18,13 @@ D2T_STAGE = {"valid": ("ok", "N -> V ids"), "not-needed": ("ok", "N = V: ids as 
              "invalid": ("bad", "INVALID: ids not increasing / outside V"), "unknown": ("unknown", "not read (meta)")}
 
 
-def records_figure(rows: list[dict[str, Any]], title: str | None = None):
+def records_figure(rows: list[dict[str, Any]], title: str | None = None) -> Any:
     """A plotly table of traced calls (path, call, type, first input, first output)."""
     import plotly.graph_objects as go
 
     cols = ["path", "call", "type", "input", "output"]
     fig = go.Figure(go.Table(header={"values": cols},
-                             cells={"values": [[r[c] for r in rows] for c in cols], "align": "left"}))
+                             cells={"values": [[plain(r[c]) for r in rows] for c in cols], "align": "left"}))
     fig.update_layout(title=title or f"{len(rows)} traced calls", margin={"l": 10, "r": 10, "t": 40, "b": 10})
     return fig
 
@@ -49,7 +47,7 @@ def flow_stages(result: "WiringResult") -> list[tuple[str, str, str]]:
         ("capture", f"{len(r.captured)} x [T, {r.target_hidden_size}]<br>{widths}", layers_ok),
         ("concat", f"width {width}<br>fc wants {r.fc_in_features}", width_ok),
         ("fc", ("ran: " if r.fc_ran else "BYPASSED: ") + f"{r.fc_in_features} -> {r.hidden_size}"
-               + (f"<br>{html.escape(r.engine_error[:60])}" if r.engine_error else ""), fed_ok),
+               + (f"<br>{html_text(r.engine_error[:60])}" if r.engine_error else ""), fed_ok),
         ("decoder layer", f"in {r.decoder_input.shape[-1] if r.decoder_input else '-'} (2H = {2 * r.hidden_size})",
          fed_ok),
         ("lm_head", f"{r.hidden_size} -> N = {n}", r.logits is not None),
@@ -57,7 +55,7 @@ def flow_stages(result: "WiringResult") -> list[tuple[str, str, str]]:
     return [(name, note, "ok" if ok else "bad") for name, note, ok in stages] + [("d2t", d2t_note, d2t_state)]
 
 
-def wiring_figure(result: "WiringResult"):
+def wiring_figure(result: WiringResult) -> Any:
     """The hidden-state flow, target layers -> ... -> d2t, annotated with traced widths, red where it breaks."""
     import plotly.graph_objects as go
 
@@ -79,7 +77,8 @@ def wiring_figure(result: "WiringResult"):
     return fig
 
 
-def wiring_rich(result: "WiringResult"):
+@rich_view.register
+def wiring_rich(result: WiringResult) -> Any:
     from rich.table import Table
 
     table = Table(title=f"wiring under {result.engine}" + (f", scenario {result.scenario}" if result.scenario else ""),
@@ -87,30 +86,37 @@ def wiring_rich(result: "WiringResult"):
     table.add_column("stage")
     table.add_column("traced")
     for name, note, state in flow_stages(result):
-        table.add_row(f"[{STYLE[state][2]}]{escape(name)}[/]", escape(note.replace("<br>", "; ")))
+        table.add_row(f"[{STYLE[state][2]}]{markup(name)}[/]", markup(note.replace("<br>", "; ")))
     return table
 
 
-def wiring_html(result: "WiringResult") -> str:
-    rows = "".join(f"<tr><td style='color:{STYLE[state][0]};font-weight:bold'>{html.escape(name)}</td>"
+@html_view.register
+def wiring_html(result: WiringResult) -> str:
+    rows = "".join(f"<tr><td style='color:{STYLE[state][0]};font-weight:bold'>{html_text(name)}</td>"
                    f"<td>{note}</td></tr>" for name, note, state in flow_stages(result))
     return f"<table class='wiring'><tr><th>stage</th><th>traced</th></tr>{rows}</table>"
 
 
-def aux_resolution_rich(res: "AuxResolution"):
+@rich_view.register
+def aux_resolution_rich(res: AuxResolution) -> Any:
     from rich.table import Table
     from rich.text import Text
 
     if not res.captured:  # the engine's default depends on the target's layer count
         read = f"ids {list(res.ids_read)} from {res.source}" if res.ids_read else "no id list it reads, so its default"
-        return Text(f"aux layers under {res.engine}: {read}; which target layers that captures depends on the "
-                    "target's layer count: pass --target to resolve them", style="dim")
-    table = Table(title=f"aux layers under {res.engine} (source: {res.source}, ids {list(res.ids_read)})",
+        return Text(plain(f"aux layers under {res.engine}: {read}; which target layers that captures depends on the "
+                          "target's layer count: pass --target to resolve them"), style="dim")
+    table = Table(title=markup(f"aux layers under {res.engine} (source: {res.source}, ids {list(res.ids_read)})"),
                   expand=False)
     table.add_column("HF index")
     table.add_column("meaning")
     table.add_column("trained with")
     trained = set(res.trained_with)
     for k, what in zip(res.captured, res.captured_as_inputs()):
-        table.add_row(str(k), escape(what), "[green]yes[/]" if k in trained else "[bold red]no[/]")
+        table.add_row(str(k), markup(what), "[green]yes[/]" if k in trained else "[bold red]no[/]")
     return table
+
+
+@figures.register
+def wiring_figures(result: WiringResult) -> list[Any]:
+    return [wiring_figure(result)]

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import html
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from ..probes.vocab import VocabResult
+from ..probes.vocab import CANDIDATES, VocabResult
+from .registry import figures, html_view, rich_view
+from .style import html_text, plain
 
 OK, BAD, MUTED, FIX = "#2e7d32", "#c62828", "#757575", "#1565c0"
 
@@ -15,9 +15,8 @@ def offset_figure(result: "VocabResult"):
     """The offset curve i -> d2t[i]; draft ids that break the invariants in red; the proven repair dashed."""
     import plotly.graph_objects as go
 
-    from ..probes.vocab import CANDIDATES
-
     d2t = result.d2t
+    assert d2t is not None  # vocab_figures draws it only then
     fig = go.Figure()
     idx = list(range(d2t.numel()))
     fig.add_trace(go.Scattergl(x=idx, y=d2t.tolist(), mode="lines", name="d2t as stored", line={"color": MUTED}))
@@ -45,6 +44,7 @@ def coverage_figure(result: "VocabResult"):
     import torch
 
     cov = result.coverage
+    assert cov is not None  # vocab_figures draws it only then
     total = float(cov.counts.sum()) or 1.0
     ideal = cov.counts.sort(descending=True).values.cumsum(0) / total
     draft = cov.counts[cov.draft_ids].sort(descending=True).values.cumsum(0) / total
@@ -64,18 +64,17 @@ def coverage_figure(result: "VocabResult"):
     return fig
 
 
-def vocab_figures(result: "VocabResult") -> list[Any]:
-    figures = []
+@figures.register
+def vocab_figures(result: VocabResult) -> list[Any]:
+    figs = []
     if result.d2t is not None:
-        figures.append(offset_figure(result))
+        figs.append(offset_figure(result))
     if result.coverage is not None:
-        figures.append(coverage_figure(result))
-    return figures
+        figs.append(coverage_figure(result))
+    return figs
 
 
 def _lines(result: "VocabResult") -> list[str]:
-    from ..probes.vocab import CANDIDATES
-
     lines = [f"{result.d2t_key or 'no d2t'} / {result.t2d_key or 'no t2d'}: N = {result.draft_vocab_size}, "
              f"V = {result.vocab_size}, status {result.status}"]
     if result.t2d_count is not None:
@@ -99,16 +98,18 @@ def _lines(result: "VocabResult") -> list[str]:
     return lines
 
 
-def vocab_rich(result: "VocabResult") -> Any:
+@rich_view.register
+def vocab_rich(result: VocabResult) -> Any:
     from rich.text import Text
 
     text = Text()
     for i, line in enumerate(_lines(result)):
         style = "green" if "is expected here" in line or line.startswith("proven") else None
-        text.append(("\n" if i else "") + line, style=style)
+        text.append(("\n" if i else "") + plain(line), style=style)
     return text
 
 
-def vocab_html(result: "VocabResult") -> str:
-    items = "".join(f"<li>{html.escape(line)}</li>" for line in _lines(result))
+@html_view.register
+def vocab_html(result: VocabResult) -> str:
+    items = "".join(f"<li>{html_text(line)}</li>" for line in _lines(result))
     return f"<div class='eagle3lens-vocab'><ul>{items}</ul></div>"

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from rich.markup import escape
+from typing import Any
 
-import html
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from ..probes.weights import WeightsResult
+from ..probes.weights import WeightsResult
+from .registry import figures, html_view, rich_view
+from .style import html_text, markup, plain
 
 
 def _fmt(value: float | int | None, spec: str = ".4g") -> str:
@@ -21,7 +19,7 @@ def std_figure(result: "WeightsResult"):
 
     rows = [t for t in result.tensors if t.stats.kind == "float" and t.stats.std is not None]
     rows.sort(key=lambda t: (t.module, t.name))
-    x = [[t.module for t in rows], [t.name.rsplit(".", 2)[-2] if t.name.count(".") else t.name for t in rows]]
+    x = [[plain(t.module) for t in rows], [plain(t.name.rsplit(".", 2)[-2] if t.name.count(".") else t.name) for t in rows]]
     fig = go.Figure()
     fig.add_bar(name="std", x=x, y=[t.stats.std for t in rows], customdata=[t.verdict for t in rows],
                 hovertemplate="%{x}<br>std %{y:.4g}<br>%{customdata}<extra></extra>")
@@ -43,12 +41,12 @@ def histogram_figure(result: "WeightsResult"):
     for i, t in enumerate(rows):
         edges, counts = t.stats.hist_edges, t.stats.hist_counts
         centres = [(a + b) / 2 for a, b in zip(edges[:-1], edges[1:])] if len(edges) > 1 else list(edges[:1])
-        fig.add_bar(x=centres, y=counts, name=t.name, visible=i == 0)
+        fig.add_bar(x=centres, y=counts, name=plain(t.name), visible=i == 0)
     fig.update_layout(
-        title=f"value histogram: {rows[0].name if rows else ''}", height=380, bargap=0, showlegend=False,
-        updatemenus=[{"buttons": [{"label": t.name, "method": "update",
+        title=f"value histogram: {plain(rows[0].name) if rows else ''}", height=380, bargap=0, showlegend=False,
+        updatemenus=[{"buttons": [{"label": plain(t.name), "method": "update",
                                    "args": [{"visible": [j == i for j in range(len(rows))]},
-                                            {"title": f"value histogram: {t.name} ({t.verdict})"}]}
+                                            {"title": f"value histogram: {plain(t.name)} ({plain(t.verdict)})"}]}
                                   for i, t in enumerate(rows)], "x": 1.0, "y": 1.15}] if rows else [],
     )
     return fig
@@ -56,19 +54,20 @@ def histogram_figure(result: "WeightsResult"):
 
 def change_figure(result: "WeightsResult"):
     """Relative change and cosine similarity against the reference checkpoint."""
-    import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     comp = result.comparison
-    names = [c.name for c in comp.changes]
+    assert comp is not None  # weights_figures draws it only then
+    names = [plain(c.name) for c in comp.changes]
     fig = make_subplots(rows=1, cols=2, subplot_titles=("relative change ||a-b||/||b||", "cosine similarity"))
     fig.add_bar(x=names, y=[c.rel_change for c in comp.changes], row=1, col=1, showlegend=False)
     fig.add_bar(x=names, y=[c.cosine for c in comp.changes], row=1, col=2, showlegend=False)
-    fig.update_layout(title=f"change against {comp.against}", height=420)
+    fig.update_layout(title=f"change against {plain(comp.against)}", height=420)
     return fig
 
 
-def weights_figures(result: "WeightsResult") -> list:
+@figures.register
+def weights_figures(result: WeightsResult) -> list[Any]:
     figs = [std_figure(result), histogram_figure(result)]
     if result.comparison is not None and result.comparison.changes:
         figs.append(change_figure(result))
@@ -91,7 +90,8 @@ def _tensor_rows(result: "WeightsResult") -> list[list[str]]:
 _COLUMNS = ("name", "dtype", "shape", "mean", "std", "absmax", "kurtosis", "zeros", "nan/inf", "verdict")
 
 
-def weights_rich(result: "WeightsResult") -> Any:
+@rich_view.register
+def weights_rich(result: WeightsResult) -> Any:
     from rich.console import Group
     from rich.table import Table
 
@@ -100,39 +100,41 @@ def weights_rich(result: "WeightsResult") -> Any:
         modules.add_column(col)
     for m in result.modules:
         style = "green" if m.trained_share == 1 else "red" if m.trained_share == 0 else "yellow"
-        modules.add_row(escape(m.module), str(m.tensors), f"{m.params:,}", f"[{style}]{m.trained_share:.0%}[/]",
+        modules.add_row(markup(m.module), str(m.tensors), f"{m.params:,}", f"[{style}]{m.trained_share:.0%}[/]",
                         ", ".join(f"{k} {v}" for k, v in m.verdicts.items()))
     tensors = Table(title="tensors", expand=False)
     for col in _COLUMNS:
         tensors.add_column(col)
     for row in _tensor_rows(result):
-        tensors.add_row(*(escape(cell) for cell in row))
+        tensors.add_row(*(markup(cell) for cell in row))
     parts: list[Any] = [modules, tensors]
     if result.copies:
         copies = Table(title="copies of the target", expand=False)
         for col in ("draft", "target", "rows", "result"):
             copies.add_column(col)
         for c in result.copies:
-            verdict = ("[green]identical[/]" if c.matches else f"[red]{escape(c.problem)}[/]" if c.problem else
-                       f"[red]{escape(c.difference)}[/]")
-            copies.add_row(escape(c.draft), escape(c.target), escape(str(c.rows)), verdict)
+            verdict = ("[green]identical[/]" if c.matches else f"[red]{markup(c.problem)}[/]" if c.problem else
+                       f"[red]{markup(c.difference)}[/]")
+            copies.add_row(markup(c.draft), markup(c.target), markup(str(c.rows)), verdict)
         parts.append(copies)
     if result.comparison is not None:
-        comp = Table(title=f"against {result.comparison.against}", expand=False)
+        comp = Table(title=f"against {markup(result.comparison.against)}", expand=False)
         for col in ("name", "relative change", "cosine", "max |diff|"):
             comp.add_column(col)
-        for c in result.comparison.changes:
-            comp.add_row(escape(c.name), _fmt(c.rel_change, ".3g"), _fmt(c.cosine, ".6f"), _fmt(c.max_abs_diff, ".3g"))
+        for change in result.comparison.changes:
+            comp.add_row(markup(change.name), _fmt(change.rel_change, ".3g"), _fmt(change.cosine, ".6f"),
+                         _fmt(change.max_abs_diff, ".3g"))
         parts.append(comp)
-        parts.extend(f"{escape(line)}" for line in result.comparison.summary())
-    parts.extend(f"[dim]note: {escape(n)}[/]" for n in result.notes)
+        parts.extend(f"{markup(line)}" for line in result.comparison.summary())
+    parts.extend(f"[dim]note: {markup(n)}[/]" for n in result.notes)
     return Group(*parts)
 
 
-def weights_html(result: "WeightsResult") -> str:
+@html_view.register
+def weights_html(result: WeightsResult) -> str:
     def table(header: tuple[str, ...] | list[str], rows: list[list[str]]) -> str:
-        head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
-        body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
+        head = "".join(f"<th>{html_text(h)}</th>" for h in header)
+        body = "".join("<tr>" + "".join(f"<td>{html_text(c)}</td>" for c in r) + "</tr>" for r in rows)
         return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
     modules = [[m.module, str(m.tensors), f"{m.params:,}", f"{m.trained_share:.0%}",
@@ -148,5 +150,5 @@ def weights_html(result: "WeightsResult") -> str:
         parts.append(table(["name", "relative change", "cosine", "max |diff|"],
                            [[c.name, f"{c.rel_change:.3g}", f"{c.cosine:.6f}", f"{c.max_abs_diff:.3g}"]
                             for c in result.comparison.changes]))
-        parts.extend(f"<p>{html.escape(line)}</p>" for line in result.comparison.summary())
+        parts.extend(f"<p>{html_text(line)}</p>" for line in result.comparison.summary())
     return "<div class='eagle3lens-weights'>" + "".join(parts) + "</div>"

@@ -67,11 +67,6 @@ class AuxResolution:
             "fc_in_features": self.fc_in_features, "feature_width": self.feature_width,
             "findings": [f.to_dict() for f in self.findings]})
 
-    def __rich__(self):
-        from ..plots.trace import aux_resolution_rich
-
-        return aux_resolution_rich(self)
-
 
 def trained_with(spec: DraftSpec, num_layers: int | None) -> tuple[tuple[int, ...], str]:
     """HF indices the draft was trained with, inferred from the convention of the tool that wrote its config.

@@ -63,11 +63,6 @@ class DiffResult:
             "layout_changes": [c.__dict__ for c in self.layout_changes], "changed": [c.__dict__ for c in self.changed],
             "identical": self.identical, "unchecked": self.unchecked})
 
-    def __rich__(self):
-        from ..plots.keys import diff_rich
-
-        return diff_rich(self)
-
 
 def diff(a: CheckpointLike, b: CheckpointLike, *, values: bool = True, names_only: bool = False,
          pairs: Mapping[str, str] | None = None, progress: Progress | None = None) -> DiffResult:

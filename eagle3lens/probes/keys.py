@@ -133,21 +133,6 @@ class LoadResult:
             "draft_class": self.draft_class, "release": self.release, "path": self.path,
         })
 
-    def __rich__(self):
-        from ..plots.keys import load_rich
-
-        return load_rich(self)
-
-    def _repr_html_(self) -> str:
-        from ..plots.keys import load_html
-
-        return load_html(self)
-
-    def figures(self) -> list[Any]:
-        from ..plots.keys import load_figures
-
-        return load_figures(self)
-
 
 def role_of(name: str) -> str:
     """Which part of the draft a tensor or parameter name belongs to."""

@@ -47,7 +47,7 @@ from typing import Any, BinaryIO, NamedTuple
 from packaging.version import InvalidVersion, Version
 
 from ..engines import EngineProfile
-from ..errors import CheckpointError, Eagle3LensError, UsageError
+from ..errors import CheckpointError, Eagle3LensError, LogFileError, UsageError
 from ..findings import Finding, Severity, fix_command, to_jsonable
 from ..inputs import GiB, open_regular
 from ..textsafe import clean_text, strip_escapes
@@ -86,12 +86,6 @@ _BLOCK = 1 << 20
 
 
 
-class LogFileError(Eagle3LensError):
-    """A log file that is missing, unreadable, not a regular file or too large."""
-
-    def __init__(self, path: str | Path, problem: str) -> None:
-        self.path = str(path)
-        super().__init__(f"{self.path}: {problem}")
 
 
 # ---------------------------------------------------------------- result types
@@ -236,21 +230,6 @@ class LogResult:
             "series": [s.to_dict() for s in self.samples],
             "findings": [f.to_dict() for f in self.findings],
         }
-
-    def figures(self) -> list[Any]:
-        from ..plots.logs import log_figures
-
-        return log_figures(self)
-
-    def _repr_html_(self) -> str:
-        from ..plots.logs import summary_html
-
-        return summary_html(self)
-
-    def __rich__(self) -> Any:
-        from ..plots.logs import summary_rich
-
-        return summary_rich(self)
 
 
 

@@ -23,15 +23,11 @@ import torch
 
 from ..checkpoint import DraftSpec
 from ..draft import DraftConfig, Eagle3Draft
-from ..errors import Eagle3LensError, UsageError
 from ..engines import EngineProfile, resolve
 from ..engines.profile import default_aux_ids
+from ..errors import MetaTraceUnsupported, UsageError
 from .aux_layers import AuxResolution, resolve_aux_layers
 from .wiring import WiringResult, wire
-
-
-class MetaTraceUnsupported(Eagle3LensError):
-    """An architecture whose forward cannot run on meta tensors."""
 
 
 @dataclass(frozen=True)

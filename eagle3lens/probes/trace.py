@@ -197,12 +197,6 @@ class Tracer:
                 evidence={"outputs": varies}))
         return tuple(found)
 
-    def figure(self, title: str | None = None):
-        """Plotly table of the calls."""
-        from ..plots.trace import records_figure
-
-        return records_figure(self.table(), title=title)
-
 
 def trace_forward(model: nn.Module, *, include: Include | Sequence[Include] | None = None, seq_len: int = 8,
                   seed: int = 0) -> Tracer:

@@ -170,21 +170,6 @@ class VocabResult:
             "notes": list(self.notes), "findings": [f.to_dict() for f in self.findings],
         })
 
-    def figures(self) -> list[Any]:
-        from ..plots.vocab import vocab_figures
-
-        return vocab_figures(self)
-
-    def _repr_html_(self) -> str:
-        from ..plots.vocab import vocab_html
-
-        return vocab_html(self)
-
-    def __rich__(self) -> Any:
-        from ..plots.vocab import vocab_rich
-
-        return vocab_rich(self)
-
 
 @dataclass(frozen=True)
 class D2tRepair:

@@ -28,6 +28,7 @@ from ..errors import UsageError
 from ..findings import Finding, Severity, to_jsonable
 from ..progress import Counter, Progress
 from ..safetensors_header import DTYPE_BITS, torch_dtype
+from ..textsafe import printable
 from .stats import DEFAULT_CHUNK_BYTES, TensorStats, iter_element_chunks, tensor_stats
 
 HF_DEFAULT_INIT_RANGE = 0.02
@@ -260,21 +261,6 @@ class WeightsResult:
             "findings": [f.to_dict() for f in self.findings],
             "notes": list(self.notes),
         })
-
-    def figures(self) -> list:
-        from ..plots.weights import weights_figures
-
-        return weights_figures(self)
-
-    def _repr_html_(self) -> str:
-        from ..plots.weights import weights_html
-
-        return weights_html(self)
-
-    def __rich__(self):
-        from ..plots.weights import weights_rich
-
-        return weights_rich(self)
 
 
 # -- the probe ------------------------------------------------------------------------------

@@ -69,21 +69,6 @@ class WiringResult:
             "agreement": self.agreement, "draft_trace": list(self.draft_table), "d2t_state": self.d2t_state,
             "findings": [f.to_dict() for f in self.findings]})
 
-    def figures(self) -> list[Any]:
-        from ..plots.trace import wiring_figure
-
-        return [wiring_figure(self)]
-
-    def _repr_html_(self) -> str:
-        from ..plots.trace import wiring_html
-
-        return wiring_html(self)
-
-    def __rich__(self):
-        from ..plots.trace import wiring_rich
-
-        return wiring_rich(self)
-
 
 # -- the target --------------------------------------------------------------------------------
 def find_decoder_layers(model: nn.Module) -> tuple[str, nn.ModuleList]:
