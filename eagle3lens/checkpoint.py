@@ -172,6 +172,8 @@ class Checkpoint:
             raise CheckpointError(index_path, "index has no weight_map of tensor name -> shard file")
         if not weight_map:
             raise CheckpointError(index_path, "index weight_map lists no tensors")
+        if not isinstance(index.get("metadata", {}), (dict, type(None))):
+            raise CheckpointError(index_path, f"index metadata must be a JSON object, got {type(index['metadata']).__name__}")
         shards: dict[str, Path] = {}
         for shard_name in dict.fromkeys(weight_map.values()):
             shard = root / shard_name
@@ -338,19 +340,21 @@ def _sorted(tensors: dict[str, TensorInfo]) -> dict[str, TensorInfo]:
     return dict(sorted(tensors.items()))
 
 
-def _containment_root(root: Path) -> Path:
-    """The folder symlinks may not leave: the checkpoint directory, or for a Hugging Face cache snapshot
-    (``models--org--name/snapshots/REV`` whose files link to ``../../blobs``) that model's cache folder."""
+def _containment_roots(root: Path) -> tuple[Path, ...]:
+    """The folders symlinks may lead into: the checkpoint directory, and for a real Hugging Face cache snapshot
+    (``models--ORG--NAME/snapshots/REV``, whose files link to ``../../blobs``) that model's ``blobs`` folder.
+    A ``snapshots/REV`` folder anywhere else widens nothing."""
     real = root.resolve()
-    return real.parent.parent if real.parent.name == "snapshots" else real
+    if real.parent.name == "snapshots" and real.parent.parent.name.startswith("models--"):
+        return real, real.parent.parent / "blobs"
+    return (real,)
 
 
 def _inside(root: Path, path: Path, what: str | None = None) -> Path:
     """Refuse ``path`` when it (or a symlink on the way) leads outside ``root``, or is not a regular file
     (a FIFO or device would hang or never end)."""
-    real_root = _containment_root(root)
     real = path.resolve()
-    if real != real_root and real_root not in real.parents:
+    if not any(real == r or r in real.parents for r in _containment_roots(root)):
         raise CheckpointError(path, f"{what or 'file'} leads outside the checkpoint directory (to {real})")
     try:
         mode = real.stat().st_mode
