@@ -22,6 +22,7 @@ from .safetensors_header import DTYPE_BITS, read_header, st_dtype, torch_dtype
 INDEX_NAMES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth")
 DECODER_KEY = re.compile(r"^(?P<prefix>(?:model\.)?(?:midlayer|layers\.(?P<index>\d+))\.)")
+DECODER_PREFIXES = re.compile(r"^((?:model\.)?(?:midlayer|layers\.\d+)\.)", re.MULTILINE)  # DECODER_KEY's prefix
 FLAG_NAMES = ("norm_before_residual", "norm_before_fc", "fc_norm", "norm_output")
 
 
@@ -558,26 +559,16 @@ def build_spec(config: dict[str, Any] | None, tensors: dict[str, TensorInfo],
     values = config_values(config, flavour, source)
     text_cfg = values["text_cfg"]
 
-    prefixes: set[str] = set()
-    dtypes: set[str] = set()
-    leaves = {"d2t": False, "t2d": False, "embed_tokens.weight": False, "input_norm.weight": False, "fc_norm": False}
-    match = DECODER_KEY.match
-    for name, info in tensors.items():  # one pass: a header may list a million tensors
-        dtypes.add(info.dtype)
-        if name[:1] in "lm":
-            m = match(name)
-            if m:
-                prefixes.add(m.group("prefix"))
-        leaf = name.rpartition(".")[2]
-        if leaf in ("d2t", "t2d"):
-            leaves[leaf] = True
-        elif leaf == "weight":
-            if name.endswith("embed_tokens.weight"):
-                leaves["embed_tokens.weight"] = True
-            elif name.endswith("input_norm.weight"):
-                leaves["input_norm.weight"] = True
-        if not leaves["fc_norm"] and "fc_norm." in name and (name.startswith("fc_norm.") or ".fc_norm." in name):
-            leaves["fc_norm"] = True
+    # Scans over all names at C speed (a header may list a million tensors): one newline-joined string.
+    names = "\n" + "\n".join(tensors) + "\n"
+    if names.count("\n") != len(tensors) + 1:  # a name holding a newline must not forge a line of its own
+        names = "\n" + "\n".join(n.replace("\n", "\x00") for n in tensors) + "\n"
+    prefixes = set(DECODER_PREFIXES.findall(names))
+    dtypes = {info.dtype for info in tensors.values()}
+    leaves = {"d2t": "\nd2t\n" in names or ".d2t\n" in names, "t2d": "\nt2d\n" in names or ".t2d\n" in names,
+              "embed_tokens.weight": "embed_tokens.weight\n" in names,
+              "input_norm.weight": "input_norm.weight\n" in names,
+              "fc_norm": "\nfc_norm." in names or ".fc_norm." in names}
     decoder_prefix = min(prefixes, key=lambda p: (p.count("."), p)) if prefixes else None
     if flavour == "hf":
         decoder_prefix = None  # a target's layers are not a draft decoder

@@ -176,27 +176,36 @@ U64 = 1 << 64
 
 
 def _entry(path: Path, name: str, info: object, data_start: int) -> TensorEntry:
+    """One header entry, validated: a known dtype, a shape of non-negative 64-bit integers, offsets
+    ``0 <= begin <= end`` that hold exactly the shape's bytes. One loop per shape (this runs per tensor)."""
     if type(info) is not dict:
         raise CheckpointError(path, f"tensor {name!r}: header entry is not an object")
     dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
     bits = DTYPE_BITS.get(dtype) if isinstance(dtype, str) else None
     if bits is None or not isinstance(dtype, str):
         raise CheckpointError(path, f"tensor {name!r}: unknown dtype {_clip(dtype)}")
-    if type(shape) is not list or not all(type(d) is int and 0 <= d < U64 for d in shape):
-        raise CheckpointError(path, f"tensor {name!r}: shape must be a list of non-negative 64-bit integers, got {_clip(shape)}")
+    if type(shape) is not list:
+        raise _bad_shape(path, name, shape)
+    total = bits
+    for d in shape:  # stops growing past 2^64 bytes (a 10,000-dimension shape must not build a huge integer)
+        if type(d) is not int or not 0 <= d < U64:
+            raise _bad_shape(path, name, shape)
+        total = total * d if total <= U64 * 8 else (0 if d == 0 else total)
     if type(offsets) is not list or len(offsets) != 2 or type(offsets[0]) is not int or type(offsets[1]) is not int \
             or not 0 <= offsets[0] <= offsets[1] < U64:
         raise CheckpointError(path, f"tensor {name!r}: data_offsets must be [begin, end] with 0 <= begin <= end, "
                                     f"got {_clip(offsets)}")
-    total = bits
-    for d in shape:  # stops growing past 2^64 bytes (a 10,000-dimension shape must not build a huge integer)
-        total = total * d if total <= U64 * 8 else (0 if d == 0 else total)
-    if total % 8 or total // 8 != offsets[1] - offsets[0]:
+    begin, end = offsets
+    if total % 8 or total // 8 != end - begin:
         needs = "more than 2^64" if total > U64 * 8 else f"{total / 8:g}" if total % 8 else str(total // 8)
-        raise CheckpointError(
-            path, f"tensor {name!r}: {dtype}{_clip(shape)} needs {needs} bytes but its byte range holds "
-                  f"{offsets[1] - offsets[0]}")
-    return TensorEntry(name, dtype, tuple(shape), data_start + offsets[0], data_start + offsets[1])
+        raise CheckpointError(path, f"tensor {name!r}: {dtype}{_clip(shape)} needs {needs} bytes but its byte range "
+                                    f"holds {end - begin}")
+    return TensorEntry(name, dtype, tuple(shape), data_start + begin, data_start + end)
+
+
+def _bad_shape(path: Path, name: str, shape: object) -> CheckpointError:
+    return CheckpointError(path, f"tensor {name!r}: shape must be a list of non-negative 64-bit integers, "
+                                 f"got {_clip(shape)}")
 
 
 def _clip(value: object, limit: int = 120) -> str:
