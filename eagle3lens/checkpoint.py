@@ -255,6 +255,9 @@ class Checkpoint:
         info = self.info(name)
         if name in self._pickled:
             return self._pickled[name]
+        if torch_dtype(info.dtype) is None:
+            raise CheckpointError(info.file, f"tensor {name!r} is stored as {info.dtype} (several values packed per "
+                                             "byte), which torch has no tensor type for: its values cannot be read here")
         if info.nbytes <= _PLAIN_READ_MAX:
             tensor = _from_bytes(self.read_bytes(name), info)
             if tensor is not None:
@@ -423,6 +426,11 @@ def _load_weights_only(file: Path) -> dict[str, Any]:
             break
     if not isinstance(obj, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in obj.items()):
         raise CheckpointError(file, "not a state dict of name -> tensor")
+    for name, tensor in obj.items():
+        if tensor.layout != torch.strided or tensor.is_quantized:
+            kind = "quantized" if tensor.is_quantized else str(tensor.layout).removeprefix("torch.")
+            raise CheckpointError(file, f"tensor {name!r} is a {kind} tensor: only dense tensors are supported "
+                                        "(save it with .to_dense() first)")
     return obj
 
 

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .errors import CheckpointError
+from .safetensors_header import torch_dtype
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -323,6 +324,9 @@ def check_config_fits(cfg: DraftConfig, ckpt: Checkpoint, budget_bytes: int | No
         own = {name: tuple(t.shape) for name, t in Eagle3Draft(cfg).state_dict().items()}
     for key, info in ckpt.tensors.items():
         name = canonical_key(key)
+        if name in own and torch_dtype(info.dtype) is None:
+            raise CheckpointError(info.file, f"tensor {key!r} is stored as {info.dtype} (packed 4/6-bit values): the "
+                                             "reference draft cannot run it")
         if name in own and tuple(info.shape) != own[name]:
             raise CheckpointError(ckpt.root / "config.json", f"does not describe the weights: {key} has shape "
                                                              f"{list(info.shape)}, the config's sizes give {list(own[name])}")

@@ -21,7 +21,13 @@ from ..checkpoint import DECODER_KEY, Checkpoint, DraftSpec
 from ..errors import UsageError
 from ..findings import Finding, Severity, to_jsonable
 from ..safetensors_header import DTYPE_BITS, torch_dtype
-from .stats import DEFAULT_CHUNK_BYTES, TensorStats, iter_element_chunks, tensor_stats
+from .stats import (
+    DEFAULT_CHUNK_BYTES,
+    TensorStats,
+    as_float64,
+    iter_element_chunks,
+    tensor_stats,
+)
 
 PROGRESS_MIN_BYTES = 100_000_000
 HF_DEFAULT_INIT_RANGE = 0.02
@@ -650,7 +656,7 @@ def _change(a: Checkpoint, b: Checkpoint, name: str, chunk_bytes: int,
     dot = aa = bb = dd = 0.0
     max_diff = 0.0
     for (_, x), (_, y) in zip(iter_element_chunks(a, name, elems), iter_element_chunks(b, name, elems)):
-        x, y = x.double(), y.double()
+        x, y = as_float64(x), as_float64(y)
         d = x - y
         dot += float((x * y).sum())
         aa += float((x * x).sum())
