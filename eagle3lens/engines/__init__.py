@@ -29,12 +29,15 @@ def known() -> str:
 
 def parse_version(text: str) -> tuple[int, ...]:
     """'0.5.11' / '0.5.11.post1' / '0.5.11rc2' -> (0, 5, 11)."""
-    from packaging.version import InvalidVersion, Version
+    from packaging.version import Version
 
+    shown = repr(text) if len(text) <= 40 else repr(text[:40]) + f"… ({len(text)} characters)"
+    if len(text) > 100:  # packaging would run int() on each part: past 4,300 digits a bare ValueError
+        raise UsageError(f"engine version {shown} is not a version number (e.g. sglang==0.5.11)")
     try:
         return Version(text).release
-    except InvalidVersion:
-        raise UsageError(f"engine version {text!r} is not a version number (e.g. sglang==0.5.11)") from None
+    except ValueError:  # InvalidVersion
+        raise UsageError(f"engine version {shown} is not a version number (e.g. sglang==0.5.11)") from None
 
 
 def resolve(spec: "str | EngineProfile") -> EngineProfile:
