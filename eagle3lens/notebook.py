@@ -458,13 +458,13 @@ def run_notebook(name_or_path: str | Path, parameters: Mapping[str, Any] | None,
     if unknown:
         raise UsageError(f"{clip(str(source))}: unknown parameter{'s' if len(unknown) > 1 else ''} "
                          f"{clip(', '.join(unknown), 200)} (this notebook takes: {clip(', '.join(known), 300)})")
-    _check_kernel(kernel_name)
     out = Path(out_dir).absolute()
     executed = out / f"{source.stem}.ipynb"
     html = out / f"{source.stem}.html"
     findings_json = out / f"{source.stem}.findings.json"
     for output in (executed, html, findings_json):  # papermill writes the .ipynb itself, not through safewrite
         check_destination(output)
+    _check_kernel(kernel_name)
     start = time.perf_counter()
     with _writing(out):
         out.mkdir(parents=True, exist_ok=True)
