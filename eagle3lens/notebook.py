@@ -266,7 +266,7 @@ def resolve(name_or_path: str | Path) -> Path:
     path = Path(name_or_path)
     if path.suffix == ".ipynb" or os.path.exists(path):  # os.path: a name too long for the OS is just absent
         if not os.path.isfile(path):
-            raise UsageError(f"{clip(str(path))}: notebook not found")
+            raise UsageError(f"{clip(str(path))}: " + ("not a regular file" if os.path.exists(path) else "notebook not found"))
         return path
     known = walkthroughs()
     name = str(name_or_path)
