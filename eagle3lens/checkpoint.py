@@ -8,6 +8,7 @@ pickles are opened with ``torch.load(weights_only=True)`` only.
 from __future__ import annotations
 
 import math
+import os
 import re
 import stat
 from dataclasses import dataclass, field
@@ -150,7 +151,15 @@ class Checkpoint:
 
     @classmethod
     def _open(cls, path: Path) -> "Checkpoint":
-        if not path.exists():
+        try:
+            exists = path.exists()
+        except OSError as exc:  # a name too long for the OS, a loop of links...
+            raise CheckpointError(path, f"cannot open ({exc.strerror or exc})") from None
+        if not exists:
+            journal = path.with_name(f".{path.name}.eagle3lens-convert.json")  # safewrite.journal_path
+            if os.path.lexists(journal):
+                raise CheckpointError(path, f"no such directory; an interrupted convert left {journal.name} beside "
+                                            "it: rerun that convert (it restores the original from .orig)")
             raise CheckpointError(path, "no such file or directory")
         if path.is_dir():
             config = _read_config(path, path / "config.json")

@@ -15,7 +15,8 @@ class CheckpointError(Eagle3LensError):
     def __init__(self, path: str | Path, problem: str) -> None:
         self.path = str(path)
         self.problem = problem
-        super().__init__(f"{self.path}: {problem}")
+        shown = self.path if len(self.path) <= 400 else f"{self.path[:200]}…[{len(self.path) - 300} characters]…{self.path[-100:]}"
+        super().__init__(f"{shown}: {problem}")
 
 
 class UsageError(Eagle3LensError):

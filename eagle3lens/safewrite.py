@@ -234,7 +234,10 @@ def replace_dir(target: Path, build: Callable[[Path], None], verify: Callable[[P
         except OSError as exc:
             raise _write_error(target, exc) from None
         verify(tmp)
-        fsync_tree(tmp)
+        try:
+            fsync_tree(tmp)
+        except OSError as exc:
+            raise _write_error(target, exc) from None
         if in_place:
             _write_journal(journal, {**state, "state": "swapping"})
             os.rename(target, backup)
