@@ -196,6 +196,24 @@ def recover(target: str | Path) -> list[str]:
     return notes
 
 
+def sweep(parent: Path) -> list[str]:
+    """Remove what killed runs left beside other targets in ``parent``: the temporary directories of journals
+    whose owner is dead and that were still building (an interrupted swap is left for its own target's rerun,
+    which rolls it back). Unreadable journals and live owners are left alone."""
+    notes: list[str] = []
+    for journal in parent.glob(f".*{JOURNAL_SUFFIX}"):
+        try:
+            data = _read_journal(journal)
+        except Eagle3LensError:
+            continue
+        name = journal.name[1:-len(JOURNAL_SUFFIX)]
+        if data is None or not name or data.get("state") != "building" or _owner_alive(data):
+            continue
+        with suppress(Eagle3LensError, OSError):
+            notes.extend(recover(parent / name))
+    return notes
+
+
 def replace_dir(target: Path, build: Callable[[Path], None], verify: Callable[[Path], None],
                 in_place: bool = False, notes: list[str] | None = None) -> Path | None:
     """Build ``target`` via ``build(tmp)``, check it with ``verify(tmp)``, then move it into place.
@@ -204,7 +222,10 @@ def replace_dir(target: Path, build: Callable[[Path], None], verify: Callable[[P
     nothing at ``target`` changes. What recovering an earlier, killed run did goes to ``notes``.
     """
     target = Path(target).expanduser().resolve()  # "." has no name to put ".orig" on
-    (notes if notes is not None else []).extend(recover(target))
+    notes = notes if notes is not None else []
+    notes.extend(recover(target))
+    if target.parent.is_dir():
+        notes.extend(sweep(target.parent))
     backup = backup_path(target)
     if in_place:
         if not target.is_dir():

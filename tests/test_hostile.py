@@ -436,7 +436,7 @@ def test_killed_convert_temp_dirs_are_removed_by_the_next_run_and_live_ones_refu
             os._exit(3)
     assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 9
     assert any(".out.tmp-" in n for n in _hidden_leftovers(tmp_path))  # a dead run's temp dir and journal
-    result = convert_mod.convert(draft, "sglang==0.5.11", out, progress=False)
+    result = convert_mod.convert(draft, "sglang==0.5.11", tmp_path / "elsewhere", progress=False)  # same folder
     assert any("interrupted run" in n for n in result.notes) and _hidden_leftovers(tmp_path) == []
     # a journal whose owner is alive: another convert is writing OUT
     from eagle3lens.safewrite import _owner, journal_path
