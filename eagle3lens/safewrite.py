@@ -46,10 +46,8 @@ def check_destination(path: str | Path) -> None:
     path = Path(path)
     try:
         mode = os.stat(path).st_mode
-    except FileNotFoundError:
+    except (OSError, ValueError):  # absent, or not reachable (the write itself reports why, naming the path)
         return
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot write there ({exc.strerror or exc})") from None
     if not stat.S_ISREG(mode):
         raise UsageError(f"{path}: exists and is not a regular file ({_kind(mode)}); choose a file path to write")
 
@@ -185,6 +183,9 @@ def recover(target: str | Path) -> list[str]:
             fsync_path(target.parent)
             notes.append(f"an interrupted --in-place run (pid {data.get('pid')}) was rolled back: {target} restored "
                          f"from {backup.name}")
+        elif not target.exists() and not backup.exists():  # moved away by hand: keep the only copy there is
+            raise CheckpointError(journal, f"interrupted --in-place run, but neither {target.name} nor {backup.name} "
+                                           f"is there; the converted copy is {tmp_name}: move it or remove the journal")
         elif target.exists() and backup.exists() and tmp.exists():
             raise CheckpointError(journal, f"interrupted --in-place run left {target.name}, {backup.name} and "
                                            f"{tmp_name} side by side; check which is which and remove the journal")
