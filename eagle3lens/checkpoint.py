@@ -512,7 +512,8 @@ def config_values(config: dict[str, Any], flavour: str, source: str | Path = "co
     """Every config field the DraftSpec reads, checked by type and range; a bad one raises CheckpointError
     naming ``source`` and the field (``transformer_layer_config.hidden_size must be ...``).
 
-    Returns the sizes (None where absent or null), the text/layer sub-configs and their labels."""
+    Returns the checked values by field name (None where absent or null), plus ``layer_cfg`` / ``text_cfg``: the
+    sub-configs the flavour reads sizes from (a speculators ``transformer_layer_config``, a ``text_config``)."""
     layer_cfg, layer_label = (config.get("transformer_layer_config"), "transformer_layer_config.") \
         if flavour == "speculators" else (config, "")
     if not isinstance(layer_cfg, dict):
