@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -34,13 +35,15 @@ def read_params_file(path: str) -> dict[str, Any]:
 
 
 PATH_PARAMETERS = frozenset({"checkpoint", "target", "draft", "log", "data", "token_counts", "tokenizer", "demo_dir"})
-"""Parameters of the walkthroughs that name a file or directory; in a user's notebook also any name ending in
-``_dir``, ``_path``, ``_file`` or ``_log``. Only these are resolved against the working directory."""
+"""Parameters of the walkthroughs that name a file or directory. In a user's notebook also any name that is or
+ends in ``path``, ``file``, ``dir``, ``log``, ``data``, ``checkpoint``, ``ckpt``, ``target`` or ``draft`` (as a
+word: ``path``, ``log_file``, ``out_dir``). Only these are resolved against the working directory."""
+PATH_WORDS = re.compile(r"(?:^|_)(?:path|file|dir|folder|log|data|checkpoint|ckpt|target|draft)s?$")
 MAX_PATH_CHARS = 4096  # PATH_MAX on Linux: a longer value is no path anywhere
 
 
 def is_path_parameter(name: str) -> bool:
-    return name in PATH_PARAMETERS or name.endswith(("_dir", "_path", "_file", "_log"))
+    return name in PATH_PARAMETERS or PATH_WORDS.search(name) is not None
 
 
 def absolute_paths(parameters: dict[str, Any], base: Path) -> dict[str, Any]:
