@@ -23,6 +23,7 @@ from .safetensors_header import DTYPE_BITS, read_header, st_dtype, torch_dtype
 INDEX_NAMES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth")
 DECODER_KEY = re.compile(r"^(?P<prefix>(?:model\.)?(?:midlayer|layers\.(?P<index>\d+))\.)")
+DECODER_PREFIXES = re.compile(r"^((?:model\.)?(?:midlayer|layers\.\d+)\.)", re.MULTILINE)  # DECODER_KEY's prefix
 FLAG_NAMES = ("norm_before_residual", "norm_before_fc", "fc_norm", "norm_output")
 MLA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 
@@ -49,6 +50,15 @@ class TensorInfo:
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape), "file": self.file.name,
                 "begin": self.begin, "end": self.end}
+
+    @classmethod
+    def _fast(cls, name: str, dtype: str, shape: tuple[int, ...], file: Path, begin: int | None,
+              end: int | None) -> TensorInfo:
+        """The same object as ``TensorInfo(...)``, built without the frozen dataclass's per-field
+        ``object.__setattr__`` (half the cost; a header can list a million tensors)."""
+        obj = object.__new__(cls)
+        obj.__dict__.update(name=name, dtype=dtype, shape=shape, file=file, begin=begin, end=end)
+        return obj
 
 
 @dataclass(frozen=True)
@@ -143,9 +153,25 @@ class Checkpoint:
     # -- opening --------------------------------------------------------------------------
     @classmethod
     def open(cls, path: str | Path) -> "Checkpoint":
-        """Open a directory, a single ``.safetensors`` file or a ``.bin``/``.pt`` pickle (weights only)."""
-        path = Path(path).expanduser()
-        if not path.exists():
+        """Open a directory, a single ``.safetensors`` file or a ``.bin``/``.pt`` pickle (weights only).
+
+        The config is checked here (types and ranges of every field the spec reads), so a wrongly typed or
+        absurd value is one line naming config.json before any probe uses it."""
+        ckpt = cls._open(Path(path).expanduser())
+        ckpt.spec  # noqa: B018  (validates the config against its own rules; cached)
+        return ckpt
+
+    @classmethod
+    def _open(cls, path: Path) -> "Checkpoint":
+        try:
+            exists = path.exists()
+        except OSError as exc:  # a name too long for the OS, a loop of links...
+            raise CheckpointError(path, f"cannot open ({exc.strerror or exc})") from None
+        if not exists:
+            journal = path.with_name(f".{path.name}.eagle3lens-convert.json")  # safewrite.journal_path
+            if os.path.lexists(journal):
+                raise CheckpointError(path, f"no such directory; an interrupted convert left {journal.name} beside "
+                                            "it: rerun that convert (it restores the original from .orig)")
             raise CheckpointError(path, "no such file or directory")
         if path.is_dir():
             config = _read_config(path, path / "config.json")
@@ -185,6 +211,8 @@ class Checkpoint:
             raise CheckpointError(index_path, "index has no weight_map of tensor name -> shard file")
         if not weight_map:
             raise CheckpointError(index_path, "index weight_map lists no tensors")
+        if not isinstance(index.get("metadata", {}), (dict, type(None))):
+            raise CheckpointError(index_path, f"index metadata must be a JSON object, got {type(index['metadata']).__name__}")
         shards: dict[str, Path] = {}
         for shard_name in dict.fromkeys(weight_map.values()):
             shard = root / shard_name
@@ -207,12 +235,14 @@ class Checkpoint:
     @classmethod
     def _from_safetensors(cls, path: Path, root: Path, files: tuple[Path, ...], config: dict[str, Any] | None) -> "Checkpoint":
         tensors: dict[str, TensorInfo] = {}
+        make = TensorInfo._fast
         for file in files:
             header = read_header(file)
-            for e in header.entries:
-                if e.name in tensors:
-                    raise CheckpointError(file, f"tensor {e.name!r} is also in {tensors[e.name].file.name} (present in two shards)")
-                tensors[e.name] = TensorInfo(e.name, e.dtype, e.shape, file, e.begin, e.end)
+            if tensors and not tensors.keys().isdisjoint(e.name for e in header.entries):
+                name = next(e.name for e in header.entries if e.name in tensors)
+                raise CheckpointError(file, f"tensor {name!r} is also in {tensors[name].file.name} (present in two shards)")
+            for name, dtype, shape, begin, end in header.entries:
+                tensors[name] = make(name, dtype, shape, file, begin, end)
         return cls(path, root, _sorted(tensors), config, files)
 
     @classmethod
@@ -246,6 +276,9 @@ class Checkpoint:
         info = self.info(name)
         if name in self._pickled:
             return self._pickled[name]
+        if torch_dtype(info.dtype) is None:
+            raise CheckpointError(info.file, f"tensor {name!r} is stored as {info.dtype} (several values packed per "
+                                             "byte), which torch has no tensor type for: its values cannot be read here")
         if info.nbytes <= _PLAIN_READ_MAX:
             tensor = _from_bytes(self.read_bytes(name), info)
             if tensor is not None:
@@ -307,7 +340,7 @@ class Checkpoint:
 
     @cached_property
     def spec(self) -> DraftSpec:
-        return build_spec(self.config, self.tensors)
+        return build_spec(self.config, self.tensors, source=self.root / "config.json")
 
     @property
     def layout(self) -> str:
@@ -366,19 +399,21 @@ def _sorted(tensors: dict[str, TensorInfo]) -> dict[str, TensorInfo]:
     return dict(sorted(tensors.items()))
 
 
-def _containment_root(root: Path) -> Path:
-    """The folder symlinks may not leave: the checkpoint directory, or for a Hugging Face cache snapshot
-    (``models--org--name/snapshots/REV`` whose files link to ``../../blobs``) that model's cache folder."""
+def _containment_roots(root: Path) -> tuple[Path, ...]:
+    """The folders symlinks may lead into: the checkpoint directory, and for a real Hugging Face cache snapshot
+    (``models--ORG--NAME/snapshots/REV``, whose files link to ``../../blobs``) that model's ``blobs`` folder.
+    A ``snapshots/REV`` folder anywhere else widens nothing."""
     real = root.resolve()
-    return real.parent.parent if real.parent.name == "snapshots" else real
+    if real.parent.name == "snapshots" and real.parent.parent.name.startswith("models--"):
+        return real, real.parent.parent / "blobs"
+    return (real,)
 
 
 def _inside(root: Path, path: Path, what: str | None = None) -> Path:
     """Refuse ``path`` when it (or a symlink on the way) leads outside ``root``, or is not a regular file
     (a FIFO or device would hang or never end)."""
-    real_root = _containment_root(root)
     real = path.resolve()
-    if real != real_root and real_root not in real.parents:
+    if not any(real == r or r in real.parents for r in _containment_roots(root)):
         raise CheckpointError(path, f"{what or 'file'} leads outside the checkpoint directory (to {real})")
     try:
         mode = real.stat().st_mode
@@ -427,6 +462,11 @@ def _load_weights_only(file: Path) -> dict[str, Any]:
             break
     if not isinstance(obj, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in obj.items()):
         raise CheckpointError(file, "not a state dict of name -> tensor")
+    for name, tensor in obj.items():
+        if tensor.layout != torch.strided or tensor.is_quantized:
+            kind = "quantized" if tensor.is_quantized else str(tensor.layout).removeprefix("torch.")
+            raise CheckpointError(file, f"tensor {name!r} is a {kind} tensor: only dense tensors are supported "
+                                        "(save it with .to_dense() first)")
     return obj
 
 
@@ -468,7 +508,7 @@ def detect_flavour(config: dict[str, Any] | None) -> str:
     """speculators / sglang (SpecForge, SGLang flat Llama) / eagle (official EAGLE) / hf / unknown."""
     if not config:
         return "unknown"
-    archs = config.get("architectures") or []
+    archs: list[Any] = config["architectures"] if isinstance(config.get("architectures"), list) else []
     if config.get("speculators_model_type") and isinstance(config.get("transformer_layer_config"), dict):
         return "speculators"
     if "LlamaForCausalLMEagle3" in archs or isinstance(config.get("eagle_config"), dict):
@@ -480,20 +520,100 @@ def detect_flavour(config: dict[str, Any] | None) -> str:
     return "unknown"
 
 
-def build_spec(config: dict[str, Any] | None, tensors: dict[str, TensorInfo]) -> DraftSpec:
-    """Normalise a config (any flavour) plus the tensor table into a DraftSpec."""
-    config = config or {}
-    flavour = detect_flavour(config)
-    layer_cfg = config.get("transformer_layer_config") if flavour == "speculators" else config
+# Upper bounds for config sizes: far above any published model, far below what would make a module
+# builder ask for petabytes (hidden_size 10**12); a value outside them is refused, never used.
+SIZE_FIELDS: dict[str, int] = {
+    "hidden_size": 1 << 20, "target_hidden_size": 1 << 20, "intermediate_size": 1 << 22,
+    "num_attention_heads": 1 << 12, "num_key_value_heads": 1 << 12, "head_dim": 1 << 14,
+    "num_hidden_layers": 1 << 12, "vocab_size": 1 << 24, "draft_vocab_size": 1 << 24, "num_aux_hidden_states": 64,
+}
+TOP_LEVEL_FIELDS = ("target_hidden_size", "draft_vocab_size", "num_aux_hidden_states")
+LAYER_ID_LIMIT = 1 << 31
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def config_values(config: dict[str, Any], flavour: str, source: str | Path = "config.json") -> dict[str, Any]:
+    """Every config field the DraftSpec reads, checked by type and range; a bad one raises CheckpointError
+    naming ``source`` and the field (``transformer_layer_config.hidden_size must be ...``).
+
+    Returns the checked values by field name (None where absent or null), plus ``layer_cfg`` / ``text_cfg``: the
+    sub-configs the flavour reads sizes from (a speculators ``transformer_layer_config``, a ``text_config``)."""
+    layer_cfg, layer_label = (config.get("transformer_layer_config"), "transformer_layer_config.") \
+        if flavour == "speculators" else (config, "")
     if not isinstance(layer_cfg, dict):
         layer_cfg = {}
-    text_cfg = layer_cfg.get("text_config") if isinstance(layer_cfg.get("text_config"), dict) else layer_cfg
+    text_cfg, text_label = (layer_cfg["text_config"], f"{layer_label}text_config.") \
+        if isinstance(layer_cfg.get("text_config"), dict) else (layer_cfg, layer_label)
 
-    prefixes: dict[str, set[str]] = {}
-    for name in tensors:
-        m = DECODER_KEY.match(name)
-        if m:
-            prefixes.setdefault(m.group("prefix"), set()).add(name)
+    def refuse(label: str, key: str, value: Any, want: str) -> CheckpointError:
+        text = repr(value)
+        return CheckpointError(source, f"{label}{key} must be {want}, got {text if len(text) <= 60 else text[:60] + '…'}")
+
+    out: dict[str, Any] = {"layer_cfg": layer_cfg, "text_cfg": text_cfg}
+    for key, limit in SIZE_FIELDS.items():
+        cfg, label = (config, "") if key in TOP_LEVEL_FIELDS else (text_cfg, text_label)
+        value = cfg.get(key)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= limit):
+            raise refuse(label, key, value, f"an integer from 1 to {limit}")
+        out[key] = value
+    for key, low, high, open_low in (("rms_norm_eps", 0.0, 1.0, True), ("initializer_range", 0.0, 10.0, False)):
+        value = text_cfg.get(key)
+        if value is not None and (not _number(value) or value > high or value < low or (open_low and value == low)):
+            raise refuse(text_label, key, value, f"a number in {'(' if open_low else '['}{low:g}, {high:g}]")
+        out[key] = value
+    thetas = []
+    for cfg, label in ((text_cfg, text_label), (layer_cfg, layer_label), (config, "")):
+        rope = cfg.get("rope_parameters")
+        for key, value in (("rope_parameters.rope_theta", rope.get("rope_theta") if isinstance(rope, dict) else None),
+                           ("rope_theta", cfg.get("rope_theta"))):
+            if value is not None and not (_number(value) and value > 0):
+                raise refuse(label, key, value, "a positive number")
+            if value is not None:
+                thetas.append(float(value))
+    out["rope_theta"] = thetas[0] if thetas else None
+    archs = config.get("architectures")
+    if archs is not None and not (isinstance(archs, list) and all(isinstance(a, str) for a in archs)):
+        raise refuse("", "architectures", archs, "a list of class names")
+    out["architectures"] = tuple(archs or ())
+    for cfg, label, key in ((text_cfg, text_label, "model_type"), (config, "", "model_type")):
+        if cfg.get(key) is not None and not isinstance(cfg.get(key), str):
+            raise refuse(label, key, cfg.get(key), "a string")
+    for cfg, label, key in ((config, "", "bias"), (text_cfg, text_label, "attention_bias")):
+        if cfg.get(key) is not None and not isinstance(cfg.get(key), bool):
+            raise refuse(label, key, cfg.get(key), "true or false")
+    eagle_cfg = config.get("eagle_config")
+    if eagle_cfg is not None and not isinstance(eagle_cfg, dict):
+        raise refuse("", "eagle_config", eagle_cfg, "an object")
+    for cfg, label in ((config, ""), (eagle_cfg or {}, "eagle_config.")):
+        ids = cfg.get("eagle_aux_hidden_state_layer_ids")
+        if ids is not None and not (isinstance(ids, list) and all(
+                isinstance(i, int) and not isinstance(i, bool) and -LAYER_ID_LIMIT < i < LAYER_ID_LIMIT for i in ids)):
+            raise refuse(label, "eagle_aux_hidden_state_layer_ids", ids, "a list of layer indices")
+    return out
+
+
+def build_spec(config: dict[str, Any] | None, tensors: dict[str, TensorInfo],
+               source: str | Path = "config.json") -> DraftSpec:
+    """Normalise a config (any flavour) plus the tensor table into a DraftSpec (the config checked first by
+    :func:`config_values`; ``source`` names it in the error)."""
+    config = config or {}
+    flavour = detect_flavour(config)
+    values = config_values(config, flavour, source)
+    text_cfg = values["text_cfg"]
+
+    # Scans over all names at C speed (a header may list a million tensors): one newline-joined string.
+    names = "\n" + "\n".join(tensors) + "\n"
+    if names.count("\n") != len(tensors) + 1:  # a name holding a newline must not forge a line of its own
+        names = "\n" + "\n".join(n.replace("\n", "\x00") for n in tensors) + "\n"
+    prefixes = set(DECODER_PREFIXES.findall(names))
+    dtypes = {info.dtype for info in tensors.values()}
+    leaves = {"d2t": "\nd2t\n" in names or ".d2t\n" in names, "t2d": "\nt2d\n" in names or ".t2d\n" in names,
+              "embed_tokens.weight": "embed_tokens.weight\n" in names,
+              "input_norm.weight": "input_norm.weight\n" in names,
+              "fc_norm": "\nfc_norm." in names or ".fc_norm." in names}
     decoder_prefix = min(prefixes, key=lambda p: (p.count("."), p)) if prefixes else None
     if flavour == "hf":
         decoder_prefix = None  # a target's layers are not a draft decoder
@@ -514,8 +634,8 @@ def build_spec(config: dict[str, Any] | None, tensors: dict[str, TensorInfo]) ->
         own_source = next(iter(by_source))
     aux_ids = by_source.get(own_source)
 
-    hidden = _int(text_cfg.get("hidden_size"))
-    declared_th = _int(config.get("target_hidden_size"))
+    hidden = values["hidden_size"]
+    declared_th = values["target_hidden_size"]
     target_hidden = declared_th or hidden
     fc = tensors.get("fc.weight") or tensors.get("model.fc.weight")
     fc_in = fc.shape[1] if fc is not None and len(fc.shape) == 2 else None
@@ -525,21 +645,21 @@ def build_spec(config: dict[str, Any] | None, tensors: dict[str, TensorInfo]) ->
     elif aux_ids is not None:
         num_aux = len(aux_ids)
     elif fc is not None or flavour in ("speculators", "sglang", "eagle"):
-        num_aux = _int(config.get("num_aux_hidden_states")) or 3
+        num_aux = values["num_aux_hidden_states"] or 3
     else:
         num_aux = None
     lm_head = tensors.get("lm_head.weight")
-    n_draft = _int(config.get("draft_vocab_size"))
+    n_draft = values["draft_vocab_size"]
     use_aux = eagle_cfg.get("use_aux_hidden_state")
-    heads = _int(text_cfg.get("num_attention_heads"))
-    head_dim = _int(text_cfg.get("head_dim")) or (hidden // heads if hidden and heads else None)
+    heads = values["num_attention_heads"]
+    head_dim = values["head_dim"] or (hidden // heads if hidden and heads else None)
     verifier = None
     spec_cfg = config.get("speculators_config")
     if isinstance(spec_cfg, dict) and isinstance(spec_cfg.get("verifier"), dict):
         verifier = spec_cfg["verifier"].get("name_or_path")
     return DraftSpec(
         flavour=flavour,
-        architectures=tuple(config.get("architectures") or ()),
+        architectures=values["architectures"],
         model_type=text_cfg.get("model_type") or config.get("model_type"),
         hidden_size=hidden,
         target_hidden_size=target_hidden,
@@ -550,31 +670,28 @@ def build_spec(config: dict[str, Any] | None, tensors: dict[str, TensorInfo]) ->
         aux_ids_by_source=by_source,
         use_aux_hidden_state=use_aux if isinstance(use_aux, bool) else None,
         draft_vocab_size=n_draft,
-        vocab_size=_int(text_cfg.get("vocab_size")),
-        num_hidden_layers=_int(text_cfg.get("num_hidden_layers")),
-        num_decoder_layers=len({m.group("prefix") for n in tensors if (m := DECODER_KEY.match(n))}) if flavour != "hf" else 0,
+        vocab_size=values["vocab_size"],
+        num_hidden_layers=values["num_hidden_layers"],
+        num_decoder_layers=len(prefixes) if flavour != "hf" else 0,
         decoder_prefix=decoder_prefix,
-        intermediate_size=_int(text_cfg.get("intermediate_size")),
+        intermediate_size=values["intermediate_size"],
         num_attention_heads=heads,
-        num_key_value_heads=_int(text_cfg.get("num_key_value_heads")) or heads,
+        num_key_value_heads=values["num_key_value_heads"] or heads,
         head_dim=head_dim,
-        rms_norm_eps=text_cfg.get("rms_norm_eps"),
-        initializer_range=text_cfg.get("initializer_range"),
-        rope_theta=next((float(v) for c in (text_cfg, layer_cfg, config)
-                         for v in ((c["rope_parameters"].get("rope_theta") if isinstance(c.get("rope_parameters"), dict)
-                                    else None), c.get("rope_theta"))
-                         if isinstance(v, (int, float)) and not isinstance(v, bool)), None),
+        rms_norm_eps=values["rms_norm_eps"],
+        initializer_range=values["initializer_range"],
+        rope_theta=values["rope_theta"],
         fc_bias_config=bool(config.get("bias", False)),
         attention_bias=bool(text_cfg.get("attention_bias", False)),
         flags={name: (config[name] if isinstance(config.get(name), bool) else None) for name in FLAG_NAMES},
-        dtypes=tuple(sorted({t.dtype for t in tensors.values()})),
-        has_d2t=any(n.split(".")[-1] == "d2t" for n in tensors),
-        has_t2d=any(n.split(".")[-1] == "t2d" for n in tensors),
-        has_embed_tokens=any(n.endswith("embed_tokens.weight") for n in tensors),
+        dtypes=tuple(sorted(dtypes)),
+        has_d2t=leaves["d2t"],
+        has_t2d=leaves["t2d"],
+        has_embed_tokens=leaves["embed_tokens.weight"],
         has_lm_head=lm_head is not None,
         has_fc=fc is not None,
-        has_input_norm=any(n.endswith("input_norm.weight") for n in tensors),
-        has_fc_norm=any(".fc_norm." in f".{n}" for n in tensors),
+        has_input_norm=leaves["input_norm.weight"],
+        has_fc_norm=leaves["fc_norm"],
         fc_in_features=fc_in,
         fc_out_features=fc_out,
         lm_head_rows=lm_head.shape[0] if lm_head is not None and lm_head.shape else None,

@@ -28,7 +28,7 @@ from .errors import CheckpointError, ConversionRefused, Eagle3LensError, UsageEr
 from .findings import Finding, Severity, to_jsonable
 from .probes.aux_layers import trained_with
 from .safetensors_header import read_header, st_dtype
-from .safewrite import copy_side_files, replace_dir
+from .safewrite import copy_side_files, recover, replace_dir
 
 CHUNK = 1 << 20  # userspace copies: a buffer that stays in L2
 PAGE = 4096
@@ -82,6 +82,10 @@ class _Plan:
 def convert(ckpt_path: str | Path, to: str | None, out: str | Path | None, in_place: bool = False, force: bool = False,
             tensor_overrides: Mapping[str, Any] | None = None, progress: bool = True) -> ConvertResult:
     """Rewrite ``ckpt_path`` so engine ``to`` loads every tensor (``to=None``: same layout, overrides only)."""
+    recovered: list[str] = []
+    if in_place:  # an earlier --in-place run killed between its renames left CKPT as CKPT.orig: roll it back first
+        src = Path(ckpt_path).expanduser().resolve()
+        recovered = recover(src.parent if src.name in INDEX_NAMES else src)
     ckpt = Checkpoint.open(ckpt_path)
     overrides = dict(tensor_overrides or {})
     if to is None and not overrides:
@@ -96,6 +100,7 @@ def convert(ckpt_path: str | Path, to: str | None, out: str | Path | None, in_pl
         _check_out(ckpt, Path(out), single_file)
     if not ckpt.spec.is_draft:
         raise ConversionRefused(f"{ckpt.path}: not an EAGLE-3 draft (layout {ckpt.layout}); nothing to convert")
+    _output_names(ckpt)  # two shards that would be written as one file: refused before anything is written
     profile = resolve(to).for_config(ckpt.config) if to else None  # the draft class the engine picks (MLA, Qwen3...)
     plan = _plan(ckpt, profile) if profile else _Plan({n: n for n in ckpt.tensors}, [], dict(ckpt.config or {}), [], [], [])
     if plan.refusals and not force:
@@ -107,7 +112,7 @@ def convert(ckpt_path: str | Path, to: str | None, out: str | Path | None, in_pl
     target = ckpt.root.resolve() if in_place else Path(out)  # resolved: "." keeps naming the old dir once swapped
     state: dict[str, Any] = {}
 
-    side_notes: list[str] = []  # side files (symlinks leaving the checkpoint) that were not copied
+    side_notes: list[str] = recovered  # recovery of killed runs; side files (links leaving the checkpoint, FIFOs...) not copied
 
     def build(tmp: Path) -> None:
         _write(ckpt, plan, overrides, tmp, progress, side_notes)
@@ -115,7 +120,8 @@ def convert(ckpt_path: str | Path, to: str | None, out: str | Path | None, in_pl
     def verify(tmp: Path) -> None:
         state.update(_verify(ckpt, tmp, plan, profile, overrides, force))
 
-    backup = replace_dir(target, build, verify, in_place=in_place)
+    backup = replace_dir(target, build, verify, in_place=in_place, notes=side_notes)
+    _name_final(state, Path(target), profile)
     forced = tuple(Finding("convert/forced", Severity.WARNING, f"written with --force: {why}",
                            f"{profile.spec} will not use this draft as trained; convert refused it and --force wrote it "
                            "anyway, so the output is not verified for this item.",
@@ -126,6 +132,39 @@ def convert(ckpt_path: str | Path, to: str | None, out: str | Path | None, in_pl
                          tuple(n for n in overrides if n in ckpt.tensors), tuple(added), tuple(plan.changes),
                          tuple(plan.refusals), str(backup) if backup else None, state.get("load"), state.get("diff"),
                          findings=forced, notes=tuple(plan.notes) + tuple(side_notes))
+
+
+def _name_final(state: dict[str, Any], target: Path, profile: EngineProfile | None) -> None:
+    """Results computed on the temporary directory, redone (headers only) on ``target`` where it now is, so that
+    their paths and fix commands name OUT and not a directory that no longer exists."""
+    from .probes.keys import simulate_load
+
+    if profile is not None and state.get("load") is not None:
+        state["load"] = simulate_load(Checkpoint.open(target), profile)
+    if state.get("diff") is not None:
+        state["diff"] = replace(state["diff"], b=str(target))
+
+
+def _output_names(ckpt: Checkpoint) -> dict[Path, str]:
+    """Source weights file -> the ``.safetensors`` name it is written as in OUT; refuses two files that would get
+    one name (``a/model.safetensors`` and ``b/model.safetensors``, ``model.bin`` and ``model.pt``)."""
+    names: dict[Path, str] = {}
+    seen: dict[str, Path] = {}
+    for file in ckpt.files:
+        name = file.stem + ".safetensors"
+        if name in seen:
+            raise ConversionRefused(f"{ckpt.path}: {_rel(ckpt, seen[name])} and {_rel(ckpt, file)} would both be "
+                                    f"written as {name}; rename one shard (and its index entries) first")
+        seen[name] = file
+        names[file] = name
+    return names
+
+
+def _rel(ckpt: Checkpoint, file: Path) -> str:
+    try:
+        return file.relative_to(ckpt.root).as_posix()
+    except ValueError:
+        return str(file)
 
 
 def _single_file(ckpt: Checkpoint) -> bool:
@@ -297,20 +336,27 @@ def _write(ckpt: Checkpoint, plan: _Plan, overrides: Mapping[str, Any], tmp: Pat
     files[first] += [n for n in overrides if n not in ckpt.tensors]
     total = sum(ckpt.tensors[k].nbytes for keys in files.values() for k in keys if k in ckpt.tensors)
     weight_map: dict[str, str] = {}
+    out_names = _output_names(ckpt)
     with tqdm(total=total, unit="B", unit_scale=True, disable=not progress, file=sys.stderr, desc="writing") as bar:
         for src_file, keys in files.items():
-            out_name = src_file.stem + ".safetensors"
+            out_name = out_names[src_file]
             metadata = read_header(src_file).metadata if src_file.suffix == ".safetensors" else {"format": "pt"}
             _write_file(ckpt, keys, plan.names, overrides, tmp / out_name, metadata, bar)
             weight_map.update({plan.names[k]: out_name for k in keys})
     if ckpt.index is not None or len(ckpt.files) > 1:
         total_size = sum(_nbytes(ckpt, overrides, k) for keys in files.values() for k in keys)
-        index = {"metadata": {**((ckpt.index or {}).get("metadata") or {}), "total_size": total_size},
+        index = {"metadata": {**index_metadata(ckpt), "total_size": total_size},
                  "weight_map": dict(sorted(weight_map.items()))}
         (tmp / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
     (tmp / "config.json").write_text(json.dumps(plan.config, indent=2) + "\n")
-    skip = {f.name for f in ckpt.files} | set(INDEX_NAMES) | {"config.json"}
+    skip = {_rel(ckpt, f) for f in ckpt.files} | set(INDEX_NAMES) | {"config.json"}
     copy_side_files(ckpt.root, tmp, skip, only=FILE_SIDE_FILES if _single_file(ckpt) else None, notes=side_notes)
+
+
+def index_metadata(ckpt: Checkpoint) -> dict[str, Any]:
+    """The source index's ``metadata`` object (checked when the index was opened), ``{}`` without one."""
+    metadata = (ckpt.index or {}).get("metadata")
+    return dict(metadata) if isinstance(metadata, dict) else {}
 
 
 def _nbytes(ckpt: Checkpoint, overrides: Mapping[str, Any], key: str) -> int:

@@ -26,6 +26,7 @@ An MLA draft's attention keys are DeepSeek's (``layers.0.self_attn.q_a_proj.weig
 from __future__ import annotations
 
 import math
+import os
 import re
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
@@ -36,6 +37,7 @@ from torch import nn
 
 from .errors import CheckpointError
 from .mla_config import MLAConfig, YarnScaling, is_mla, read_mla
+from .safetensors_header import torch_dtype
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -89,14 +91,23 @@ class DraftConfig:
             raise CheckpointError(source, f"the config does not give {', '.join(missing)} (no config.json beside "
                                           "the weights?): cannot build the draft")
         hidden = spec.hidden_size
+        heads = spec.num_attention_heads
+        kv_heads = spec.num_key_value_heads or heads
+        head_dim = spec.head_dim or hidden // heads
+        if heads % kv_heads:
+            raise CheckpointError(source, f"the config's num_attention_heads {heads} is not a multiple of "
+                                          f"num_key_value_heads {kv_heads}: cannot build the draft")
+        if head_dim % 2 or not head_dim:
+            raise CheckpointError(source, f"the config gives head dimension {head_dim} (hidden_size {hidden} / "
+                                          f"{heads} heads or head_dim): rotary embeddings need an even one")
         return cls(
             hidden=hidden,
             target_hidden=spec.target_hidden_size or hidden,
             num_aux=spec.num_aux or 3,
             intermediate=spec.intermediate_size,
             heads=spec.num_attention_heads,
-            kv_heads=spec.num_key_value_heads or spec.num_attention_heads,
-            head_dim=spec.head_dim or hidden // spec.num_attention_heads,
+            kv_heads=kv_heads,
+            head_dim=head_dim,
             draft_vocab=spec.draft_vocab_size or spec.lm_head_rows or spec.vocab_size,
             vocab=spec.vocab_size,
             rms_eps=float(spec.rms_norm_eps or 1e-6),
@@ -403,6 +414,7 @@ class Eagle3Draft(nn.Module):
         Absent ``d2t``/``t2d`` stay zero (identity mapping). Unknown keys or shape mismatches raise.
         """
         cfg = DraftConfig.from_checkpoint(ckpt)
+        check_config_fits(cfg, ckpt)
         model = cls(cfg)
         state = {canonical_key(name): ckpt.read(name) for name in ckpt.tensors}
         if embed_tokens is not None:
@@ -421,6 +433,40 @@ class Eagle3Draft(nn.Module):
             nn.init.constant_(model.embed_tokens.weight, math.nan)
         model.load_state_dict(state, strict=False)
         return model.eval()
+
+
+def check_config_fits(cfg: DraftConfig, ckpt: Checkpoint, budget_bytes: int | None = None) -> None:
+    """Before any real tensor is allocated: every checkpoint tensor the draft module has must have the shape the
+    config's sizes give it (built on the meta device, which allocates nothing), and the parameters the config
+    adds beyond the checkpoint's tensors must fit in ``budget_bytes`` (default: half the machine's memory).
+
+    A config that does not describe its weights (``hidden_size`` 4096 over 16-wide tensors, or sizes asking for
+    petabytes) is one CheckpointError naming config.json, not a shape error or an allocation failure later.
+    """
+    with torch.device("meta"):
+        own = {name: tuple(t.shape) for name, t in Eagle3Draft(cfg).state_dict().items()}
+    for key, info in ckpt.tensors.items():
+        name = canonical_key(key)
+        if name in own and torch_dtype(info.dtype) is None:
+            raise CheckpointError(info.file, f"tensor {key!r} is stored as {info.dtype} (packed 4/6-bit values): the "
+                                             "reference draft cannot run it")
+        if name in own and tuple(info.shape) != own[name]:
+            raise CheckpointError(ckpt.root / "config.json", f"does not describe the weights: {key} has shape "
+                                                             f"{list(info.shape)}, the config's sizes give {list(own[name])}")
+    present = {canonical_key(key) for key in ckpt.tensors}
+    extra = sum(math.prod(shape) for name, shape in own.items() if name not in present) * 4
+    budget = budget_bytes if budget_bytes is not None else _memory_bytes() // 2
+    if extra > budget:
+        raise CheckpointError(ckpt.root / "config.json", f"its sizes ask for {extra / 2**30:,.1f} GiB of draft "
+                                                         f"parameters the checkpoint does not hold (more than "
+                                                         f"{budget / 2**30:,.1f} GiB): cannot build the draft")
+
+
+def _memory_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 16 << 30
 
 
 _RENAMES = ((re.compile(r"^model\."), ""), (re.compile(r"^midlayer\."), "layers.0."))

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .textsafe import clip
+
 
 class Eagle3LensError(Exception):
     """Base class: the CLI prints ``str(error)`` on one line and exits 2."""
@@ -30,7 +32,8 @@ class FileError(Eagle3LensError):
     def __init__(self, path: str | Path, problem: str) -> None:
         self.path = str(path)
         self.problem = problem
-        super().__init__(f"{self.path}: {problem}")
+        shown = self.path if len(self.path) <= 400 else f"{self.path[:200]}…[{len(self.path) - 300} characters]…{self.path[-100:]}"
+        super().__init__(f"{shown}: {problem}")
 
 
 class CheckpointError(FileError):
@@ -66,8 +69,8 @@ class NotebookCellError(Eagle3LensError):
         self.first_line = first_line
         self.error = error
         self.executed = executed
-        self.problem = f"{cell} `{first_line}` failed: {error}"
-        super().__init__(f"{self.notebook}: {self.problem} (partial notebook: {executed})")
+        self.problem = f"{cell} `{clip(first_line, 120)}` failed: {clip(error, 400)}"
+        super().__init__(f"{clip(self.notebook)}: {self.problem} (partial notebook: {executed})")
 
 
 class RemoteError(Eagle3LensError):

@@ -8,13 +8,31 @@ from typing import Any
 
 from .errors import CheckpointError, Eagle3LensError, UsageError
 
+MAX_INT_DIGITS = 100
+"""Longest integer a JSON file may hold: far above any size or id, far below Python's 4,300-digit limit for
+``int()`` (past which ``json.loads`` raises a bare ValueError)."""
+
+
+class _LongInteger(ValueError):
+    pass
+
+
+def bounded_int(text: str) -> int:
+    """``json.loads(..., parse_int=bounded_int)``: an integer of more than :data:`MAX_INT_DIGITS` digits is refused
+    before ``int()`` runs (it would be quadratic in the digits, and past 4,300 raise a traceback)."""
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise _LongInteger(f"an integer of {len(text.lstrip('-'))} digits (at most {MAX_INT_DIGITS})")
+    return int(text)
+
 
 def read_json(path: str | Path, what: str, error: type[Eagle3LensError] = UsageError) -> Any:
     """The parsed contents of ``path``; an unreadable file, bad UTF-8, invalid JSON or nesting too deep for the
     parser raises ``error`` (CheckpointError for checkpoint files, UsageError otherwise) as
     ``"<path>: <problem with <what>>"``."""
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
+        return json.loads(Path(path).read_text(encoding="utf-8"), parse_int=bounded_int)
+    except _LongInteger as exc:
+        problem = f"invalid {what}: {exc}"
     except OSError as exc:
         problem = f"cannot read {what} ({exc.strerror or exc})"
     except UnicodeDecodeError:

@@ -19,7 +19,8 @@ from typing import Any, Iterable, Iterator, Mapping
 
 from .errors import NotebookCellError, UsageError
 from .findings import Finding, to_jsonable
-from .safewrite import write_text_atomic
+from .safewrite import check_destination, write_text_atomic
+from .textsafe import clip
 
 FINDINGS_MIME = "application/vnd.eagle3lens.findings+json"
 """Mimetype of the display output that carries a walkthrough's findings."""
@@ -97,11 +98,36 @@ def walkthroughs() -> dict[str, Path]:
     return {p.stem: p for p in sorted(notebooks_dir().glob("[0-9][0-9]_*.ipynb"))}
 
 
+MAX_NOTEBOOK_BYTES = 200_000_000
+
+
+def read_notebook(path: str | Path) -> Any:
+    """A notebook file as nbformat v4; a FIFO or device, a file over :data:`MAX_NOTEBOOK_BYTES`, not JSON or not a
+    notebook is a one-line :class:`UsageError` naming the file."""
+    import stat
+
+    nbformat = _nbformat()
+    path = Path(path)
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        raise UsageError(f"{clip(str(path))}: cannot read the notebook ({exc.strerror or exc})") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise UsageError(f"{clip(str(path))}: not a regular file")
+    if info.st_size > MAX_NOTEBOOK_BYTES:
+        raise UsageError(f"{clip(str(path))}: {info.st_size} bytes, more than the {MAX_NOTEBOOK_BYTES}-byte cap for a notebook")
+    try:
+        return nbformat.read(str(path), as_version=4)
+    except OSError as exc:
+        raise UsageError(f"{clip(str(path))}: cannot read the notebook ({exc.strerror or exc})") from None
+    except (ValueError, KeyError, TypeError, AttributeError, IndexError, RecursionError) as exc:  # NotJSONError...
+        raise UsageError(f"{clip(str(path))}: not a readable notebook ({type(exc).__name__}: "
+                         f"{clip(str(exc), 160)})") from None
+
+
 def walkthrough_title(path: Path) -> str:
     """The first heading of a notebook's first markdown cell."""
-    nbformat = _nbformat()
-
-    nb = nbformat.read(path, as_version=4)
+    nb = read_notebook(path)
     for cell in nb.cells:
         if cell.cell_type == "markdown":
             for line in cell.source.splitlines():
@@ -113,15 +139,15 @@ def walkthrough_title(path: Path) -> str:
 def resolve(name_or_path: str | Path) -> Path:
     """A walkthrough's path from its short name (``00_triage`` or ``triage``) or a notebook path."""
     path = Path(name_or_path)
-    if path.suffix == ".ipynb" or path.exists():
-        if not path.is_file():
-            raise UsageError(f"{path}: notebook not found")
+    if path.suffix == ".ipynb" or os.path.exists(path):  # os.path: a name too long for the OS is just absent
+        if not os.path.isfile(path):
+            raise UsageError(f"{clip(str(path))}: " + ("not a regular file" if os.path.exists(path) else "notebook not found"))
         return path
     known = walkthroughs()
     name = str(name_or_path)
     matches = [p for stem, p in known.items() if stem == name or stem.split("_", 1)[1] == name]
     if not matches:
-        raise UsageError(f"unknown walkthrough {name!r}: choose one of {', '.join(known)} or give a .ipynb path")
+        raise UsageError(f"unknown walkthrough {clip(repr(name), 120)}: choose one of {', '.join(known)} or give a .ipynb path")
     return matches[0]
 
 
@@ -148,13 +174,17 @@ def notebook_parameters(path: str | Path) -> tuple[str, ...] | None:
     """Names assigned in a notebook's ``parameters`` cell (None when it has no such cell)."""
     import ast
 
-    nbformat = _nbformat()
-
-    nb = nbformat.read(str(path), as_version=4)
+    nb = read_notebook(path)
     cell = next((c for c in nb.cells if "parameters" in c.metadata.get("tags", [])), None)
     if cell is None:
         return None
-    return tuple(t.id for node in ast.parse(cell.source).body if isinstance(node, (ast.Assign, ast.AnnAssign))
+    try:
+        body = ast.parse(cell.source).body
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        where = f"line {exc.lineno}: " if isinstance(exc, SyntaxError) and exc.lineno else ""
+        message = exc.msg if isinstance(exc, SyntaxError) else type(exc).__name__
+        raise UsageError(f"{clip(str(path))}: its parameters cell is not valid Python ({where}{clip(message, 120)})") from None
+    return tuple(t.id for node in body if isinstance(node, (ast.Assign, ast.AnnAssign))
                  for t in (node.targets if isinstance(node, ast.Assign) else [node.target]) if isinstance(t, ast.Name))
 
 
@@ -297,13 +327,15 @@ def run_notebook(name_or_path: str | Path, parameters: Mapping[str, Any] | None,
     known = notebook_parameters(source)
     unknown = sorted(set(parameters) - set(known)) if known is not None else []
     if unknown:
-        raise UsageError(f"{source}: unknown parameter{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} "
-                         f"(this notebook takes: {', '.join(known)})")
-    _check_kernel(kernel_name)
+        raise UsageError(f"{clip(str(source))}: unknown parameter{'s' if len(unknown) > 1 else ''} "
+                         f"{clip(', '.join(unknown), 200)} (this notebook takes: {clip(', '.join(known), 300)})")
     out = Path(out_dir).absolute()
     executed = out / f"{source.stem}.ipynb"
     html = out / f"{source.stem}.html"
     findings_json = out / f"{source.stem}.findings.json"
+    for output in (executed, html, findings_json):  # papermill writes the .ipynb itself, not through safewrite
+        check_destination(output)
+    _check_kernel(kernel_name)
     start = time.perf_counter()
     with _writing(out):
         out.mkdir(parents=True, exist_ok=True)
@@ -354,7 +386,7 @@ def _cell_error(source: Path, executed: Path, html: Path, exc: Exception, timeou
 def _read(notebook: Any) -> Any:
     nbformat = _nbformat()
 
-    return notebook if isinstance(notebook, nbformat.NotebookNode) else nbformat.read(str(notebook), as_version=4)
+    return notebook if isinstance(notebook, nbformat.NotebookNode) else read_notebook(notebook)
 
 
 def export_html(executed: Any, html_path: str | Path) -> Path:

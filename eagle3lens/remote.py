@@ -423,7 +423,7 @@ class _HostWorker:
         try:
             for rel, entry in self._remote_files(f"{self.run_dir}/out"):
                 self._fetch(rel, entry, force=True)
-        except (OSError, EOFError, RemoteError) as exc:
+        except (OSError, EOFError, RemoteError, UsageError) as exc:  # UsageError: a local file there is a FIFO...
             self.say(f"fetch stopped: {exc}")
 
     def read_back(self) -> tuple[str | None, str | None]:

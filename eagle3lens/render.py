@@ -110,6 +110,13 @@ def _notes_html(report: Report) -> str:
     return "<ul class='notes'>" + "".join(f"<li>{html_text(n, newlines=True)}</li>" for n in report.notes) + "</ul>"
 
 
+def script_json(text: str) -> str:
+    """JSON text safe inside ``<script type="application/json">``: ``<``, ``>`` and ``&`` (only ever inside JSON
+    strings) become ``\\u003c``-style escapes, so no ``</script>`` or ``<!--`` can end the element early and
+    ``json.loads`` of the element's text gives back the report exactly (entity escapes would not be decoded)."""
+    return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
+
+
 def render_report_html(report: Report, title: str = "eagle3lens report") -> str:
     """A standalone page that opens offline: plotly.js is inlined once, every figure drawn from its JSON."""
     from plotly.offline import get_plotlyjs
@@ -142,6 +149,6 @@ code.cmd, td:last-child code {{ white-space: nowrap; }}
 {findings_html(report)}
 {_notes_html(report)}
 {''.join(sections)}
-<script type="application/json" id="eagle3lens-report">{html.escape(report.to_json(indent=None), quote=False)}</script>
+<script type="application/json" id="eagle3lens-report">{script_json(report.to_json(indent=None))}</script>
 </body></html>
 """

@@ -66,3 +66,12 @@ def strip_escapes(text: str) -> str:
     if "\x1b" in text or "\x9b" in text or "\x9d" in text or "\x90" in text:
         return _ESCAPES.sub("", text)
     return text
+
+
+def clip(text: object, limit: int = 300) -> str:
+    """``text`` cut to about ``limit`` characters (head and tail kept), newlines shown as spaces: an error
+    line stays one bounded line whatever a parameter or cell printed."""
+    flat = " ".join(str(text).splitlines())
+    if len(flat) <= limit:
+        return flat
+    return f"{flat[: limit * 2 // 3]}…[{len(flat) - limit} characters]…{flat[-(limit // 3):]}"

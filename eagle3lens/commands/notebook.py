@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import sys
 import threading
 from pathlib import Path
@@ -45,11 +47,30 @@ def read_params_file(path: str) -> dict[str, Any]:
     return data
 
 
+PATH_PARAMETERS = frozenset({"checkpoint", "target", "draft", "log", "data", "token_counts", "tokenizer", "demo_dir"})
+"""Parameters of the walkthroughs that name a file or directory. In a user's notebook also any name that is or
+ends in ``path``, ``file``, ``dir``, ``log``, ``data``, ``checkpoint``, ``ckpt``, ``target`` or ``draft`` (as a
+word: ``path``, ``log_file``, ``out_dir``). Only these are resolved against the working directory."""
+PATH_WORDS = re.compile(r"(?:^|_)(?:path|file|dir|folder|log|data|checkpoint|ckpt|target|draft)s?$")
+MAX_PATH_CHARS = 4096  # PATH_MAX on Linux: a longer value is no path anywhere
+
+
+def is_path_parameter(name: str) -> bool:
+    return name in PATH_PARAMETERS or PATH_WORDS.search(name) is not None
+
+
 def absolute_paths(parameters: dict[str, Any], base: Path) -> dict[str, Any]:
-    """Relative paths that exist from where the command runs become absolute: the kernel runs in the notebook's folder."""
-    return {key: str((base / value).resolve())
-            if isinstance(value, str) and value and not Path(value).is_absolute() and (base / value).exists() else value
-            for key, value in parameters.items()}
+    """Relative paths that exist from where the command runs become absolute: the kernel runs in the notebook's
+    folder. Only path parameters are looked up (an engine spec or a scenario is never probed as a file), and a
+    value the OS cannot take as a name (too long, a NUL byte) is left as it is."""
+    def resolved(key: str, value: Any) -> Any:
+        if not (is_path_parameter(key) and isinstance(value, str) and value and len(value) <= MAX_PATH_CHARS
+                and "\0" not in value and not os.path.isabs(value)):
+            return value
+        candidate = base / value
+        return str(candidate.resolve()) if os.path.exists(candidate) else value
+
+    return {key: resolved(key, value) for key, value in parameters.items()}
 
 
 def list_walkthroughs() -> int:

@@ -17,6 +17,7 @@ from ..errors import CheckpointError
 from ..findings import Finding, to_jsonable
 from ..progress import Counter, Progress
 from ..safetensors_header import DTYPE_BITS
+from .stats import as_float64
 
 CHUNK = 16 << 20  # hashing unpaired tensors
 COMPARE_CHUNK = 1 << 20  # paired tensors: two 1 MiB buffers fit in L2, so memcmp runs from cache
@@ -165,7 +166,7 @@ def _value_change(a: Checkpoint, x: str, b: Checkpoint, y: str) -> ValueChange:
         ta, tb = (_from_bytes(raw, replace(info, shape=(elems,))) for raw in (raw_a, raw_b))
         if ta is None:  # a dtype torch cannot view: the bytes differ, the values are not computed
             return ValueChange(x, y, float("nan"), float("nan"), -1)
-        fa, fb = ta.to(torch.float64), tb.to(torch.float64)  # bool, ints and floats alike
+        fa, fb = as_float64(ta), as_float64(tb)  # bool, ints, floats and complex alike
         delta = (fa - fb).abs()
         finite = torch.isfinite(delta)
         if bool(finite.any()):
@@ -173,6 +174,7 @@ def _value_change(a: Checkpoint, x: str, b: Checkpoint, y: str) -> ValueChange:
         finite_a = torch.isfinite(fa)
         if bool(finite_a.any()):
             scale = max(scale, float(fa.abs()[finite_a].max()))
-        n_diff += int((~((fa == fb) | (torch.isnan(fa) & torch.isnan(fb)))).sum())
+        differs = ~((fa == fb) | (torch.isnan(fa) & torch.isnan(fb)))
+        n_diff += int((differs.view(-1, 2).any(-1) if ta.is_complex() else differs).sum())  # per element
     max_abs = max_abs if seen else float("nan")
     return ValueChange(x, y, max_abs, max_abs / scale if scale else float("inf") if max_abs else 0.0, n_diff)

@@ -50,6 +50,14 @@ def dtype_kind(st_dtype: str) -> str:
     return "float" if dtype.is_floating_point else "int"
 
 
+def as_float64(t):  # (torch.Tensor) -> torch.Tensor
+    """``t`` widened to float64 for comparisons; a complex tensor as its (real, imaginary) pairs, so nothing is
+    discarded (and torch prints no "discards the imaginary part" warning)."""
+    import torch
+
+    return torch.view_as_real(t).to(torch.float64) if t.is_complex() else t.to(torch.float64)
+
+
 def as_tensor(raw: memoryview, st_dtype: str):
     """Reinterpret little-endian bytes as a 1-D tensor (no copy); ValueError for a dtype torch lacks."""
     import torch

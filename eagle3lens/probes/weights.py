@@ -29,7 +29,13 @@ from ..findings import Finding, Severity, to_jsonable
 from ..progress import Counter, Progress
 from ..safetensors_header import DTYPE_BITS, torch_dtype
 from ..textsafe import printable
-from .stats import DEFAULT_CHUNK_BYTES, TensorStats, iter_element_chunks, tensor_stats
+from .stats import (
+    DEFAULT_CHUNK_BYTES,
+    TensorStats,
+    as_float64,
+    iter_element_chunks,
+    tensor_stats,
+)
 
 HF_DEFAULT_INIT_RANGE = 0.02
 KURTOSIS = {"normal": 0.0, "uniform": -1.2}
@@ -625,7 +631,7 @@ def _change(a: Checkpoint, b: Checkpoint, name: str, chunk_bytes: int,
     dot = aa = bb = dd = 0.0
     max_diff = 0.0
     for (_, x), (_, y) in zip(iter_element_chunks(a, name, elems), iter_element_chunks(b, name, elems)):
-        x, y = x.double(), y.double()
+        x, y = as_float64(x), as_float64(y)
         d = x - y
         dot += float((x * y).sum())
         aa += float((x * x).sum())

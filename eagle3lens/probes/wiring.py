@@ -219,10 +219,12 @@ def load_draft_as(ckpt: Checkpoint, engine: EngineProfile | str | None = None, s
     Without an engine every tensor loads (the trainer's view). Init is the module's HF-style init
     (normal(0, initializer_range), norms 1.0), a deterministic stand-in for the engines' ``torch.empty``.
     """
-    from ..draft import DraftConfig
+    from ..draft import DraftConfig, check_config_fits
 
+    cfg = DraftConfig.from_checkpoint(ckpt)
+    check_config_fits(cfg, ckpt)  # before allocating: a config's sizes that do not match its tensors are refused
     torch.manual_seed(seed)
-    draft = Eagle3Draft(DraftConfig.from_checkpoint(ckpt))
+    draft = Eagle3Draft(cfg)
     own = draft.state_dict()
     keys = list(ckpt.tensors) if engine is None else loaded_keys(ckpt, engine)
     state = {}
