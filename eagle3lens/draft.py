@@ -74,16 +74,15 @@ class DraftConfig:
     @classmethod
     def from_checkpoint(cls, ckpt: Checkpoint) -> DraftConfig:
         """Sizes from a checkpoint: its DraftSpec, plus the MLA sizes of its config when it is an MLA draft."""
-        cfg = cls.from_spec(ckpt.spec, ckpt.path)
-        if is_mla(ckpt.config, ckpt.tensors):
-            cfg = replace(cfg, mla=read_mla(ckpt.config, ckpt.path))
-        return cfg
+        mla = read_mla(ckpt.config, ckpt.path) if is_mla(ckpt.config, ckpt.tensors) else None
+        return replace(cls.from_spec(ckpt.spec, ckpt.path, llama_heads=mla is None), mla=mla)
 
     @classmethod
-    def from_spec(cls, spec: DraftSpec, source: str | Path = "draft") -> DraftConfig:
+    def from_spec(cls, spec: DraftSpec, source: str | Path = "draft", llama_heads: bool = True) -> DraftConfig:
         """Sizes from a checkpoint's DraftSpec (flags also switched on by the tensors that need them).
 
-        ``source`` names the checkpoint in the error raised when its config does not give the sizes.
+        ``source`` names the checkpoint in the error raised when its config does not give the sizes;
+        ``llama_heads`` False skips the q/k/v head checks (an MLA draft's head sizes are its MLA config's).
         """
         missing = [name for name in ("hidden_size", "intermediate_size", "num_attention_heads", "vocab_size")
                    if getattr(spec, name) is None]
@@ -94,10 +93,10 @@ class DraftConfig:
         heads = spec.num_attention_heads
         kv_heads = spec.num_key_value_heads or heads
         head_dim = spec.head_dim or hidden // heads
-        if heads % kv_heads:
+        if llama_heads and heads % kv_heads:
             raise CheckpointError(source, f"the config's num_attention_heads {heads} is not a multiple of "
                                           f"num_key_value_heads {kv_heads}: cannot build the draft")
-        if head_dim % 2 or not head_dim:
+        if llama_heads and (head_dim % 2 or not head_dim):
             raise CheckpointError(source, f"the config gives head dimension {head_dim} (hidden_size {hidden} / "
                                           f"{heads} heads or head_dim): rotary embeddings need an even one")
         return cls(

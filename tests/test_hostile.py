@@ -104,7 +104,7 @@ def test_doctor_html_onto_a_fifo_is_one_line_and_keeps_the_fifo(draft: Path, tmp
 
 
 def test_notebook_outputs_onto_a_fifo_are_refused_before_running(tmp_path: Path) -> None:
-    from eagle3lens.notebook import run_notebook, walkthroughs
+    from eagle3lens.notebook_runner import run_notebook, walkthroughs
 
     out = tmp_path / "out"
     out.mkdir()
@@ -324,7 +324,7 @@ def test_a_100k_tensor_header_is_read_correctly(tmp_path: Path) -> None:
 
 # -- 19: malformed user notebooks and path-like parameters -----------------------------------------------
 def test_malformed_notebooks_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from eagle3lens.notebook import notebook_parameters, walkthroughs
+    from eagle3lens.notebook_runner import notebook_parameters, walkthroughs
 
     (tmp_path / "text.ipynb").write_text("not json at all")
     nb = json.loads(walkthroughs()["05_serving_logs"].read_text())
@@ -357,7 +357,7 @@ def test_only_path_parameters_are_probed_as_paths(tmp_path: Path) -> None:
 
 
 def test_notebook_errors_are_bounded(tmp_path: Path) -> None:
-    from eagle3lens.notebook import NotebookCellError
+    from eagle3lens.errors import NotebookCellError
 
     error = NotebookCellError("nb.ipynb", "code cell 2 of 5", "x = 1", "OSError: " + "y" * 1_000_000 + "\nz",
                               tmp_path / "nb.ipynb")
@@ -543,7 +543,7 @@ def test_complex_and_float8_tensors_print_no_warnings(tmp_path: Path) -> None:
     b = write(tmp_path / "b", draft_tensors("layers.0.", extra=extra_b), speculators_config())
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        weight_stats(Checkpoint.open(a), against=Checkpoint.open(b), progress=False)
+        weight_stats(Checkpoint.open(a), against=Checkpoint.open(b))
         result = diff(Checkpoint.open(a), Checkpoint.open(b))
     changed = {c.name: c for c in result.changed}
     assert changed["c64"].n_diff == 40 * 40  # counted per complex element

@@ -290,7 +290,13 @@ def check_wiring(draft: CheckpointLike, *, target: Any = None, engine: EnginePro
     # shapes only: the draft runs in the target's dtype, as an engine runs both
     module = module.to(next(model.parameters()).dtype)
     fallback = "run the trace on real weights (--device cpu/cuda, or --device-map auto)"
-    return wire_on_meta(model, module, resolution, profile, type(model).__name__, fallback, scenario, seq_len)
+    try:
+        return wire_on_meta(model, module, resolution, profile, type(model).__name__, fallback, scenario, seq_len)
+    except (NotImplementedError, RuntimeError) as exc:  # MoE routing and some kernels need real values
+        problem = (str(exc).strip().splitlines() or [""])[0][:160]
+        raise UsageError(f"{target}: the target's forward cannot run on the meta device ({type(exc).__name__}: "
+                         f"{problem}; MoE routing and some kernels need real values): trace it with --device cpu "
+                         "or --device-map auto") from None
 
 
 def wire(model: nn.Module, module: Eagle3Draft, resolution: AuxResolution, profile: EngineProfile | str, scenario: str | None = None,
