@@ -61,7 +61,7 @@ class _bar:
     def __enter__(self):
         if not self.enabled:
             return None
-        from tqdm import tqdm
+        from tqdm import tqdm  # type: ignore[import-untyped]
 
         def progress(done: int, total: int | None, label: str) -> None:
             if self.bar is None:

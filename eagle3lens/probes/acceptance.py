@@ -37,18 +37,27 @@ from __future__ import annotations
 
 import math
 import tempfile
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
 
 from ..checkpoint import Checkpoint
-from ..draft import Eagle3Draft, FcGate, canonical_key, map_to_target, rope
+from ..draft import (
+    DecoderLayer,
+    Eagle3Draft,
+    FcGate,
+    canonical_key,
+    map_to_target,
+    rope,
+)
 from ..engines import EngineProfile, resolve
 from ..errors import CheckpointError, UsageError
-from ..findings import Finding, Severity, fix_command, to_jsonable
+from ..findings import Finding, Severity, fix_command
+from .acceptance_result import CAUSE_LABELS, AcceptanceResult, AcceptanceView
 from .data import Sample, iter_samples
 
 Progress = Callable[[int, "int | None", str], None]
@@ -57,55 +66,6 @@ ZERO_ACCEPT_LEN = 1.05
 GAP_ABS, GAP_REL = 0.1, 0.1  # as served below as trained by more than both: a gap
 QUERY_CHUNK = 256  # query rows per attention block (bounds the [heads, rows, T] score tensor)
 TEACHER_CHUNK = 256  # rows per lm_head block when taking the teacher's argmax over the full vocab
-VIEW_NAMES = ("metrics", "as_trained", "as_served", "fixed")
-CAUSE_LABELS = {"keys": "keys fixed alone", "aux-ids": "aux ids fixed alone", "aux-capture": "aux capture on alone",
-                "d2t": "d2t as trained alone", "shared-tables": "embed / lm_head as trained alone"}
-
-
-@dataclass(frozen=True)
-class AcceptanceView:
-    """One way of running the draft over the data, and what it accepts."""
-
-    name: str
-    full_acc: tuple[float, ...]
-    cond_acc: tuple[float, ...]
-    accept_len: float | None
-    positions: int
-    setup: dict[str, Any] = field(default_factory=dict)  # weights, layers, fc gate, scenario
-    engine: str | None = None
-    log_lines: dict[str, str] = field(default_factory=dict)  # engine family -> the line its log would print
-    error: str | None = None  # the engine would stop here (e.g. fc's shape check) instead of serving
-
-    def to_dict(self) -> dict[str, Any]:
-        return to_jsonable({"full_acc": list(self.full_acc), "cond_acc": list(self.cond_acc),
-                            "accept_len": self.accept_len, "positions": self.positions, "engine": self.engine,
-                            "setup": self.setup, "log_lines": self.log_lines, "error": self.error})
-
-
-@dataclass(frozen=True)
-class AcceptanceResult:
-    """The views side by side, the per-cause toggles (cause -> accept len with that cause fixed alone), findings."""
-
-    draft: str
-    data: str
-    engine: str | None
-    steps: int
-    samples: int
-    views: dict[str, AcceptanceView]
-    toggles: dict[str, float | None] = field(default_factory=dict)
-    greedy_agreement: float | None = None
-    findings: tuple[Finding, ...] = ()
-    notes: tuple[str, ...] = ()
-
-    def accept_len(self, view: str) -> float | None:
-        v = self.views.get(view)
-        return v.accept_len if v is not None else None
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {name: view.to_dict() for name, view in self.views.items()}
-        out.update(toggles=dict(self.toggles), draft=self.draft, data=self.data, engine=self.engine, steps=self.steps,
-                   samples=self.samples, greedy_agreement=self.greedy_agreement, notes=list(self.notes))
-        return to_jsonable(out)
 
 
 # -- the setups a view runs -----------------------------------------------------------------------
@@ -182,6 +142,8 @@ def estimate_acceptance(draft: str | Path | Checkpoint, data: str | Path | Itera
     K = steps or _config_steps(ckpt) or DEFAULT_STEPS
     if K < 1:
         raise UsageError(f"--steps must be at least 1, got {K}")
+    if data is None:
+        raise UsageError("acceptance needs data: a hidden-state dump, or samples captured live from the target")
     teacher = Teacher.open(target, dev)
     samples = iter_samples(data, limit=limit) if isinstance(data, (str, Path)) else iter(data)
     data_name = str(data) if isinstance(data, (str, Path)) else "live capture"
@@ -252,7 +214,7 @@ class Teacher:
     model: Any = None  # a loaded HF model when one was given
 
     @classmethod
-    def open(cls, target: Any, device: torch.device) -> "Teacher":
+    def open(cls, target: Any, device: torch.device) -> Teacher:
         from torch import nn
 
         if isinstance(target, nn.Module):
@@ -261,8 +223,10 @@ class Teacher:
             decoder_path, layers = find_decoder_layers(target)
             parent = decoder_path.rsplit(".", 1)[0] if "." in decoder_path else ""
             norm = dict(target.named_modules())[f"{parent}.norm" if parent else "norm"]
-            head = target.get_output_embeddings().weight
-            return cls(norm.weight.detach().float().to(device), float(getattr(norm, "variance_epsilon", 1e-6)),
+            model: Any = target
+            head = cast(torch.Tensor, model.get_output_embeddings().weight)
+            eps = float(getattr(norm, "variance_epsilon", 1e-6))
+            return cls(cast(torch.Tensor, norm.weight).detach().float().to(device), eps,
                        head.detach().float().to(device), len(layers), head.shape[1], "model", model=target)
         ckpt = target if isinstance(target, Checkpoint) else Checkpoint.open(target)
         if ckpt.spec.is_draft:
@@ -271,13 +235,13 @@ class Teacher:
         config = config.get("text_config", config) if isinstance(config.get("text_config"), dict) else config
         norm_key = _first(ckpt, ("model.norm.weight", "model.language_model.norm.weight", "norm.weight"))
         head_key = _first(ckpt, ("lm_head.weight", "model.embed_tokens.weight", "embed_tokens.weight"))
-        layers = config.get("num_hidden_layers")
-        if norm_key is None or head_key is None or not isinstance(layers, int):
+        num_layers = config.get("num_hidden_layers")
+        if norm_key is None or head_key is None or not isinstance(num_layers, int):
             raise CheckpointError(ckpt.path, "not an HF target: needs model.norm.weight, lm_head.weight (or tied "
                                              "embed_tokens) and num_hidden_layers in config.json")
         head = ckpt.read(head_key).float().to(device)
         return cls(ckpt.read(norm_key).float().to(device), float(config.get("rms_norm_eps") or 1e-6), head,
-                   layers, int(head.shape[1]), str(ckpt.path), ckpt=ckpt)
+                   num_layers, int(head.shape[1]), str(ckpt.path), ckpt=ckpt)
 
     def embed(self) -> torch.Tensor | None:
         if self.model is not None:
@@ -420,7 +384,11 @@ def _draft_rows(module: Eagle3Draft) -> torch.Tensor | None:
     N, V = module.cfg.draft_vocab, module.cfg.vocab
     if N >= V:
         return None
-    return torch.arange(N) + module.d2t.cpu()
+    return torch.arange(N) + _d2t(module).cpu()
+
+
+def _d2t(module: Eagle3Draft) -> torch.Tensor:
+    return cast(torch.Tensor, module.d2t)
 
 
 def _config_steps(ckpt: Checkpoint) -> int | None:
@@ -556,7 +524,7 @@ def _score_serving(module: Eagle3Draft, preds: list[torch.Tensor], p: _Prepared,
     starts = p.mask[:n]
     run = starts.clone()
     for k in range(K):
-        proposed = map_to_target(preds[k][:n], module.d2t)
+        proposed = map_to_target(preds[k][:n], _d2t(module))
         counts.cond_total[k] += float(run.sum())
         run &= proposed == p.teacher_full[k:k + n]
         counts.full_hit[k] += float(run.sum())
@@ -574,7 +542,7 @@ def chain(module: Eagle3Draft, ids: torch.Tensor, feature: torch.Tensor, gate: F
     the chain's own earlier tokens).
     """
     cfg = module.cfg
-    layer = module.layers[0]
+    layer = cast(DecoderLayer, module.layers[0])
     attn = layer.self_attn
     T = ids.shape[0]
     with torch.no_grad():
@@ -605,7 +573,7 @@ def chain(module: Eagle3Draft, ids: torch.Tensor, feature: torch.Tensor, gate: F
             if teacher_forced is not None:
                 x_ids = F.pad(teacher_forced[k + 1:], (0, k + 1))[None]
             else:
-                x_ids = map_to_target(pred, module.d2t)
+                x_ids = map_to_target(pred, _d2t(module))
             positions = positions + 1
     return preds
 

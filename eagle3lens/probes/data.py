@@ -27,9 +27,10 @@ from __future__ import annotations
 import gzip
 import json
 import re
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import IO, Any, cast
 
 import torch
 from torch import nn
@@ -206,7 +207,7 @@ def _safetensors(file: Path) -> dict[str, torch.Tensor]:
 
     try:
         with safe_open(str(file), framework="pt") as fh:
-            return {key: fh.get_tensor(key) for key in fh.keys()}
+            return {key: fh.get_tensor(key) for key in fh.keys()}  # noqa: SIM118 (safe_open is not iterable)
     except (SafetensorError, OSError, ValueError) as exc:
         raise CheckpointError(file, f"cannot read as safetensors ({str(exc)[:160]})") from None
 
@@ -217,7 +218,7 @@ def _torch_load(file: Path) -> dict[str, torch.Tensor]:
     try:
         if file.name.endswith(".gz"):
             with gzip.open(file, "rb") as fh:
-                obj = torch.load(fh, map_location="cpu", weights_only=True)
+                obj = torch.load(cast(IO[bytes], fh), map_location="cpu", weights_only=True)
         else:
             obj = torch.load(file, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:
