@@ -40,6 +40,7 @@ CAUSAL_ORDER: tuple[tuple[str, str], ...] = (
     ("config/", "config the engine reads differently"),
     ("trace/", "hidden-state wiring"),
     ("weights/", "weight statistics"),
+    ("acceptance/", "the offline acceptance estimate (the causes above, measured)"),
     ("logs/", "the symptom in the server log"),
 )
 
@@ -116,7 +117,7 @@ def rank_findings(findings: list[Finding]) -> list[Finding]:
 def rank_causes(findings: list[Finding]) -> tuple[Cause, ...]:
     causes = []
     for f in rank_findings(findings):
-        if f.severity == Severity.INFO or f.area == "logs":
+        if f.severity == Severity.INFO or f.area in ("logs", "acceptance"):  # symptoms and measurements, not causes
             continue
         explains = "zero acceptance" if f.severity == Severity.CRITICAL else "lower acceptance"
         causes.append(Cause(len(causes) + 1, f, explains))
@@ -135,11 +136,14 @@ def diagnose(
     progress: bool | None = None,
     device_map: str | None = None,
     dtype: str = "float32",
+    data: str | Path | None = None,
+    prompts: str | Path | None = None,
 ) -> Report:
     """Run the applicable probes on a draft and return a Report whose findings are ranked causes first.
 
     ``device_map`` / ``dtype`` place the target for the wiring check (accelerate's ``auto`` spreads a large
-    target over GPUs and CPU; ``dtype="auto"`` keeps the checkpoint's dtype).
+    target over GPUs and CPU; ``dtype="auto"`` keeps the checkpoint's dtype). ``data`` (a hidden-state dump) or
+    ``prompts`` with ``target`` add the offline acceptance estimate, held against the log's accept len.
     """
     from .engines import resolve
     from .probes.aux_layers import resolve_aux_layers
@@ -196,6 +200,18 @@ def diagnose(
         run("logs", parse_log, log, engine=log_engine, num_draft_tokens=num_draft_tokens, baseline_tps=baseline_tps)
     else:
         skipped["logs"] = "no --log given: acceptance not read"
+    if (data is not None or prompts is not None) and tgt is not None and ckpt.config is not None:
+        from .probes.acceptance import doctor_acceptance
+
+        logs = report.results.get("logs")
+        logged = logs.summary.mean_accept_len if logs is not None else None
+        result, note = doctor_acceptance(ckpt, tgt, profile, data=data, prompts=prompts, logged_accept_len=logged,
+                                         log_path=str(log) if log is not None else None, scenario=scenario)
+        run("acceptance", lambda: result)
+        if note:
+            report.notes.append(note)
+    elif data is not None or prompts is not None:
+        skipped["acceptance"] = "needs --target (its final norm and lm_head are the teacher) and a config.json"
 
     # the log probe's own fix is "run the doctor": here the causes above are the fix
     findings = owned_findings_only(report.findings, report.results)

@@ -28,7 +28,10 @@ def run(args: argparse.Namespace) -> int:
     target: Any = args.target
     data: Any = args.data
     if args.prompts is not None:
-        data, target = _live(draft, args)
+        from ..probes.acceptance import live_samples
+
+        data, target = live_samples(draft, args.target, args.prompts, args.engine, new_tokens=args.new_tokens,
+                                    device=args.device, device_map=args.device_map, limit=args.limit)
     with _bar(args) as progress:
         result = estimate_acceptance(draft, data, target=target, engine=args.engine, steps=args.steps,
                                      scenario=args.scenario, device=args.device, limit=args.limit,
@@ -37,18 +40,6 @@ def run(args: argparse.Namespace) -> int:
     report.add("acceptance", result)
     report.notes.extend(result.notes)
     return finish(report, args)
-
-
-def _live(draft: Any, args: argparse.Namespace) -> tuple[list[Any], Any]:
-    """Prompts continued greedily by the target, aux states captured with the tracer (list: the bar knows its length)."""
-    from ..probes.acceptance import needed_layers
-    from ..probes.data import capture_samples, read_prompts
-    from ..probes.wiring import find_decoder_layers, load_target
-
-    model = load_target(args.target, args.device if args.device_map is None else "cpu", device_map=args.device_map)
-    prompts = read_prompts(args.prompts, tokenizer_dir=args.target)[: args.limit]
-    layers = needed_layers(draft, len(find_decoder_layers(model)[1]), args.engine)
-    return list(capture_samples(model, prompts, layers, new_tokens=args.new_tokens)), model
 
 
 class _bar:

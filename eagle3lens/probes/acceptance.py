@@ -708,3 +708,43 @@ def needed_layers(draft: str | Path | Checkpoint, num_target_layers: int,
     if engine is not None:
         layers |= set(resolve_aux_layers(ckpt.spec, num_target_layers, resolve(engine), checkpoint=ckpt.path).captured)
     return tuple(sorted(k for k in layers if 0 <= k < num_target_layers))
+
+
+def live_samples(draft: str | Path | Checkpoint, target: Any, prompts: str | Path,
+                 engine: str | EngineProfile | None = None, new_tokens: int = 32, device: str = "cpu",
+                 device_map: str | None = None, limit: int | None = None) -> tuple[list[Sample], Any]:
+    """Prompts continued greedily by the target (loaded from ``target``), with the aux layers the trained draft and
+    ``engine`` need captured by the tracer; returns the samples and the loaded target (the teacher)."""
+    from .data import capture_samples, read_prompts
+    from .wiring import find_decoder_layers, load_target
+
+    model = load_target(target, device if device_map is None else "cpu", device_map=device_map)
+    tokenizer = target.root if isinstance(target, Checkpoint) else target if isinstance(target, (str, Path)) else None
+    ids = read_prompts(prompts, tokenizer_dir=tokenizer)[:limit]
+    layers = needed_layers(draft, len(find_decoder_layers(model)[1]), engine)
+    return list(capture_samples(model, ids, layers, new_tokens=new_tokens)), model
+
+
+def doctor_acceptance(draft: Checkpoint, target: Any, engine: str | EngineProfile | None, *,
+                      data: str | Path | None = None, prompts: str | Path | None = None,
+                      logged_accept_len: float | None = None, log_path: str | None = None,
+                      scenario: str | None = None) -> tuple[AcceptanceResult, str | None]:
+    """The acceptance probe as the doctor runs it: as served held against the logged accept len.
+
+    Returns the result (with ``acceptance/served-vs-log-mismatch`` added on disagreement) and, on agreement,
+    the note that the served acceptance is explained by the causes found.
+    """
+    samples: Any = data
+    teacher: Any = target
+    if data is None:
+        if prompts is None:
+            raise UsageError("acceptance needs --data D or --prompts F")
+        samples, teacher = live_samples(draft, target, prompts, engine)
+    result = estimate_acceptance(draft, samples, target=teacher, engine=engine,
+                                 scenario=scenario if scenario == "aux-off" else None)
+    if logged_accept_len is None or engine is None:
+        return result, None
+    finding, note = log_comparison(result, logged_accept_len, log_path or "log")
+    if finding is not None:
+        result = replace(result, findings=(*result.findings, finding))
+    return result, note
