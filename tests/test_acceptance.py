@@ -276,3 +276,21 @@ def test_serving_chain_feeds_its_own_tokens(demo_dir: Path) -> None:
     forced = chain(draft, ids, feat, "always", 2, teacher_forced=ids)
     assert not torch.equal(map_to_target(preds[0], draft.d2t), ids[1:].roll(-1))
     assert not torch.equal(preds[1], forced[1])
+
+
+def test_doctor_holds_the_estimate_against_the_log(demo_dir: Path, tmp_path: Path) -> None:
+    from eagle3lens.doctor import diagnose
+
+    common = dict(engine=SGLANG, target=demo_dir / "target", data=demo_dir / "hidden-states", weights=False)
+    agree = diagnose(demo_dir / "speculators", log=demo_dir / "sglang.log", **common)
+    assert "acceptance" in agree.results and "acceptance/gap" in [f.code for f in agree.findings]
+    assert any("explained by the causes above" in n for n in agree.notes)
+    assert "acceptance" not in {c.finding.area for c in agree.results["doctor"].causes}  # a measurement, not a cause
+    # a log claiming 2.40 while the checkpoint as served accepts nothing: something outside the checkpoint differs
+    log = tmp_path / "sglang.log"
+    log.write_text((demo_dir / "sglang.log").read_text().replace("accept len: 1.00, accept rate: 0.00",
+                                                                 "accept len: 2.40, accept rate: 0.35"))
+    differ = diagnose(demo_dir / "speculators", log=log, **common)
+    (mismatch,) = [f for f in differ.findings if f.code == "acceptance/served-vs-log-mismatch"]
+    assert "2.40" in mismatch.title and mismatch.evidence["logged"] == pytest.approx(2.4)
+    assert not any("explained by" in n for n in differ.notes)

@@ -212,6 +212,7 @@ class Teacher:
     source: str
     ckpt: Checkpoint | None = None
     model: Any = None  # a loaded HF model when one was given
+    _sub: tuple[torch.Tensor, torch.Tensor] | None = None
 
     @classmethod
     def open(cls, target: Any, device: torch.device) -> Teacher:
@@ -243,6 +244,15 @@ class Teacher:
         return cls(ckpt.read(norm_key).float().to(device), float(config.get("rms_norm_eps") or 1e-6), head,
                    num_layers, int(head.shape[1]), str(ckpt.path), ckpt=ckpt)
 
+    def _rows(self, rows: torch.Tensor | None) -> torch.Tensor:
+        """The verifier lm_head rows of the draft vocab (gathered once per mapping, not per sample)."""
+        if rows is None:
+            return self.lm_head
+        cached = self._sub
+        if cached is None or not torch.equal(cached[0], rows):
+            self._sub = cached = (rows, self.lm_head[rows])
+        return cached[1]
+
     def embed(self) -> torch.Tensor | None:
         if self.model is not None:
             return self.model.get_input_embeddings().weight.detach().float()
@@ -256,7 +266,7 @@ class Teacher:
     def greedy(self, normed: torch.Tensor, rows: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         """Argmax over the full vocabulary and over the draft-vocab rows ``rows`` (index into the draft vocab)."""
         full, draft = [], []
-        sub = self.lm_head[rows] if rows is not None else self.lm_head
+        sub = self._rows(rows)
         for chunk in normed.split(TEACHER_CHUNK):
             full.append((chunk @ self.lm_head.T).argmax(-1))
             draft.append((chunk @ sub.T).argmax(-1))
