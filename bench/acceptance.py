@@ -36,7 +36,7 @@ def build(root: Path, dump_mb: int) -> tuple[Path, Path, Path, int]:
     cfg = DraftConfig(hidden=H, target_hidden=H, num_aux=3, intermediate=2 * H, heads=8, kv_heads=4, head_dim=32,
                       draft_vocab=N, vocab=V)
     draft = Eagle3Draft(cfg)
-    draft.d2t.copy_(torch.arange(0, 2 * N, 2) - torch.arange(N))
+    draft.d2t.copy_(torch.arange(0, 2 * N, 2) - torch.arange(N))  # type: ignore[operator]
     state = {k: v.contiguous() for k, v in draft.state_dict().items()}
     (root / "draft").mkdir()
     save_file(state, str(root / "draft" / "model.safetensors"))
@@ -71,7 +71,7 @@ def plain_loop(draft_dir: Path, target_dir: Path, dump: Path) -> int:
     draft = load_draft_as(Checkpoint.open(draft_dir))
     with safe_open(str(target_dir / "model.safetensors"), framework="pt") as fh:
         norm, head = fh.get_tensor("model.norm.weight"), fh.get_tensor("lm_head.weight")
-    rows = torch.arange(N) + draft.d2t
+    rows = torch.arange(N) + draft.d2t  # type: ignore[operator]
     positions = 0
     for file in dump_files(dump)[1]:
         with safe_open(str(file), framework="pt") as fh:

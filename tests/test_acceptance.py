@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 import torch
@@ -54,7 +56,7 @@ def masked_dump(demo_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
 # -- an independent, straightforward restatement of speculators' definitions ----------------------
 def _dense_ttt(draft: Eagle3Draft, ids: torch.Tensor, feat: torch.Tensor, steps: int) -> list[torch.Tensor]:
     """The TTT loop with one dense mask over all steps' keys (speculators' extend_dense_mask_for_draft_tokens)."""
-    cfg, layer = draft.cfg, draft.layers[0]
+    cfg, layer = draft.cfg, cast(Any, draft.layers[0])
     attn = layer.self_attn
     T = ids.shape[0]
     g = draft.fc(feat[None])
@@ -138,7 +140,7 @@ def test_demo_as_trained_as_served_and_fixed(demo_dir: Path) -> None:
     (gap,) = [f for f in result.findings if f.code == "acceptance/gap"]
     assert gap.severity.value == "critical" and "convert" in (gap.fix or "")
     per_position = views["as_trained"].full_acc
-    assert all(a >= b for a, b in zip(per_position, per_position[1:]))  # a chain: never rises
+    assert all(a >= b for a, b in itertools.pairwise(per_position))  # a chain: never rises
     assert views["as_trained"].accept_len == pytest.approx(1 + sum(per_position))
 
 
@@ -254,7 +256,7 @@ def test_usage_errors(demo_dir: Path, capsys) -> None:
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_matches_cpu(demo_dir: Path) -> None:
-    kwargs = dict(target=demo_dir / "target", engine=SGLANG, limit=8, steps=3)
+    kwargs = {"target": demo_dir / "target", "engine": SGLANG, "limit": 8, "steps": 3}
     cpu = estimate_acceptance(demo_dir / "speculators", demo_dir / "hidden-states", device="cpu", **kwargs)
     gpu = estimate_acceptance(demo_dir / "speculators", demo_dir / "hidden-states", device="cuda", **kwargs)
     for name, view in cpu.views.items():
@@ -281,7 +283,7 @@ def test_serving_chain_feeds_its_own_tokens(demo_dir: Path) -> None:
 def test_doctor_holds_the_estimate_against_the_log(demo_dir: Path, tmp_path: Path) -> None:
     from eagle3lens.doctor import diagnose
 
-    common = dict(engine=SGLANG, target=demo_dir / "target", data=demo_dir / "hidden-states", weights=False)
+    common = {"engine": SGLANG, "target": demo_dir / "target", "data": demo_dir / "hidden-states", "weights": False}
     agree = diagnose(demo_dir / "speculators", log=demo_dir / "sglang.log", **common)
     assert "acceptance" in agree.results and "acceptance/gap" in [f.code for f in agree.findings]
     assert any("explained by the causes above" in n for n in agree.notes)

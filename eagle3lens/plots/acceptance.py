@@ -74,7 +74,7 @@ def acceptance_html(result: AcceptanceResult) -> str:
 
 def accept_len_figure(result: AcceptanceResult) -> Any:
     """Expected accept length per view (bonus included), 1.0 marked: as trained vs as served vs fixed."""
-    import plotly.graph_objects as go
+    import plotly.graph_objects as go  # type: ignore[import-untyped]
 
     names = [n for n, v in result.views.items() if v.accept_len is not None]
     fig = go.Figure(go.Bar(x=[_title(result, n) for n in names], y=[result.views[n].accept_len for n in names],
@@ -88,7 +88,7 @@ def accept_len_figure(result: AcceptanceResult) -> Any:
 
 def per_position_figure(result: AcceptanceResult) -> Any:
     """Per-position acceptance (full_acc_k) of every view, grouped by draft position."""
-    import plotly.graph_objects as go
+    import plotly.graph_objects as go  # type: ignore[import-untyped]
 
     fig = go.Figure()
     for name, view in result.views.items():
@@ -102,7 +102,7 @@ def per_position_figure(result: AcceptanceResult) -> Any:
 
 def toggles_figure(result: AcceptanceResult, selected: str | None = None) -> Any:
     """As served, each cause fixed alone, and as trained (the static twin of the toggles widget)."""
-    import plotly.graph_objects as go
+    import plotly.graph_objects as go  # type: ignore[import-untyped]
 
     served, trained = result.accept_len("as_served"), result.accept_len("as_trained")
     labels = [f"as served by {result.engine}"] + [CAUSE_LABELS.get(c, c) for c in result.toggles] + ["as trained"]
