@@ -28,7 +28,7 @@ def view_rows(result: AcceptanceResult) -> list[tuple[str, str, str, str, str]]:
     """(view, accept len, full_acc per step, cond_acc per step, what the engine's log would print)."""
     rows = []
     for name, view in result.views.items():
-        line = view.error or "; ".join(view.log_lines.values())
+        line = view.error or ("not scored: " + view.unavailable if view.unavailable else "; ".join(view.log_lines.values()))
         rows.append((_title(result, name), _num(view.accept_len),
                      " ".join(f"{a:.3f}" for a in view.full_acc), " ".join(f"{c:.3f}" for c in view.cond_acc), line))
     return rows

@@ -95,13 +95,14 @@ class _Counts:
     blocks: float = 0.0
     block_len: float = 0.0
     error: str | None = None
+    unavailable: str | None = None
 
     def __post_init__(self) -> None:
         self.full_hit, self.full_total, self.cond_total = ([0.0] * self.steps for _ in range(3))
 
     def view(self, name: str, setup: dict[str, Any], engine: str | None, serving: bool) -> AcceptanceView:
-        if self.error:
-            return AcceptanceView(name, (), (), None, 0, setup, engine, error=self.error)
+        if self.error or self.unavailable:
+            return AcceptanceView(name, (), (), None, 0, setup, engine, error=self.error, unavailable=self.unavailable)
         full = tuple(_ratio(h, t) for h, t in zip(self.full_hit, self.full_total))
         cond = tuple(_ratio(h, t) for h, t in zip(self.full_hit, self.cond_total))
         if serving:
@@ -192,6 +193,7 @@ def estimate_acceptance(draft: str | Path | Checkpoint, data: str | Path | Itera
     views = {name: replace(v, log_lines=log_lines(v, K, label)) if name != "metrics" else v for name, v in views.items()}
     toggles = {name: c.view(name, {}, label, True).accept_len for name, c in toggle_counts.items()}
     agreement = agree[0] / agree[1] if agree[1] else None
+    notes += [f"{name}: not scored: {v.unavailable}" for name, v in views.items() if v.unavailable]
     if agreement is not None and agreement < 0.99:
         notes.append(f"the data follows the target's greedy path at {agreement:.1%} of positions: steps after a "
                      "departure are checked against a prefix the server would not have seen (approximate)")
@@ -484,14 +486,14 @@ class _MissingLayers(Exception):
 
 
 def _score(setup: Setup, p: _Prepared, K: int, counts: _Counts, serving: bool) -> None:
-    if counts.error:
+    if counts.error or counts.unavailable:
         return
     try:
         feature = _feature(setup, p)
         preds = chain(setup.draft, p.ids, feature, setup.gate, K,
                       teacher_forced=None if serving else p.ids)
     except _MissingLayers as exc:
-        counts.error = str(exc)
+        counts.unavailable = str(exc)
         return
     except (AssertionError, RuntimeError) as exc:  # the engine's fc shape check, or fc's matmul on the wrong width
         counts.error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
@@ -657,6 +659,8 @@ def gap_findings(result: AcceptanceResult, ckpt: Checkpoint) -> list[Finding]:
     view = result.views.get("as_served")
     if served is None:
         error = view.error if view is not None else None
+        if error is None:  # not scored (data lacking a layer): nothing to judge
+            return []
         return [Finding("acceptance/gap", Severity.CRITICAL, f"as served by {result.engine}: not servable ({error})",
                         f"As trained the draft reaches accept len {trained:.2f}; the engine as modelled stops first.",
                         evidence=_evidence(result))]

@@ -25,11 +25,13 @@ class AcceptanceView:
     engine: str | None = None
     log_lines: dict[str, str] = field(default_factory=dict)  # engine family -> the line its log would print
     error: str | None = None  # the engine would stop here (e.g. fc's shape check) instead of serving
+    unavailable: str | None = None  # the data cannot score this view (e.g. a layer the dump does not hold)
 
     def to_dict(self) -> dict[str, Any]:
         return to_jsonable({"full_acc": list(self.full_acc), "cond_acc": list(self.cond_acc),
                             "accept_len": self.accept_len, "positions": self.positions, "engine": self.engine,
-                            "setup": self.setup, "log_lines": self.log_lines, "error": self.error})
+                            "setup": self.setup, "log_lines": self.log_lines, "error": self.error,
+                            "unavailable": self.unavailable})
 
 
 @dataclass(frozen=True)
