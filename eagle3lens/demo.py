@@ -444,6 +444,10 @@ Try:
     eagle3lens doctor speculators --engine sglang==0.5.11 --log sglang.log
     eagle3lens vocab broken-d2t-double-subtracted
     eagle3lens weights broken-untrained --target target
+    eagle3lens acceptance speculators --data hidden-states --target target --engine sglang==0.5.11
+
+`hidden-states/` holds the held-out sequences' aux and last hidden states in speculators' offline format
+(`hs_{{i}}.safetensors`), so `eagle3lens acceptance` (and notebook 06) run here out of the box.
 """
 
 
