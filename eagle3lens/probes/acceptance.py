@@ -166,8 +166,9 @@ def estimate_acceptance(draft: str | Path | Checkpoint, data: str | Path | Itera
                 if fixed_setup is not None:
                     setups["fixed"] = (fixed_setup, True)
                 notes.append(note)
-        counts = {name: _Counts(K) for name in setups}
-        toggle_counts = {name: _Counts(K) for name in toggles_setups}
+        counts = {"metrics": _Counts(K), **_shared_counts({n: st for n, (st, serving) in setups.items() if serving}, K)}
+        toggle_counts = _shared_counts(toggles_setups, K, known=[(setups[n][0], c) for n, c in counts.items()
+                                                                  if n != "metrics"])
         agree = [0.0, 0.0]
         total = _count(data, limit)
         done = 0
@@ -175,10 +176,15 @@ def estimate_acceptance(draft: str | Path | Checkpoint, data: str | Path | Itera
             prepared = _prepare(sample, teacher, trained, dev)
             agree[0] += prepared.agree
             agree[1] += prepared.agree_total
+            scored: set[int] = set()  # setups that run alike share one _Counts: score it once per sample
             for name, (setup, serving) in setups.items():
-                _score(setup, prepared, K, counts[name], serving)
+                if id(counts[name]) not in scored:
+                    _score(setup, prepared, K, counts[name], serving)
+                    scored.add(id(counts[name]))
             for name, setup in toggles_setups.items():
-                _score(setup, prepared, K, toggle_counts[name], True)
+                if id(toggle_counts[name]) not in scored:
+                    _score(setup, prepared, K, toggle_counts[name], True)
+                    scored.add(id(toggle_counts[name]))
             done += 1
             if progress is not None:
                 progress(done, total, "samples")
@@ -199,6 +205,38 @@ def estimate_acceptance(draft: str | Path | Checkpoint, data: str | Path | Itera
                      "departure are checked against a prefix the server would not have seen (approximate)")
     result = AcceptanceResult(str(ckpt.path), data_name, label, K, done, views, toggles, agreement, notes=tuple(notes))
     return replace(result, findings=tuple(gap_findings(result, ckpt)))
+
+
+def _shared_counts(setups: dict[str, Setup], K: int,
+                   known: list[tuple[Setup, _Counts]] | None = None) -> dict[str, _Counts]:
+    """One _Counts per distinct way of running (same weights, features and effective fc gate)."""
+    pool = list(known or [])
+    out: dict[str, _Counts] = {}
+    for name, setup in setups.items():
+        match = next((c for other, c in pool if _runs_alike(setup, other)), None)
+        if match is None:
+            match = _Counts(K)
+            pool.append((setup, match))
+        out[name] = match
+    return out
+
+
+def _runs_alike(a: Setup, b: Setup) -> bool:
+    if (a.layers, a.aux_off) != (b.layers, b.aux_off) or _effective_gate(a) != _effective_gate(b):
+        return False
+    sa, sb = a.draft.state_dict(), b.draft.state_dict()
+    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa if k != "t2d")
+
+
+def _effective_gate(setup: Setup) -> str:
+    """What the gate does with this setup's feature width: fc applied, skipped, or the engine's assert firing."""
+    cfg = setup.draft.cfg
+    width = cfg.target_hidden if setup.aux_off else len(setup.layers) * cfg.target_hidden
+    if setup.gate == "width-differs":
+        return "skip" if width == cfg.hidden else "fc"
+    if setup.gate == "always-assert" and width != cfg.num_aux * cfg.target_hidden:
+        return "assert"
+    return "fc"
 
 
 # -- the teacher ----------------------------------------------------------------------------------
