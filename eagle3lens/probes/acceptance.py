@@ -58,7 +58,7 @@ from ..engines import EngineProfile, resolve
 from ..errors import CheckpointError, UsageError
 from ..findings import Finding, Severity, fix_command
 from .acceptance_result import CAUSE_LABELS, AcceptanceResult, AcceptanceView
-from .data import Sample, iter_samples
+from .data import Sample, describe_dump, iter_samples
 
 Progress = Callable[[int, "int | None", str], None]
 DEFAULT_STEPS = 3  # speculators' ttt_steps default
@@ -153,6 +153,9 @@ def estimate_acceptance(draft: str | Path | Checkpoint, data: str | Path | Itera
     trained = _trained_setup(ckpt, teacher, L, dev)
     setups: dict[str, tuple[Setup, bool]] = {"metrics": (trained, False), "as_trained": (trained, True)}
     notes: list[str] = []
+    if isinstance(data, (str, Path)) and not describe_dump(data).has_loss_mask:
+        notes.append("the dump's files hold no loss_mask (speculators keeps it in its Arrow dataset): every position "
+                     "counts")
     toggles_setups: dict[str, Setup] = {}
     tmp: tempfile.TemporaryDirectory[str] | None = None
     try:
