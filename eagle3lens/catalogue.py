@@ -33,7 +33,8 @@ PROBES: dict[str, tuple[str, ...]] = {
     "logs": ("probes/logs.py",),
     "doctor": ("doctor.py",),
     "convert": ("convert.py",),
-    "detect": ("engines/detect.py",),  # `engines --detect`: the engine actually installed
+    "detect": ("engines/detect.py",),
+    "acceptance": ("probes/acceptance.py",),  # `engines --detect`: the engine actually installed
 }
 
 
@@ -149,6 +150,12 @@ CODES: tuple[Code, ...] = (
          meaning="the release is newer than the newest one read: simulated with the newest group"),
     Code("engine/patched-source", owner="detect", severity="warning", rank=240,
          meaning="an installed engine's loader file matches no released wheel (source checkout or patch)"),
+    Code("acceptance/gap", owner="acceptance", severity="critical", rank=215,
+         meaning="offline: the draft as the engine serves it accepts less than as trained (every view and per-cause "
+                 "toggle in `evidence`; a measurement of the causes above, never ranked as a cause)"),
+    Code("acceptance/served-vs-log-mismatch", owner="acceptance", severity="warning", rank=215,
+         meaning="the offline as-served estimate disagrees with the accept len the server logged: something outside "
+                 "the checkpoint differs (sampling, tree width, a wiring path not modelled)"),
     Code("logs/zero-acceptance", owner="logs", severity="critical", rank=220,
          meaning="mean accept length ≤ 1.05: proposals are (almost) never right"),
     Code("logs/low-acceptance", owner="logs", severity="warning", rank=220,

@@ -106,6 +106,7 @@ class DemoPaths:
     broken_lm_head_nan: Path
     kimi_target: Path
     kimi_mla: Path
+    hidden_states: Path
     sglang_log: Path
     sglang_eagle_log: Path
     vllm_log: Path
@@ -208,7 +209,8 @@ def _build_into(paths: DemoPaths, progress: Callable[[str], None]) -> None:
         draft, init_state, metrics = _train_draft(_draft_config(target.config), target, seqs, aux, logits, d2t, t2d)
     progress("kimi-target: tiny DeepSeek-V3 (MLA + MoE, 8 layers); MLA drafter trained on its aux hidden states")
     kimi_metrics = _build_kimi(paths, seqs)
-    progress("writing checkpoints, logs and manifest")
+    progress("writing checkpoints, logs, hidden states and manifest")
+    dump = _write_hidden_states(paths.hidden_states, target, seqs, accuracy_all=metrics.pop("_step0_all"))
     trained = {k: v.detach().clone().contiguous() for k, v in draft.state_dict().items()}
     _write_speculators(paths.speculators, trained)
     _write_eagle(paths.eagle, trained)
@@ -222,7 +224,7 @@ def _build_into(paths: DemoPaths, progress: Callable[[str], None]) -> None:
     paths.vllm_log.write_text(VLLM_LOG, encoding="utf-8")
     _write_json(paths.token_counts, {"vocab_size": V, "num_tokens": int(counts.sum()), "source":
                                      "target-sampled sequences (prompts + generated tokens)", "counts": counts.tolist()})
-    _write_json(paths.manifest, _manifest(metrics, d2t, kimi_metrics))
+    _write_json(paths.manifest, {**_manifest(metrics, d2t, kimi_metrics), "hidden_states": dump})
     paths.readme.write_text(_readme(metrics, kimi_metrics), encoding="utf-8")
 
 
@@ -240,6 +242,7 @@ def _build_kimi(paths: DemoPaths, seqs: torch.Tensor) -> dict[str, Any]:
         draft, _, metrics = _train_draft(_draft_config(target.config), target, seqs, aux, logits, d2t, t2d,
                                          steps=KIMI_STEPS, seed=SEED + 5)
     _write_kimi_mla(paths.kimi_mla, {k: v.detach().clone().contiguous() for k, v in draft.state_dict().items()})
+    metrics.pop("_step0_all")  # the Llama pair's dump carries this figure; the Kimi pair has no dump
     return metrics
 
 
@@ -350,6 +353,7 @@ def _train_draft(cfg: DraftConfig, target, seqs, aux, logits, d2t, t2d, steps: i
         mask = valid[held]
         accuracy = (pred == teacher[held])[mask].float().mean().item()
         accuracy_full = (map_to_target(pred, draft.d2t) == full_next[held]).float().mean().item()
+        step0_all = (pred == teacher[held]).float().mean().item()  # speculators' full_acc_0, every position counted
         majority = torch.bincount(teacher[:TRAIN_SEQS][valid[:TRAIN_SEQS]], minlength=N).argmax()
         chance = (teacher[held][mask] == majority).float().mean().item()
     metrics = {
@@ -360,7 +364,7 @@ def _train_draft(cfg: DraftConfig, target, seqs, aux, logits, d2t, t2d, steps: i
         "majority_baseline": round(chance, 4),
         "uniform_chance": round(1 / N, 6),
         "draft_vocab_coverage": round(valid[held].float().mean().item(), 4),
-        "final_train_loss": round(loss.item(), 4),
+        "final_train_loss": round(loss.item(), 4), "_step0_all": step0_all,
         "steps": steps, "batch_sequences": BATCH, "lr": LR, "train_sequences": TRAIN_SEQS,
         "heldout_sequences": SEQS - TRAIN_SEQS, "sequence_length": PROMPT_LEN + NEW_TOKENS,
     }
@@ -368,6 +372,21 @@ def _train_draft(cfg: DraftConfig, target, seqs, aux, logits, d2t, t2d, steps: i
 
 
 # -- writers ------------------------------------------------------------------------------------
+def _write_hidden_states(path: Path, target, seqs: torch.Tensor, accuracy_all: float) -> dict[str, Any]:
+    """The held-out sequences as speculators' offline hidden-state files (aux layers + pre-norm last state), so
+    ``eagle3lens acceptance`` and notebook 06 run on the demo; returns the manifest entry."""
+    from .probes.data import write_speculators_dump
+
+    held = seqs[TRAIN_SEQS:]
+    with _deterministic(), torch.no_grad():
+        write_speculators_dump(path, target, held, AUX_IDS, loss_mask=torch.ones_like(held, dtype=torch.bool))
+    return {"path": path.name, "format": "speculators", "samples": int(held.shape[0]), "aux_layers_hf": AUX_IDS,
+            "last_hidden": "pre-norm", "loss_mask": "every position",
+            "step0_accuracy": round(accuracy_all, 6),
+            "step0_accuracy_definition": "speculators full_acc_0 on these samples: draft argmax == the target's "
+                                         "argmax over the draft vocab, every position"}
+
+
 def _write_json(path: Path, data: Any) -> None:
     path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
 
@@ -542,6 +561,10 @@ Try:
     eagle3lens vocab broken-d2t-double-subtracted
     eagle3lens weights broken-untrained --target target
     eagle3lens trace --target kimi-target --draft kimi-mla --engine sglang==0.5.23
+    eagle3lens acceptance speculators --data hidden-states --target target --engine sglang==0.5.11
+
+`hidden-states/` holds the held-out sequences' aux and last hidden states in speculators' offline format
+(`hs_{{i}}.safetensors`), so `eagle3lens acceptance` (and notebook 06) run here out of the box.
 """
 
 

@@ -57,7 +57,7 @@ def rank_findings(findings: list[Finding]) -> list[Finding]:
 def rank_causes(findings: list[Finding]) -> tuple[Cause, ...]:
     causes = []
     for f in rank_findings(findings):
-        if f.severity == Severity.INFO or f.area == "logs":
+        if f.severity == Severity.INFO or f.area in ("logs", "acceptance"):  # symptoms and measurements, not causes
             continue
         explains = "zero acceptance" if f.severity == Severity.CRITICAL else "lower acceptance"
         causes.append(Cause(len(causes) + 1, f, explains))
@@ -139,6 +139,8 @@ def diagnose(
     dtype: str = "float32",
     progress: Progress | None = None,
     launch: "str | Launch | None" = None,
+    data: str | Path | None = None,
+    prompts: str | Path | None = None,
 ) -> Report:
     """Run the applicable probes on a draft and return a Report whose findings are ranked causes first.
 
@@ -146,7 +148,8 @@ def diagnose(
     target over GPUs and CPU; ``dtype="auto"`` keeps the checkpoint's dtype). ``progress`` goes to the probes
     that stream tensor bytes (weights). ``launch``: the server command
     line (or a parsed :class:`~eagle3lens.launch.Launch`); without it, a ``log``'s start-up lines are read for one.
-    With a target, the launch gives the predicted wiring beside the traced one.
+    With a target, the launch gives the predicted wiring beside the traced one. ``data`` (a hidden-state dump) or
+    ``prompts`` with ``target`` add the offline acceptance estimate, held against the log's accept len.
     """
     from .probes.aux_layers import resolve_aux_layers
     from .probes.keys import simulate_load
@@ -220,6 +223,18 @@ def diagnose(
         run("logs", parse_log, log, engine=log_engine, num_draft_tokens=num_draft_tokens, baseline_tps=baseline_tps)
     else:
         skipped["logs"] = "no --log given: acceptance not read"
+    if (data is not None or prompts is not None) and tgt is not None and ckpt.config is not None:
+        from .probes.acceptance import doctor_acceptance
+
+        logs = report.results.get("logs")
+        logged = logs.summary.mean_accept_len if logs is not None else None
+        result, note = doctor_acceptance(ckpt, tgt, profile, data=data, prompts=prompts, logged_accept_len=logged,
+                                         log_path=str(log) if log is not None else None, scenario=scenario)
+        run("acceptance", lambda: result)
+        if note:
+            report.notes.append(note)
+    elif data is not None or prompts is not None:
+        skipped["acceptance"] = "needs --target (its final norm and lm_head are the teacher) and a config.json"
 
     _predict(report, run, ckpt, tgt or config_target, profile, launch, log)
 

@@ -94,3 +94,27 @@ def probe_panel(probe: Callable[..., Any], controls: Mapping[str, widgets.ValueW
     for control in controls.values():
         control.observe(rerun, names="value")
     return widgets.VBox([hint, *controls.values(), out])
+
+
+def acceptance_toggles(result: Any) -> widgets.VBox:
+    """Buttons over the causes of an acceptance gap: the chosen cause, fixed alone, against as served and as trained.
+
+    Its static twin (for headless runs) is ``plots.acceptance.toggles_figure(result)``.
+    """
+    from .notebook import show_figure
+    from .plots.acceptance import toggles_figure
+    from .probes.acceptance_result import CAUSE_LABELS
+
+    causes = list(result.toggles)
+    out = widgets.Output()
+    buttons = widgets.ToggleButtons(options=[(CAUSE_LABELS.get(c, c), c) for c in causes] or [("no cause", None)],
+                                    description="fix alone")
+
+    def redraw(_: Any = None) -> None:
+        with out:
+            out.clear_output(wait=True)
+            show_figure(toggles_figure(result, selected=buttons.value))
+
+    buttons.observe(redraw, names="value")
+    redraw()
+    return widgets.VBox([buttons, out])

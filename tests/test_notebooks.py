@@ -288,6 +288,8 @@ WALKTHROUGHS = {
                          lambda d: ["trace", "--target", f"{d}/target", "--draft", f"{d}/eagle", "--engine",
                                     "sglang==0.5.11", "--scenario", "aux-off"]),
     "05_serving_logs": ({}, lambda d: ["logs", f"{d}/sglang.log"]),
+    "06_acceptance": ({}, lambda d: ["acceptance", f"{d}/speculators", "--data", f"{d}/hidden-states", "--target",
+                                     f"{d}/target", "--engine", "sglang==0.5.11"]),
 }
 
 

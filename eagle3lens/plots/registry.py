@@ -37,6 +37,7 @@ VIEWS: dict[str, str] = {
     "eagle3lens.commands.engines.EnginesTable": "eagle3lens.plots.engines",
     "eagle3lens.engines.detect.Detection": "eagle3lens.plots.engines",
     "eagle3lens.probes.prediction.WiringPrediction": "eagle3lens.plots.prediction",
+    "eagle3lens.probes.acceptance_result.AcceptanceResult": "eagle3lens.plots.acceptance",
     "eagle3lens.commands.demo.DemoBuilt": "eagle3lens.plots.demo",
     "eagle3lens.remote.RemoteRun": "eagle3lens.plots.remote",
     "eagle3lens.notebook_runner.NotebookRun": "eagle3lens.plots.notebook",

@@ -1,0 +1,100 @@
+"""``eagle3lens acceptance DRAFT``: offline acceptance as trained, as an engine serves the draft, and after the fix."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from ..errors import UsageError
+from ..findings import Report
+from . import add_output_options, example_epilog, finish, positive_int
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..checkpoint import Checkpoint
+    from ..probes.acceptance import estimate_acceptance
+
+    if (args.data is None) == (args.prompts is None):
+        raise UsageError("give --data D (a hidden-state dump) or --target T --prompts F (live capture), one of them")
+    if args.target is None:
+        raise UsageError("acceptance needs --target T: its final norm and lm_head give the teacher's tokens")
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise UsageError("--device cuda: no CUDA device is visible here; use --device cpu")
+    draft = Checkpoint.open(args.draft).require_draft()
+    target: Any = args.target
+    data: Any = args.data
+    if args.prompts is not None:
+        from ..probes.acceptance import live_samples
+
+        data, target = live_samples(draft, args.target, args.prompts, args.engine, new_tokens=args.new_tokens,
+                                    device=args.device, device_map=args.device_map, limit=args.limit)
+    with _bar(args) as progress:
+        result = estimate_acceptance(draft, data, target=target, engine=args.engine, steps=args.steps,
+                                     scenario=args.scenario, device=args.device, limit=args.limit,
+                                     fixed=not args.no_fixed, progress=progress)
+    report = Report(checkpoint=draft.summary(), engine=result.engine)
+    report.add("acceptance", result)
+    report.notes.extend(result.notes)
+    return finish(report, args)
+
+
+class _bar:
+    """A tqdm bar over samples on stderr (off with --json or when stderr is not a terminal)."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.enabled = not args.json and sys.stderr.isatty()
+        self.bar: Any = None
+
+    def __enter__(self):
+        if not self.enabled:
+            return None
+        from tqdm import tqdm  # type: ignore[import-untyped]
+
+        def progress(done: int, total: int | None, label: str) -> None:
+            if self.bar is None:
+                self.bar = tqdm(total=total, unit=label.rstrip("s") or "sample", file=sys.stderr, desc="acceptance")
+            self.bar.update(done - self.bar.n)
+
+        return progress
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "acceptance", help="offline acceptance: as trained, as an engine serves the draft, after convert",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Runs the draft over hidden-state data (a speculators / SpecForge / eagle3lens dump, or captured "
+                    "live from the target over prompts) and reports speculators' training metrics (full_acc_k, "
+                    "cond_acc_k), the greedy chain's per-position acceptance and accept length as trained, as the "
+                    "engine loads and wires the draft, after `convert --to E`, and each cause fixed alone.",
+        epilog=example_epilog(
+            "eagle3lens acceptance demo/speculators --data demo/hidden-states --target demo/target --engine sglang==0.5.11",
+            "eagle3lens acceptance demo/eagle --data demo/hidden-states --target demo/target --engine sglang==0.5.11 "
+            "--scenario aux-off",
+            "eagle3lens acceptance demo/speculators --target demo/target --prompts prompts.txt --engine vllm==0.33.0",
+            "eagle3lens acceptance out/draft --data hs/ --target big/target --device cuda --steps 3 --json"))
+    p.add_argument("draft", metavar="DRAFT", help="draft checkpoint (directory or file)")
+    p.add_argument("--data", metavar="D", help="hidden-state dump: a folder or one sample file")
+    p.add_argument("--target", metavar="T", help="HF target model directory (with --data only its final norm and "
+                                                 "lm_head are read, and embed_tokens where the engine shares it)")
+    p.add_argument("--prompts", metavar="F", help="prompts for live capture: text lines (target's tokenizer), lines "
+                                                  "of token ids, or a JSON list of id lists")
+    p.add_argument("--engine", metavar="E", help="serving engine NAME[==VERSION]: adds the as-served and fixed views")
+    p.add_argument("--steps", type=positive_int, metavar="K",
+                   help="draft steps per verify step (default: the config's speculative tokens, else 3)")
+    p.add_argument("--scenario", choices=("aux-off",), help="the engine captures no aux states (final state fed)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where draft and teacher run")
+    p.add_argument("--device-map", metavar="MAP", help="live capture: place the target with accelerate (e.g. auto)")
+    p.add_argument("--limit", type=positive_int, metavar="N", help="score at most N samples")
+    p.add_argument("--new-tokens", type=positive_int, default=32, metavar="N",
+                   help="live capture: greedy tokens generated after each prompt (default 32)")
+    p.add_argument("--no-fixed", action="store_true", help="do not convert the draft to score the fixed view")
+    add_output_options(p)
+    p.set_defaults(func=run)

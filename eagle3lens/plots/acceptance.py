@@ -1,0 +1,124 @@
+"""Views of the offline-acceptance result: a views table, per-position bars and the per-cause toggles."""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from rich.markup import escape
+
+from ..probes.acceptance_result import CAUSE_LABELS, AcceptanceResult
+from .registry import figures, html_view, rich_view
+
+VIEW_TITLES = {"metrics": "training metrics (speculators, teacher-forced)", "as_trained": "as trained (greedy chain)",
+               "as_served": "as served", "fixed": "after convert"}
+COLORS = {"metrics": "#90a4ae", "as_trained": "#2e7d32", "as_served": "#c62828", "fixed": "#1565c0"}
+
+
+def _title(result: AcceptanceResult, name: str) -> str:
+    title = VIEW_TITLES.get(name, name)
+    return f"{title} by {result.engine}" if name in ("as_served", "fixed") and result.engine else title
+
+
+def _num(value: float | None, spec: str = ".2f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def view_rows(result: AcceptanceResult) -> list[tuple[str, str, str, str, str]]:
+    """(view, accept len, full_acc per step, cond_acc per step, what the engine's log would print)."""
+    rows = []
+    for name, view in result.views.items():
+        line = view.error or ("not scored: " + view.unavailable if view.unavailable else "; ".join(view.log_lines.values()))
+        rows.append((_title(result, name), _num(view.accept_len),
+                     " ".join(f"{a:.3f}" for a in view.full_acc), " ".join(f"{c:.3f}" for c in view.cond_acc), line))
+    return rows
+
+
+def toggle_rows(result: AcceptanceResult) -> list[tuple[str, str]]:
+    return [(CAUSE_LABELS.get(cause, cause), _num(value)) for cause, value in result.toggles.items()]
+
+
+@rich_view.register
+def acceptance_rich(result: AcceptanceResult) -> Any:
+    from rich.console import Group
+    from rich.table import Table
+
+    table = Table(title=f"offline acceptance: K = {result.steps}, {result.samples} samples", expand=False)
+    for col in ("view", "accept len", "full_acc per step", "cond_acc per step", "engine log would print"):
+        table.add_column(col)
+    for row in view_rows(result):
+        table.add_row(*(escape(cell) for cell in row))
+    parts: list[Any] = [table]
+    if result.toggles:
+        toggles = Table(title="each cause fixed alone (accept len)", show_header=False, expand=False)
+        for cause, value in toggle_rows(result):
+            toggles.add_row(escape(cause), value)
+        parts.append(toggles)
+    return Group(*parts)
+
+
+@html_view.register
+def acceptance_html(result: AcceptanceResult) -> str:
+    head = "".join(f"<th>{c}</th>" for c in ("view", "accept len", "full_acc per step", "cond_acc per step",
+                                              "engine log would print"))
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>"
+                   for row in view_rows(result))
+    out = (f"<h3>Offline acceptance (K = {result.steps}, {result.samples} samples)</h3>"
+           f"<table><tr>{head}</tr>{body}</table>")
+    if result.toggles:
+        out += ("<p>Each cause fixed alone (accept len):</p><table>"
+                + "".join(f"<tr><td>{html.escape(c)}</td><td>{v}</td></tr>" for c, v in toggle_rows(result))
+                + "</table>")
+    return out
+
+
+def accept_len_figure(result: AcceptanceResult) -> Any:
+    """Expected accept length per view (bonus included), 1.0 marked: as trained vs as served vs fixed."""
+    import plotly.graph_objects as go  # type: ignore[import-untyped]
+
+    names = [n for n, v in result.views.items() if v.accept_len is not None]
+    fig = go.Figure(go.Bar(x=[_title(result, n) for n in names], y=[result.views[n].accept_len for n in names],
+                           marker_color=[COLORS.get(n, "#616161") for n in names],
+                           text=[f"{result.views[n].accept_len:.2f}" for n in names], textposition="outside"))
+    fig.add_hline(y=1.0, line_dash="dash", line_color="#c62828", annotation_text="bonus token only (1.00)")
+    fig.update_layout(title=f"Accept length per verify step (K = {result.steps})", height=360,
+                      yaxis_title="accept length (bonus included)")
+    return fig
+
+
+def per_position_figure(result: AcceptanceResult) -> Any:
+    """Per-position acceptance (full_acc_k) of every view, grouped by draft position."""
+    import plotly.graph_objects as go  # type: ignore[import-untyped]
+
+    fig = go.Figure()
+    for name, view in result.views.items():
+        if view.full_acc:
+            fig.add_trace(go.Bar(x=[f"position {k + 1}" for k in range(len(view.full_acc))], y=list(view.full_acc),
+                                 name=_title(result, name), marker_color=COLORS.get(name)))
+    fig.update_layout(barmode="group", title="Per-position acceptance: step k and every earlier step right",
+                      height=380, yaxis_title="rate", yaxis_range=[0, 1], legend={"orientation": "h", "y": -0.2})
+    return fig
+
+
+def toggles_figure(result: AcceptanceResult, selected: str | None = None) -> Any:
+    """As served, each cause fixed alone, and as trained (the static twin of the toggles widget)."""
+    import plotly.graph_objects as go  # type: ignore[import-untyped]
+
+    served, trained = result.accept_len("as_served"), result.accept_len("as_trained")
+    labels = [f"as served by {result.engine}"] + [CAUSE_LABELS.get(c, c) for c in result.toggles] + ["as trained"]
+    values = [served, *result.toggles.values(), trained]
+    colors = ["#c62828"] + ["#ffb300" if c == selected or selected is None else "#ffe082" for c in result.toggles] \
+        + ["#2e7d32"]
+    fig = go.Figure(go.Bar(x=labels, y=[v if v is not None else 0 for v in values], marker_color=colors,
+                           text=[_num(v) for v in values], textposition="outside"))
+    fig.update_layout(title="Which cause explains the gap: each fixed alone", height=360,
+                      yaxis_title="accept length (bonus included)")
+    return fig
+
+
+@figures.register
+def acceptance_figures(result: AcceptanceResult) -> list[Any]:
+    out = [accept_len_figure(result), per_position_figure(result)]
+    if result.toggles:
+        out.append(toggles_figure(result))
+    return out

@@ -1,0 +1,805 @@
+"""Offline acceptance: what a draft accepts as trained, as an engine loads and wires it, and after the fix.
+
+    result = estimate_acceptance("demo/speculators", "demo/hidden-states", target="demo/target",
+                                 engine="sglang==0.5.11")
+    result.views["as_served"].accept_len, result.views["as_trained"].accept_len, result.toggles
+
+Views (each over the same samples, ``steps`` = K draft steps):
+
+- ``metrics``: speculators 0.9.0's EAGLE-3 validation metrics, restated (``models/eagle3/data.py::shift_batch``,
+  ``models/eagle3/core.py`` TTT loop, ``models/eagle3/metrics.py::align_for_step``,
+  ``models/metrics.py::compute_accuracy_single_step``): position i sees token i+1 and the aux state of i; step k
+  is fed the ground-truth tokens shifted k to the left (teacher forcing) and step k-1's hidden output, attends
+  to step 0's keys causally and to its own earlier steps' keys at the same position only; the teacher is the
+  argmax of the verifier's lm_head rows of the draft vocab over the verifier's final norm of the last hidden
+  state. ``full_acc_k`` counts positions where steps 0..k were all right over the loss-masked positions of step
+  k; ``cond_acc_k`` the same count over the positions whose earlier steps were right. Counts are summed over
+  samples, as speculators' validation sums them over batches.
+- ``as_trained`` / ``as_served`` / ``fixed``: greedy chain drafting as engines run it at decode time (topk 1):
+  step 0 reads the target's aux states through fc, each further step its own predicted token (mapped to target
+  ids with d2t) and its own hidden output, with the same attention pattern as above; step k at a start is
+  accepted when it and every earlier step equal the target's greedy tokens. ``full_acc`` is then the
+  per-position acceptance rate, ``cond_acc`` the rate given every earlier position was accepted, and the
+  expected accept length per verify step is ``1 + sum(full_acc)`` (the bonus token included).
+  ``as_served`` loads only what the engine loads (``keys.simulate_load``; every parameter it never writes keeps
+  the reference module's init, a deterministic stand-in for ``torch.empty``), shares embed / lm_head from the
+  target where the engine does, reads d2t as the engine does, captures the layers the engine captures (aux-layer
+  resolver, in its convention) and applies its fc gate; ``scenario="aux-off"`` feeds the target's single final
+  (post-norm) hidden state instead. ``fixed`` is ``as_served`` on the checkpoint ``convert --to E`` writes (in a
+  temporary folder), with aux capture on.
+
+The verified tokens are the target's greedy tokens on the data's own prefix; where the data leaves the
+target's greedy path, a later step is checked against a prefix the server would not have seen
+(``greedy_agreement`` says how often the data follows it; live capture continues prompts greedily, so it is 1).
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, cast
+
+import torch
+import torch.nn.functional as F
+
+from ..checkpoint import Checkpoint
+from ..draft import (
+    DecoderLayer,
+    Eagle3Draft,
+    FcGate,
+    canonical_key,
+    map_to_target,
+    rope,
+)
+from ..engines import EngineProfile, resolve
+from ..errors import CheckpointError, UsageError
+from ..findings import Finding, Severity, fix_command
+from .acceptance_result import CAUSE_LABELS, AcceptanceResult, AcceptanceView
+from .data import Sample, describe_dump, iter_samples
+
+Progress = Callable[[int, "int | None", str], None]
+DEFAULT_STEPS = 3  # speculators' ttt_steps default
+ZERO_ACCEPT_LEN = 1.05
+GAP_ABS, GAP_REL = 0.1, 0.1  # as served below as trained by more than both: a gap
+QUERY_CHUNK = 256  # query rows per attention block (bounds the [heads, rows, T] score tensor)
+TEACHER_CHUNK = 256  # rows per lm_head block when taking the teacher's argmax over the full vocab
+
+
+# -- the setups a view runs -----------------------------------------------------------------------
+@dataclass(frozen=True)
+class Setup:
+    """How the draft is loaded and fed: weights, aux layers (HF indices), fc gate, aux capture."""
+
+    draft: Eagle3Draft
+    layers: tuple[int, ...]
+    gate: FcGate
+    aux_off: bool = False
+    weights: str = "as trained"
+
+    def describe(self) -> dict[str, Any]:
+        return {"weights": self.weights, "layers_hf": list(self.layers), "fc_gate": self.gate,
+                "scenario": "aux-off" if self.aux_off else None}
+
+
+@dataclass
+class _Counts:
+    """Summed counts of one view over the samples."""
+
+    steps: int
+    full_hit: list[float] = field(default_factory=list)
+    full_total: list[float] = field(default_factory=list)
+    cond_total: list[float] = field(default_factory=list)
+    blocks: float = 0.0
+    block_len: float = 0.0
+    error: str | None = None
+    unavailable: str | None = None
+
+    def __post_init__(self) -> None:
+        self.full_hit, self.full_total, self.cond_total = ([0.0] * self.steps for _ in range(3))
+
+    def view(self, name: str, setup: dict[str, Any], engine: str | None, serving: bool) -> AcceptanceView:
+        if self.error or self.unavailable:
+            return AcceptanceView(name, (), (), None, 0, setup, engine, error=self.error, unavailable=self.unavailable)
+        full = tuple(_ratio(h, t) for h, t in zip(self.full_hit, self.full_total))
+        cond = tuple(_ratio(h, t) for h, t in zip(self.full_hit, self.cond_total))
+        if serving:
+            accept = 1.0 + sum(full) if self.full_total[0] else None
+            positions = int(self.full_total[0])
+        else:
+            accept = self.block_len / self.blocks if self.blocks else None
+            positions = int(self.full_total[0])
+        return AcceptanceView(name, full, cond, accept, positions, setup, engine)
+
+
+def _ratio(hit: float, total: float) -> float:
+    return hit / total if total > 0 else 0.0
+
+
+# -- the probe ----------------------------------------------------------------------------------
+def estimate_acceptance(draft: str | Path | Checkpoint, data: str | Path | Iterable[Sample] | None, *,
+                        target: str | Path | Checkpoint | Any | None = None,
+                        engine: str | EngineProfile | None = None, steps: int | None = None,
+                        scenario: str | None = None, device: str = "cpu", limit: int | None = None,
+                        fixed: bool = True, progress: Progress | None = None) -> AcceptanceResult:
+    """Acceptance of ``draft`` over ``data`` (a dump path or Samples), as trained and as ``engine`` serves it.
+
+    ``target``: the target checkpoint (its final norm and lm_head are the teacher; embed where the engine shares
+    it) or a loaded HF model. ``steps``: draft steps K (default: the config's speculative token count, else 3).
+    ``scenario="aux-off"``: the engine captures no aux states. ``fixed``: also score ``convert --to engine``.
+    """
+    if scenario not in (None, "aux-off"):
+        raise UsageError(f"acceptance models the scenario 'aux-off' only, not {scenario!r}")
+    if scenario and engine is None:
+        raise UsageError("--scenario needs --engine: it is the engine that captures no aux states")
+    ckpt = (draft if isinstance(draft, Checkpoint) else Checkpoint.open(draft)).require_draft()
+    if target is None:
+        raise UsageError("acceptance needs --target: its final norm and lm_head give the teacher's tokens")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda: no CUDA device is visible here; use --device cpu")
+    dev = torch.device(device)
+    K = steps or _config_steps(ckpt) or DEFAULT_STEPS
+    if K < 1:
+        raise UsageError(f"--steps must be at least 1, got {K}")
+    if data is None:
+        raise UsageError("acceptance needs data: a hidden-state dump, or samples captured live from the target")
+    teacher = Teacher.open(target, dev)
+    samples = iter_samples(data, limit=limit) if isinstance(data, (str, Path)) else iter(data)
+    data_name = str(data) if isinstance(data, (str, Path)) else "live capture"
+    profile = resolve(engine) if engine is not None else None
+    L = teacher.num_layers
+    trained = _trained_setup(ckpt, teacher, L, dev)
+    setups: dict[str, tuple[Setup, bool]] = {"metrics": (trained, False), "as_trained": (trained, True)}
+    notes: list[str] = []
+    if isinstance(data, (str, Path)) and not describe_dump(data).has_loss_mask:
+        notes.append("the dump's files hold no loss_mask (speculators keeps it in its Arrow dataset): every position "
+                     "counts")
+    toggles_setups: dict[str, Setup] = {}
+    tmp: tempfile.TemporaryDirectory[str] | None = None
+    try:
+        if profile is not None:
+            served = _served_setup(ckpt, profile, teacher, L, dev, aux_off=scenario == "aux-off")
+            setups["as_served"] = (served, True)
+            toggles_setups = _toggle_setups(served, trained, ckpt, profile, teacher, L, dev, aux_off=scenario == "aux-off")
+            if fixed and profile.kind == "serving":
+                tmp = tempfile.TemporaryDirectory(prefix="eagle3lens-fixed-")
+                fixed_setup, note = _fixed_setup(ckpt, profile, teacher, L, dev, Path(tmp.name))
+                if fixed_setup is not None:
+                    setups["fixed"] = (fixed_setup, True)
+                notes.append(note)
+        counts = {"metrics": _Counts(K), **_shared_counts({n: st for n, (st, serving) in setups.items() if serving}, K)}
+        toggle_counts = _shared_counts(toggles_setups, K, known=[(setups[n][0], c) for n, c in counts.items()
+                                                                  if n != "metrics"])
+        agree = [0.0, 0.0]
+        total = _count(data, limit)
+        done = 0
+        for sample in _checked(samples, ckpt, teacher, trained):
+            prepared = _prepare(sample, teacher, trained, dev)
+            agree[0] += prepared.agree
+            agree[1] += prepared.agree_total
+            scored: set[int] = set()  # setups that run alike share one _Counts: score it once per sample
+            for name, (setup, serving) in setups.items():
+                if id(counts[name]) not in scored:
+                    _score(setup, prepared, K, counts[name], serving)
+                    scored.add(id(counts[name]))
+            for name, setup in toggles_setups.items():
+                if id(toggle_counts[name]) not in scored:
+                    _score(setup, prepared, K, toggle_counts[name], True)
+                    scored.add(id(toggle_counts[name]))
+            done += 1
+            if progress is not None:
+                progress(done, total, "samples")
+        if not done:
+            raise CheckpointError(data_name, "no samples to score")
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+    label = profile.spec if profile is not None else None
+    views = {name: counts[name].view(name, setups[name][0].describe(), label if name in ("as_served", "fixed") else None,
+                                     serving) for name, (_, serving) in setups.items()}
+    views = {name: replace(v, log_lines=log_lines(v, K, label)) if name != "metrics" else v for name, v in views.items()}
+    toggles = {name: c.view(name, {}, label, True).accept_len for name, c in toggle_counts.items()}
+    agreement = agree[0] / agree[1] if agree[1] else None
+    notes += [f"{name}: not scored: {v.unavailable}" for name, v in views.items() if v.unavailable]
+    if agreement is not None and agreement < 0.99:
+        notes.append(f"the data follows the target's greedy path at {agreement:.1%} of positions: steps after a "
+                     "departure are checked against a prefix the server would not have seen (approximate)")
+    result = AcceptanceResult(str(ckpt.path), data_name, label, K, done, views, toggles, agreement, notes=tuple(notes))
+    return replace(result, findings=tuple(gap_findings(result, ckpt)))
+
+
+def _shared_counts(setups: dict[str, Setup], K: int,
+                   known: list[tuple[Setup, _Counts]] | None = None) -> dict[str, _Counts]:
+    """One _Counts per distinct way of running (same weights, features and effective fc gate)."""
+    pool = list(known or [])
+    out: dict[str, _Counts] = {}
+    for name, setup in setups.items():
+        match = next((c for other, c in pool if _runs_alike(setup, other)), None)
+        if match is None:
+            match = _Counts(K)
+            pool.append((setup, match))
+        out[name] = match
+    return out
+
+
+def _runs_alike(a: Setup, b: Setup) -> bool:
+    if (a.layers, a.aux_off) != (b.layers, b.aux_off) or _effective_gate(a) != _effective_gate(b):
+        return False
+    sa, sb = a.draft.state_dict(), b.draft.state_dict()
+    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa if k != "t2d")
+
+
+def _effective_gate(setup: Setup) -> str:
+    """What the gate does with this setup's feature width: fc applied, skipped, or the engine's assert firing."""
+    cfg = setup.draft.cfg
+    width = cfg.target_hidden if setup.aux_off else len(setup.layers) * cfg.target_hidden
+    if setup.gate == "width-differs":
+        return "skip" if width == cfg.hidden else "fc"
+    if setup.gate == "always-assert" and width != cfg.num_aux * cfg.target_hidden:
+        return "assert"
+    return "fc"
+
+
+# -- the teacher ----------------------------------------------------------------------------------
+@dataclass
+class Teacher:
+    """The target's final norm, lm_head (and embed when an engine shares it), read alone from its checkpoint."""
+
+    norm: torch.Tensor
+    eps: float
+    lm_head: torch.Tensor  # [V, H]
+    num_layers: int
+    hidden: int
+    source: str
+    ckpt: Checkpoint | None = None
+    model: Any = None  # a loaded HF model when one was given
+    _sub: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    @classmethod
+    def open(cls, target: Any, device: torch.device) -> Teacher:
+        from torch import nn
+
+        if isinstance(target, nn.Module):
+            from .wiring import find_decoder_layers
+
+            decoder_path, layers = find_decoder_layers(target)
+            parent = decoder_path.rsplit(".", 1)[0] if "." in decoder_path else ""
+            norm = dict(target.named_modules())[f"{parent}.norm" if parent else "norm"]
+            model: Any = target
+            head = cast(torch.Tensor, model.get_output_embeddings().weight)
+            eps = float(getattr(norm, "variance_epsilon", 1e-6))
+            return cls(cast(torch.Tensor, norm.weight).detach().float().to(device), eps,
+                       head.detach().float().to(device), len(layers), head.shape[1], "model", model=target)
+        ckpt = target if isinstance(target, Checkpoint) else Checkpoint.open(target)
+        if ckpt.spec.is_draft:
+            raise CheckpointError(ckpt.path, "--target must be the target model, not a draft")
+        config = ckpt.config or {}
+        config = config.get("text_config", config) if isinstance(config.get("text_config"), dict) else config
+        norm_key = _first(ckpt, ("model.norm.weight", "model.language_model.norm.weight", "norm.weight"))
+        head_key = _first(ckpt, ("lm_head.weight", "model.embed_tokens.weight", "embed_tokens.weight"))
+        num_layers = config.get("num_hidden_layers")
+        if norm_key is None or head_key is None or not isinstance(num_layers, int):
+            raise CheckpointError(ckpt.path, "not an HF target: needs model.norm.weight, lm_head.weight (or tied "
+                                             "embed_tokens) and num_hidden_layers in config.json")
+        head = ckpt.read(head_key).float().to(device)
+        return cls(ckpt.read(norm_key).float().to(device), float(config.get("rms_norm_eps") or 1e-6), head,
+                   num_layers, int(head.shape[1]), str(ckpt.path), ckpt=ckpt)
+
+    def _rows(self, rows: torch.Tensor | None) -> torch.Tensor:
+        """The verifier lm_head rows of the draft vocab (gathered once per mapping, not per sample)."""
+        if rows is None:
+            return self.lm_head
+        cached = self._sub
+        if cached is None or not torch.equal(cached[0], rows):
+            self._sub = cached = (rows, self.lm_head[rows])
+        return cached[1]
+
+    def embed(self) -> torch.Tensor | None:
+        if self.model is not None:
+            return self.model.get_input_embeddings().weight.detach().float()
+        key = _first(self.ckpt, ("model.embed_tokens.weight", "embed_tokens.weight")) if self.ckpt else None
+        return self.ckpt.read(key).float() if key and self.ckpt else None
+
+    def final_norm(self, last: torch.Tensor) -> torch.Tensor:
+        x = last.float()
+        return self.norm * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+
+    def greedy(self, normed: torch.Tensor, rows: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Argmax over the full vocabulary and over the draft-vocab rows ``rows`` (index into the draft vocab)."""
+        full, draft = [], []
+        sub = self._rows(rows)
+        for chunk in normed.split(TEACHER_CHUNK):
+            full.append((chunk @ self.lm_head.T).argmax(-1))
+            draft.append((chunk @ sub.T).argmax(-1))
+        return torch.cat(full), torch.cat(draft)
+
+
+def _first(ckpt: Checkpoint | None, names: tuple[str, ...]) -> str | None:
+    return next((n for n in names if ckpt is not None and n in ckpt.tensors), None)
+
+
+# -- building the setups ------------------------------------------------------------------------
+def _reference(ckpt: Checkpoint, keys: Iterable[str] | None, seed: int = 0) -> Eagle3Draft:
+    from .wiring import load_draft_as
+
+    if keys is None:
+        return load_draft_as(ckpt, None, seed=seed)
+    from ..draft import DraftConfig
+
+    torch.manual_seed(seed)
+    module = Eagle3Draft(DraftConfig.from_spec(ckpt.spec, ckpt.path))
+    own = module.state_dict()
+    state = {canonical_key(k): ckpt.read(k) for k in keys}
+    module.load_state_dict({k: v for k, v in state.items() if k in own and v.shape == own[k].shape}, strict=False)
+    return module.eval()
+
+
+def _check_attention(module: Eagle3Draft, ckpt: Checkpoint) -> None:
+    attn = module.layers[0].self_attn
+    if not all(hasattr(attn, name) for name in ("q_proj", "k_proj", "v_proj", "o_proj")):
+        raise UsageError(f"{ckpt.path}: acceptance runs Llama-attention drafts (q/k/v projections); "
+                         f"this draft's attention is {type(attn).__name__}")
+
+
+def _trained_setup(ckpt: Checkpoint, teacher: Teacher, L: int, dev: torch.device) -> Setup:
+    from .aux_layers import trained_with
+
+    module = _reference(ckpt, None)
+    _check_attention(module, ckpt)
+    if not any(canonical_key(k) == "embed_tokens.weight" for k in ckpt.tensors):  # SpecForge: the target's table
+        _install(module, "embed_tokens.weight", teacher.embed())
+    t2d_rows = _draft_rows(module)
+    if "lm_head.weight" not in {canonical_key(k) for k in ckpt.tensors} and t2d_rows is not None:
+        _install(module, "lm_head.weight", teacher.lm_head[t2d_rows.to(teacher.lm_head.device)].cpu())
+    layers, _ = trained_with(ckpt.spec, L)
+    return Setup(module.to(dev), tuple(sorted(set(layers))), "always")
+
+
+def _served_setup(ckpt: Checkpoint, profile: EngineProfile, teacher: Teacher, L: int, dev: torch.device,
+                  aux_off: bool) -> Setup:
+    from .aux_layers import resolve_aux_layers
+    from .keys import simulate_load
+
+    load = simulate_load(ckpt, profile)
+    module = _reference(ckpt, load.loaded_keys)
+    loaded = {canonical_key(k) for k in load.loaded_keys}
+    for role, name, table in (("embed", "embed_tokens.weight", teacher.embed),
+                              ("lm_head", "lm_head.weight", lambda: teacher.lm_head.cpu())):
+        if profile.shared(role, ckpt.spec) and (name not in loaded or role == "embed"):
+            _install(module, name, table())
+    resolution = resolve_aux_layers(ckpt.spec, L, profile, checkpoint=ckpt.path)
+    return Setup(module.to(dev), resolution.captured, profile.fc_gate, aux_off, f"as {profile.spec} loads them")
+
+
+def _toggle_setups(served: Setup, trained: Setup, ckpt: Checkpoint, profile: EngineProfile, teacher: Teacher, L: int,
+                   dev: torch.device, aux_off: bool) -> dict[str, Setup]:
+    """For each cause by which served differs from trained: served with that cause alone fixed."""
+    out: dict[str, Setup] = {}
+    s_state, t_state = served.draft.state_dict(), trained.draft.state_dict()
+    differs = [k for k in s_state if not torch.equal(s_state[k], t_state[k])]
+    shared = {"embed_tokens.weight": "embed", "lm_head.weight": "lm_head"}
+    groups: dict[str, list[str]] = {}
+    for key in differs:
+        if key == "d2t":
+            cause = "d2t"
+        elif key in shared and profile.shared(shared[key], ckpt.spec):
+            cause = "shared-tables"
+        elif key == "t2d":
+            continue
+        else:
+            cause = "keys"
+        groups.setdefault(cause, []).append(key)
+    for cause, keys in groups.items():
+        module = _clone(served.draft)
+        with torch.no_grad():
+            for key in keys:
+                module.state_dict()[key].copy_(t_state[key])
+        out[cause] = replace(served, draft=module, weights=f"{served.weights}, {cause} as trained")
+    if served.layers != trained.layers and not aux_off:
+        out["aux-ids"] = replace(served, layers=trained.layers)
+    if aux_off:
+        out["aux-capture"] = replace(served, aux_off=False)
+    return out
+
+
+def _fixed_setup(ckpt: Checkpoint, profile: EngineProfile, teacher: Teacher, L: int, dev: torch.device,
+                 tmp: Path) -> tuple[Setup | None, str]:
+    from ..convert import convert
+    from ..errors import ConversionRefused
+
+    out = tmp / "converted"
+    try:
+        convert(ckpt.path, profile.spec, out, progress=False)
+    except (ConversionRefused, UsageError) as exc:
+        return None, f"fixed: not scored, convert --to {profile.spec} refused ({str(exc)[:160]})"
+    setup = _served_setup(Checkpoint.open(out), profile, teacher, L, dev, aux_off=False)
+    return replace(setup, weights=f"after convert --to {profile.spec}, as it loads them"), \
+        f"fixed: the checkpoint `eagle3lens convert --to {profile.spec}` writes, served with aux capture on"
+
+
+def _clone(module: Eagle3Draft) -> Eagle3Draft:
+    copy = Eagle3Draft(module.cfg).to(next(module.parameters()).device)
+    copy.load_state_dict(module.state_dict())
+    return copy.eval()
+
+
+def _install(module: Eagle3Draft, name: str, table: torch.Tensor | None) -> None:
+    own = module.state_dict()[name]
+    if table is not None and tuple(table.shape) == tuple(own.shape):
+        with torch.no_grad():
+            own.copy_(table.to(own.device, own.dtype))
+
+
+def _draft_rows(module: Eagle3Draft) -> torch.Tensor | None:
+    """Target ids of the draft vocab (t2d rows of the verifier lm_head); None when N == V."""
+    N, V = module.cfg.draft_vocab, module.cfg.vocab
+    if N >= V:
+        return None
+    return torch.arange(N) + _d2t(module).cpu()
+
+
+def _d2t(module: Eagle3Draft) -> torch.Tensor:
+    return cast(torch.Tensor, module.d2t)
+
+
+def _config_steps(ckpt: Checkpoint) -> int | None:
+    block = (ckpt.config or {}).get("speculators_config")
+    methods = block.get("proposal_methods") if isinstance(block, dict) else None
+    first = methods[0] if isinstance(methods, list) and methods and isinstance(methods[0], dict) else {}
+    value = first.get("speculative_tokens")
+    return value if isinstance(value, int) and value > 0 else None
+
+
+# -- per-sample preparation -----------------------------------------------------------------------
+@dataclass
+class _Prepared:
+    ids: torch.Tensor  # [T'] token i+1 at position i (speculators' shift_batch)
+    feats: dict[int, torch.Tensor]  # HF index -> [T', H] aux state of position i
+    final: torch.Tensor | None  # [T', H] the target's final post-norm state (aux-off feed)
+    mask: torch.Tensor  # [T'] loss mask of position i (that of token i+1)
+    teacher_full: torch.Tensor  # [T'] target greedy token after position i+1 (full vocab)
+    teacher_draft: torch.Tensor  # [T'] the same, restricted to the draft vocab (index into it)
+    agree: float
+    agree_total: float
+
+
+def _checked(samples: Iterator[Sample], ckpt: Checkpoint, teacher: Teacher, trained: Setup) -> Iterator[Sample]:
+    """Samples whose widths fit the draft and target (else one clear error naming the file and both widths)."""
+    cfg = trained.draft.cfg
+    for s in samples:
+        if s.last is not None and s.last.shape[-1] != teacher.hidden:
+            raise CheckpointError(s.source, f"last hidden state is {s.last.shape[-1]} wide, the target's hidden size "
+                                            f"is {teacher.hidden} ({teacher.source})")
+        width = s.aux.shape[-1]
+        H_t = cfg.target_hidden
+        if width % H_t or (s.layers is not None and width != len(s.layers) * H_t):
+            raise CheckpointError(s.source, f"aux hidden states are {width} wide, the draft reads {cfg.num_aux} x {H_t} "
+                                            f"= {cfg.num_aux * H_t} ({ckpt.path})")
+        if s.layers is None and width != cfg.num_aux * H_t:
+            raise CheckpointError(s.source, f"aux hidden states are {width} wide, the draft's fc reads "
+                                            f"{cfg.num_aux} x {H_t} = {cfg.num_aux * H_t} ({ckpt.path})")
+        if s.last is None:
+            raise CheckpointError(s.source, "the dump holds no last hidden state: the teacher cannot be computed")
+        if int(s.token_ids.max()) >= teacher.lm_head.shape[0] or int(s.token_ids.min()) < 0:
+            raise CheckpointError(s.source, f"token id {int(s.token_ids.max())} outside the target's vocabulary "
+                                            f"of {teacher.lm_head.shape[0]}")
+        yield s
+
+
+def _prepare(s: Sample, teacher: Teacher, trained: Setup, dev: torch.device) -> _Prepared:
+    """speculators' shift_batch (position i: token i+1, aux state of i, last hidden of i+1) and the teacher."""
+    module = trained.draft
+    chunks = s.aux.split(module.cfg.target_hidden, dim=-1)
+    # a dump that does not name its layers holds the ones the draft's config says it was trained with
+    layers = s.layers if s.layers is not None else trained.layers
+    if len(layers) != len(chunks):
+        raise CheckpointError(s.source, f"the dump holds {len(chunks)} aux layers, the draft was trained with "
+                                        f"{len(layers)} ({list(layers)})")
+    feats = {k: c[:-1].to(dev, torch.float32) for k, c in zip(sorted(layers), chunks)}
+    assert s.last is not None
+    normed = s.last.to(dev, torch.float32) if s.last_normed else teacher.final_norm(s.last.to(dev))
+    rows = _draft_rows(module)
+    full, draft = teacher.greedy(normed[1:], rows.to(dev) if rows is not None else None)
+    ids = s.token_ids.to(dev)
+    mask = s.loss_mask.to(dev)[1:]
+    follows = (ids[2:] == full[:-1]) & mask[:-1]
+    return _Prepared(ids[1:], feats, normed[:-1], mask, full, draft, float(follows.sum()), float(mask[:-1].sum()))
+
+
+# -- scoring ----------------------------------------------------------------------------------------
+def _feature(setup: Setup, p: _Prepared) -> torch.Tensor:
+    if setup.aux_off:
+        if p.final is None:
+            raise UsageError("aux-off needs the target's final hidden state")
+        return p.final
+    missing = [k for k in setup.layers if k not in p.feats]
+    if missing:
+        raise _MissingLayers(missing, sorted(p.feats))
+    return torch.cat([p.feats[k] for k in setup.layers], dim=-1)
+
+
+class _MissingLayers(Exception):
+    def __init__(self, missing: list[int], have: list[int]) -> None:
+        super().__init__(f"the data holds aux layers {have} (HF indices), this setup captures {missing} too: "
+                         "give --target T --prompts F to capture them live")
+
+
+def _score(setup: Setup, p: _Prepared, K: int, counts: _Counts, serving: bool) -> None:
+    if counts.error or counts.unavailable:
+        return
+    try:
+        feature = _feature(setup, p)
+        preds = chain(setup.draft, p.ids, feature, setup.gate, K,
+                      teacher_forced=None if serving else p.ids)
+    except _MissingLayers as exc:
+        counts.unavailable = str(exc)
+        return
+    except (AssertionError, RuntimeError) as exc:  # the engine's fc shape check, or fc's matmul on the wrong width
+        counts.error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+        return
+    if serving:
+        _score_serving(setup.draft, preds, p, K, counts)
+    else:
+        _score_metrics(preds, p, K, counts)
+
+
+def _score_metrics(preds: list[torch.Tensor], p: _Prepared, K: int, counts: _Counts) -> None:
+    """speculators' compute_accuracy_single_step after align_for_step, summed (restated, not imported)."""
+    T = p.ids.shape[0]
+    prev = p.mask.clone()  # prev_correct starts as the (shifted) loss mask
+    block_ok = torch.ones(T, dtype=torch.bool, device=p.ids.device)
+    block_valid = torch.zeros(T, dtype=torch.bool, device=p.ids.device)
+    block_run = torch.zeros(T, device=p.ids.device)
+    for k in range(min(K, T)):
+        n = T - k
+        correct = preds[k][:n] == p.teacher_draft[k:]
+        counts.cond_total[k] += float(prev[:n].sum())
+        prev[:n] &= correct
+        slot_mask = p.mask[k:]
+        counts.full_hit[k] += float((prev[:n] & slot_mask).sum())
+        counts.full_total[k] += float(slot_mask.sum())
+        # compute_accepted_length_counts: leading run of correct & valid slots per block, + 1
+        block_ok[:n] &= correct & slot_mask
+        block_ok[n:] = False
+        block_run += block_ok.float()
+        block_valid[:n] |= slot_mask
+    counts.blocks += float(block_valid.sum())
+    counts.block_len += float(((block_run + 1) * block_valid.float()).sum())
+
+
+def _score_serving(module: Eagle3Draft, preds: list[torch.Tensor], p: _Prepared, K: int, counts: _Counts) -> None:
+    T = p.ids.shape[0]
+    n = T - K + 1  # verify starts with all K draft positions inside the sequence
+    if n <= 0:
+        return
+    starts = p.mask[:n]
+    run = starts.clone()
+    for k in range(K):
+        proposed = map_to_target(preds[k][:n], _d2t(module))
+        counts.cond_total[k] += float(run.sum())
+        run &= proposed == p.teacher_full[k:k + n]
+        counts.full_hit[k] += float(run.sum())
+        counts.full_total[k] += float(starts.sum())
+
+
+def chain(module: Eagle3Draft, ids: torch.Tensor, feature: torch.Tensor, gate: FcGate, steps: int,
+          teacher_forced: torch.Tensor | None = None) -> list[torch.Tensor]:
+    """``steps`` draft steps from every position of one sequence; the draft-vocab argmax of each step.
+
+    Step 0 reads ``ids`` [T] and ``feature`` [T, width] through fc (as ``gate`` decides); step k reads step k-1's
+    hidden output and either its own prediction mapped to target ids (serving) or, with ``teacher_forced``, the
+    ground-truth ids shifted k to the left (speculators' TTT). Step k's queries attend to step 0's keys causally
+    and to steps 1..k's keys at their own position (speculators' ``extend_*_mask_for_draft_tokens``; at decode time
+    the chain's own earlier tokens).
+    """
+    cfg = module.cfg
+    layer = cast(DecoderLayer, module.layers[0])
+    attn = layer.self_attn
+    T = ids.shape[0]
+    with torch.no_grad():
+        g, _ = module.project(feature[None].to(next(module.parameters()).dtype), gate)
+        positions = torch.arange(1, T + 1, device=ids.device)[None]  # shift_batch: positions start at 1
+        x_ids = ids[None]
+        keys: list[torch.Tensor] = []
+        values: list[torch.Tensor] = []
+        preds = []
+        for k in range(steps):
+            xe, xh = layer.input_layernorm(module.embed_tokens(x_ids)), layer.hidden_norm(g)
+            residual = xh if cfg.norm_before_residual else g
+            x = torch.cat([xe, xh], dim=-1)
+            q = attn.q_proj(x).view(1, T, cfg.heads, cfg.head_dim).transpose(1, 2)
+            kk = attn.k_proj(x).view(1, T, cfg.kv_heads, cfg.head_dim).transpose(1, 2)
+            v = attn.v_proj(x).view(1, T, cfg.kv_heads, cfg.head_dim).transpose(1, 2)
+            q, kk = rope(q, positions, cfg.rope_theta), rope(kk, positions, cfg.rope_theta)
+            group = cfg.heads // cfg.kv_heads
+            keys.append(kk.repeat_interleave(group, dim=1))
+            values.append(v.repeat_interleave(group, dim=1))
+            y = ttt_attention(q, keys, values)
+            h = attn.o_proj(y.transpose(1, 2).reshape(1, T, cfg.heads * cfg.head_dim)) + residual
+            h = layer.mlp(layer.post_attention_layernorm(h)) + h
+            n = module.norm(h)
+            pred = module.lm_head(n).argmax(-1)
+            preds.append(pred[0])
+            g = n if cfg.norm_output else h
+            if teacher_forced is not None:
+                x_ids = F.pad(teacher_forced[k + 1:], (0, k + 1))[None]
+            else:
+                x_ids = map_to_target(pred, _d2t(module))
+            positions = positions + 1
+    return preds
+
+
+def ttt_attention(q: torch.Tensor, keys: list[torch.Tensor], values: list[torch.Tensor]) -> torch.Tensor:
+    """Attention of ``q`` [1, h, T, d] over step 0's keys (causal) and steps 1..k's keys (own position only)."""
+    T, d = q.shape[2], q.shape[3]
+    scale = 1.0 / math.sqrt(d)
+    k0, v0 = keys[0], values[0]
+    diag_scores = [(q.float() * kk.float()).sum(-1, keepdim=True) * scale for kk in keys[1:]]  # [1, h, T, 1] each
+    out = []
+    for start in range(0, T, QUERY_CHUNK):
+        stop = min(start + QUERY_CHUNK, T)
+        qc = q[:, :, start:stop].float()
+        s0 = (qc @ k0[:, :, :stop].float().transpose(-1, -2)) * scale  # keys beyond stop are all masked
+        rows = torch.arange(start, stop, device=q.device)[:, None]
+        s0 = s0.masked_fill(torch.arange(stop, device=q.device)[None, :] > rows, float("-inf"))
+        scores = torch.cat([s0, *(s[:, :, start:stop] for s in diag_scores)], dim=-1)
+        p = torch.softmax(scores, dim=-1)
+        y = p[..., :stop] @ v0[:, :, :stop].float()
+        for m, vv in enumerate(values[1:]):
+            y = y + p[..., stop + m:stop + m + 1] * vv[:, :, start:stop].float()
+        out.append(y)
+    return torch.cat(out, dim=2).to(q.dtype)
+
+
+# -- engine log lines -------------------------------------------------------------------------------
+def log_lines(view: AcceptanceView, steps: int, engine: str | None) -> dict[str, str]:
+    """The acceptance part of the line each engine's log would print for this view (topk 1, K = steps)."""
+    if view.accept_len is None:
+        return {}
+    length, per_pos = view.accept_len, view.full_acc
+    version = _version(engine)
+    name = engine.split("==")[0] if engine else None
+    lines: dict[str, str] = {}
+    if name in (None, "sglang"):
+        v = version if name == "sglang" else None
+        if v is not None and v < (0, 5, 3, 2):
+            lines["sglang"] = f"accept len: {length:.2f}"
+        elif v is not None and v < (0, 5, 11):
+            lines["sglang"] = f"accept len: {length:.2f}, accept rate: {length / (steps + 1):.2f}"
+        else:  # 0.5.11+: (accept_len - 1) / (num_draft_tokens - 1), num_draft_tokens = K + 1 at topk 1
+            lines["sglang"] = f"accept len: {length:.2f}, accept rate: {(length - 1) / steps:.2f}"
+    if name in (None, "vllm"):
+        mean = length - 1 if version is not None and name == "vllm" and version < (0, 9) else length
+        lines["vllm"] = (f"Mean acceptance length: {mean:.2f}, Per-position acceptance rate: "
+                         + ", ".join(f"{r:.3f}" for r in per_pos)
+                         + f", Avg Draft acceptance rate: {100 * (length - 1) / steps:.1f}%")
+    return lines
+
+
+def _version(engine: str | None) -> tuple[int, ...] | None:
+    if not engine or "==" not in engine:
+        return None
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        v = Version(engine.split("==", 1)[1])
+    except InvalidVersion:
+        return None
+    return tuple(v.release) + ((v.post,) if v.post is not None else ())
+
+
+# -- findings -----------------------------------------------------------------------------------------
+def gap_findings(result: AcceptanceResult, ckpt: Checkpoint) -> list[Finding]:
+    """``acceptance/gap``: the engine serves the draft worse than it was trained (with what fixes it)."""
+    trained, served = result.accept_len("as_trained"), result.accept_len("as_served")
+    if result.engine is None or trained is None:
+        return []
+    fixed = result.accept_len("fixed")
+    view = result.views.get("as_served")
+    if served is None:
+        error = view.error if view is not None else None
+        if error is None:  # not scored (data lacking a layer): nothing to judge
+            return []
+        return [Finding("acceptance/gap", Severity.CRITICAL, f"as served by {result.engine}: not servable ({error})",
+                        f"As trained the draft reaches accept len {trained:.2f}; the engine as modelled stops first.",
+                        evidence=_evidence(result))]
+    if trained - served <= max(GAP_ABS, GAP_REL * (trained - 1)):
+        return []
+    severity = Severity.CRITICAL if served <= ZERO_ACCEPT_LEN else Severity.WARNING
+    toggles = "; ".join(f"{CAUSE_LABELS.get(c, c)}: {v:.2f}" if v is not None else f"{CAUSE_LABELS.get(c, c)}: n/a"
+                        for c, v in result.toggles.items())
+    title = (f"as served by {result.engine}: accept len {served:.2f}; as trained: {trained:.2f}"
+             + (f"; after convert: {fixed:.2f}" if fixed is not None else ""))
+    restores = fixed is not None and abs(fixed - trained) <= max(0.05, 0.05 * trained)
+    return [Finding("acceptance/gap", severity, title,
+                    f"Offline, on {result.samples} samples with K = {result.steps}: the draft as {result.engine} loads "
+                    f"and wires it accepts {served:.2f} tokens per verify step, as trained {trained:.2f}."
+                    + (f" Each cause fixed alone: {toggles}." if toggles else ""),
+                    evidence=_evidence(result),
+                    fix=fix_command("convert", ckpt.path, "--to", result.engine, "OUT") if restores else None)]
+
+
+def _evidence(result: AcceptanceResult) -> dict[str, Any]:
+    return {"accept_len": {n: v.accept_len for n, v in result.views.items()}, "toggles": dict(result.toggles),
+            "steps": result.steps, "samples": result.samples}
+
+
+def log_comparison(result: AcceptanceResult, logged: float, log_path: str) -> tuple[Finding | None, str | None]:
+    """Hold the as-served estimate against the server's logged accept len: a finding, or the note of agreement."""
+    served = result.accept_len("as_served")
+    if served is None:
+        return None, None
+    tolerance = max(0.05, 0.1 * (served - 1))
+    if abs(served - logged) <= tolerance:
+        return None, (f"as served: accept len {served:.2f} (your log: {logged:.2f}): the served acceptance is "
+                      "explained by the causes above")
+    return Finding("acceptance/served-vs-log-mismatch", Severity.WARNING,
+                   f"offline as served: accept len {served:.2f}; the log says {logged:.2f}",
+                   "Something outside the checkpoint differs from what was modelled: sampling (temperature > 0), "
+                   "tree width (topk > 1), a different K, other data, or a wiring path not modelled.",
+                   evidence={"estimated": served, "logged": logged, "log": log_path, "steps": result.steps,
+                             "engine": result.engine}), None
+
+
+def _count(data: Any, limit: int | None) -> int | None:
+    if isinstance(data, (str, Path)):
+        from .data import dump_files
+
+        n: int | None = len(dump_files(data)[1])
+    else:
+        n = len(data) if hasattr(data, "__len__") else None
+    return min(n, limit) if n is not None and limit is not None else n
+
+
+def needed_layers(draft: str | Path | Checkpoint, num_target_layers: int,
+                  engine: str | EngineProfile | None = None) -> tuple[int, ...]:
+    """HF hidden_states indices a live capture must keep: the trained layers and those ``engine`` captures."""
+    from .aux_layers import resolve_aux_layers, trained_with
+
+    ckpt = draft if isinstance(draft, Checkpoint) else Checkpoint.open(draft)
+    layers = set(trained_with(ckpt.spec, num_target_layers)[0])
+    if engine is not None:
+        layers |= set(resolve_aux_layers(ckpt.spec, num_target_layers, resolve(engine), checkpoint=ckpt.path).captured)
+    return tuple(sorted(k for k in layers if 0 <= k < num_target_layers))
+
+
+def live_samples(draft: str | Path | Checkpoint, target: Any, prompts: str | Path,
+                 engine: str | EngineProfile | None = None, new_tokens: int = 32, device: str = "cpu",
+                 device_map: str | None = None, limit: int | None = None) -> tuple[list[Sample], Any]:
+    """Prompts continued greedily by the target (loaded from ``target``), with the aux layers the trained draft and
+    ``engine`` need captured by the tracer; returns the samples and the loaded target (the teacher)."""
+    from .data import capture_samples, read_prompts
+    from .wiring import find_decoder_layers, load_target
+
+    model = load_target(target, device if device_map is None else "cpu", device_map=device_map)
+    tokenizer = target.root if isinstance(target, Checkpoint) else target if isinstance(target, (str, Path)) else None
+    ids = read_prompts(prompts, tokenizer_dir=tokenizer)[:limit]
+    layers = needed_layers(draft, len(find_decoder_layers(model)[1]), engine)
+    return list(capture_samples(model, ids, layers, new_tokens=new_tokens)), model
+
+
+def doctor_acceptance(draft: Checkpoint, target: Any, engine: str | EngineProfile | None, *,
+                      data: str | Path | None = None, prompts: str | Path | None = None,
+                      logged_accept_len: float | None = None, log_path: str | None = None,
+                      scenario: str | None = None) -> tuple[AcceptanceResult, str | None]:
+    """The acceptance probe as the doctor runs it: as served held against the logged accept len.
+
+    Returns the result (with ``acceptance/served-vs-log-mismatch`` added on disagreement) and, on agreement,
+    the note that the served acceptance is explained by the causes found.
+    """
+    samples: Any = data
+    teacher: Any = target
+    if data is None:
+        if prompts is None:
+            raise UsageError("acceptance needs --data D or --prompts F")
+        samples, teacher = live_samples(draft, target, prompts, engine)
+    result = estimate_acceptance(draft, samples, target=teacher, engine=engine,
+                                 scenario=scenario if scenario == "aux-off" else None)
+    if logged_accept_len is None or engine is None:
+        return result, None
+    finding, note = log_comparison(result, logged_accept_len, log_path or "log")
+    if finding is not None:
+        result = replace(result, findings=(*result.findings, finding))
+    return result, note

@@ -1,0 +1,60 @@
+"""Result types of the offline-acceptance probe (plain data, no torch: views import them cheaply)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..findings import Finding, to_jsonable
+
+VIEW_NAMES = ("metrics", "as_trained", "as_served", "fixed")
+CAUSE_LABELS = {"keys": "keys fixed alone", "aux-ids": "aux ids fixed alone", "aux-capture": "aux capture on alone",
+                "d2t": "d2t as trained alone", "shared-tables": "embed / lm_head as trained alone"}
+
+
+@dataclass(frozen=True)
+class AcceptanceView:
+    """One way of running the draft over the data, and what it accepts."""
+
+    name: str
+    full_acc: tuple[float, ...]
+    cond_acc: tuple[float, ...]
+    accept_len: float | None
+    positions: int
+    setup: dict[str, Any] = field(default_factory=dict)  # weights, layers, fc gate, scenario
+    engine: str | None = None
+    log_lines: dict[str, str] = field(default_factory=dict)  # engine family -> the line its log would print
+    error: str | None = None  # the engine would stop here (e.g. fc's shape check) instead of serving
+    unavailable: str | None = None  # the data cannot score this view (e.g. a layer the dump does not hold)
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_jsonable({"full_acc": list(self.full_acc), "cond_acc": list(self.cond_acc),
+                            "accept_len": self.accept_len, "positions": self.positions, "engine": self.engine,
+                            "setup": self.setup, "log_lines": self.log_lines, "error": self.error,
+                            "unavailable": self.unavailable})
+
+
+@dataclass(frozen=True)
+class AcceptanceResult:
+    """The views side by side, the per-cause toggles (cause -> accept len with that cause fixed alone), findings."""
+
+    draft: str
+    data: str
+    engine: str | None
+    steps: int
+    samples: int
+    views: dict[str, AcceptanceView]
+    toggles: dict[str, float | None] = field(default_factory=dict)
+    greedy_agreement: float | None = None
+    findings: tuple[Finding, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    def accept_len(self, view: str) -> float | None:
+        v = self.views.get(view)
+        return v.accept_len if v is not None else None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {name: view.to_dict() for name, view in self.views.items()}
+        out.update(toggles=dict(self.toggles), draft=self.draft, data=self.data, engine=self.engine, steps=self.steps,
+                   samples=self.samples, greedy_agreement=self.greedy_agreement, notes=list(self.notes))
+        return to_jsonable(out)
