@@ -256,6 +256,8 @@ WALKTHROUGHS = {
                          lambda d: ["trace", "--target", f"{d}/target", "--draft", f"{d}/eagle", "--engine",
                                     "sglang==0.5.11", "--scenario", "aux-off"]),
     "05_serving_logs": ({}, lambda d: ["logs", f"{d}/sglang.log"]),
+    "07_provenance": ({}, lambda d: ["provenance", "--data", f"{d}/hidden-states", "--target", f"{d}/target",
+                                     "--draft", f"{d}/mismatched-ids", "--engine", "sglang==0.5.11"]),
 }
 
 
