@@ -34,7 +34,8 @@ PROBES: dict[str, tuple[str, ...]] = {
     "doctor": ("doctor.py",),
     "convert": ("convert.py",),
     "detect": ("engines/detect.py",),
-    "acceptance": ("probes/acceptance.py",),  # `engines --detect`: the engine actually installed
+    "acceptance": ("probes/acceptance.py",),
+    "provenance": ("probes/provenance.py",),  # `engines --detect`: the engine actually installed
 }
 
 
@@ -156,6 +157,21 @@ CODES: tuple[Code, ...] = (
     Code("acceptance/served-vs-log-mismatch", owner="acceptance", severity="warning", rank=215,
          meaning="the offline as-served estimate disagrees with the accept len the server logged: something outside "
                  "the checkpoint differs (sampling, tree width, a wiring path not modelled)"),
+    Code("data/aux-layers-mismatch", owner="provenance", severity="critical", rank=175,
+         meaning="the training data's aux states came from other target layers than the engine feeds at serving "
+                 "(critical), or than the draft's config ids describe (warning)"),
+    Code("data/last-hidden-normed", owner="provenance", severity="warning", rank=195,
+         meaning="the dump's last hidden state is after the final norm where its trainer applies the norm itself"),
+    Code("data/last-hidden-unnormed", owner="provenance", severity="warning", rank=195,
+         meaning="the dump's last hidden state is before the final norm where its trainer feeds the bare lm_head"),
+    Code("data/not-from-target", owner="provenance", severity="critical", rank=172,
+         meaning="no chunk of the dump matches any layer of the target: data from another model or revision"),
+    Code("data/token-ids-out-of-vocab", owner="provenance", severity="critical", rank=172,
+         meaning="dump sequences hold token ids outside the target's vocabulary (skipped)"),
+    Code("data/loss-mask-empty", owner="provenance", severity="warning", rank=195,
+         meaning="dump sequences whose loss mask is all false: nothing in them trains the draft"),
+    Code("data/non-finite", owner="provenance", severity="critical", rank=172,
+         meaning="dump sequences holding NaN or Inf hidden states (skipped)"),
     Code("logs/zero-acceptance", owner="logs", severity="critical", rank=220,
          meaning="mean accept length ≤ 1.05: proposals are (almost) never right"),
     Code("logs/low-acceptance", owner="logs", severity="warning", rank=220,

@@ -71,6 +71,10 @@ VARIANTS = {  # directory -> (what it is, findings on their own, findings added 
               "on SGLang, but vLLM 0.33.0's default V2 runner never reads the nested ids (its default layers are "
               "captured) and its V1 runner reads them raw (one layer early)",
               [], {"vllm==0.33.0": ["config/aux-ids-ignored"], "vllm==0.33.0:v1": ["config/aux-ids-shifted"]}),
+    "mismatched-ids": ("the eagle/ weights (trained on HF hidden_states[2, 5, 7]) with the vLLM-style ids [2, 5, 7] "
+                       "copied into eagle_config: self-consistent on its face, but SGLang reads them as outputs of "
+                       "layers 2, 5, 7 and feeds [3, 6, 8]; only the data shows it (eagle3lens provenance)",
+                       [], {"vllm==0.33.0": ["config/aux-ids-ignored"], "vllm==0.33.0:v1": ["config/aux-ids-shifted"]}),
     "broken-d2t-double-subtracted": ("d2t 'fixed' by subtracting arange from values that were already offsets",
                                      ["vocab/d2t-double-subtracted"], SPECULATORS_ON_SGLANG_OLD),
     "broken-d2t-absolute": ("d2t holds absolute target ids instead of offsets (d2t + arange)",
@@ -107,6 +111,7 @@ class DemoPaths:
     kimi_target: Path
     kimi_mla: Path
     hidden_states: Path
+    hidden_states_sglang: Path
     sglang_log: Path
     sglang_eagle_log: Path
     vllm_log: Path
@@ -211,9 +216,11 @@ def _build_into(paths: DemoPaths, progress: Callable[[str], None]) -> None:
     kimi_metrics = _build_kimi(paths, seqs)
     progress("writing checkpoints, logs, hidden states and manifest")
     dump = _write_hidden_states(paths.hidden_states, target, seqs, accuracy_all=metrics.pop("_step0_all"))
+    dump_sglang = _write_sglang_style_states(paths.hidden_states_sglang, target, seqs)
     trained = {k: v.detach().clone().contiguous() for k, v in draft.state_dict().items()}
     _write_speculators(paths.speculators, trained)
     _write_eagle(paths.eagle, trained)
+    _write_eagle(paths.root / "mismatched-ids", trained, aux_ids=AUX_IDS)
     _write_speculators(paths.broken_d2t_double_subtracted, {**trained, "d2t": trained["d2t"] - torch.arange(N)})
     _write_speculators(paths.broken_d2t_absolute, {**trained, "d2t": trained["d2t"] + torch.arange(N)})
     _write_speculators(paths.broken_d2t_missing, {k: v for k, v in trained.items() if k not in ("d2t", "t2d")})
@@ -224,7 +231,8 @@ def _build_into(paths: DemoPaths, progress: Callable[[str], None]) -> None:
     paths.vllm_log.write_text(VLLM_LOG, encoding="utf-8")
     _write_json(paths.token_counts, {"vocab_size": V, "num_tokens": int(counts.sum()), "source":
                                      "target-sampled sequences (prompts + generated tokens)", "counts": counts.tolist()})
-    _write_json(paths.manifest, {**_manifest(metrics, d2t, kimi_metrics), "hidden_states": dump})
+    _write_json(paths.manifest, {**_manifest(metrics, d2t, kimi_metrics), "hidden_states": dump,
+                                 "hidden_states_sglang": dump_sglang})
     paths.readme.write_text(_readme(metrics, kimi_metrics), encoding="utf-8")
 
 
@@ -387,6 +395,23 @@ def _write_hidden_states(path: Path, target, seqs: torch.Tensor, accuracy_all: f
                                          "argmax over the draft vocab, every position"}
 
 
+def _write_sglang_style_states(path: Path, target, seqs: torch.Tensor) -> dict[str, Any]:
+    """The held-out sequences extracted SGLang-style from the ids [2, 5, 7]: outputs of layers 2, 5, 7 (HF
+    hidden_states[3, 6, 8]) and the post-norm last state, in eagle3lens's own format with no ids recorded."""
+    from .probes.data import Sample, target_states, write_dump
+
+    held = seqs[TRAIN_SEQS:]
+    layers = [k + 1 for k in AUX_IDS]
+    with _deterministic(), torch.no_grad():
+        aux, _, post = target_states(target, held, layers)
+        feats = torch.cat(aux, dim=-1)
+        write_dump(path, (Sample(held[i], feats[i].contiguous(), post[i].contiguous(),
+                                 torch.ones(held.shape[1], dtype=torch.bool), True, "demo", None)
+                          for i in range(held.shape[0])))
+    return {"path": path.name, "format": "eagle3lens", "samples": int(held.shape[0]), "aux_layers_hf": layers,
+            "last_hidden": "post-norm", "extracted_as": "SGLang-style: ids [2, 5, 7] read as outputs of layers"}
+
+
 def _write_json(path: Path, data: Any) -> None:
     path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
 
@@ -438,13 +463,13 @@ def _write_speculators(path: Path, state: dict[str, torch.Tensor]) -> None:
     _save(path, state, config)
 
 
-def _write_eagle(path: Path, state: dict[str, torch.Tensor]) -> None:
+def _write_eagle(path: Path, state: dict[str, torch.Tensor], aux_ids: list[int] = SGLANG_AUX_IDS) -> None:
     """SpecForge layout: ``midlayer.*``, flat config, SGLang-convention ids, embeddings not saved."""
     tensors = {k.replace("layers.0.", "midlayer.", 1): v for k, v in state.items() if not k.startswith("embed_tokens")}
     layer = _layer_config()
     config = {**layer, "architectures": ["LlamaForCausalLMEagle3"], "draft_vocab_size": N,
               "target_hidden_size": TARGET["hidden_size"],
-              "eagle_config": {"eagle_aux_hidden_state_layer_ids": SGLANG_AUX_IDS, "use_aux_hidden_state": True}}
+              "eagle_config": {"eagle_aux_hidden_state_layer_ids": aux_ids, "use_aux_hidden_state": True}}
     _save(path, tensors, config)
 
 
@@ -478,7 +503,7 @@ def _manifest(metrics: dict[str, Any], d2t: torch.Tensor, kimi_metrics: dict[str
         "aux_layer_ids": {"speculators": AUX_IDS, "sglang": SGLANG_AUX_IDS,
                           "hf_hidden_states": AUX_IDS},
         "training": metrics,
-        "variants": {name: {"path": name, "layout": "eagle" if name == "eagle" else "speculators",
+        "variants": {name: {"path": name, "layout": "eagle" if name in ("eagle", "mismatched-ids") else "speculators",
                             "what": what, "expected_findings": codes, "expected_findings_by_engine": by_engine}
                      for name, (what, codes, by_engine) in VARIANTS.items()},
         "kimi": {
@@ -524,6 +549,13 @@ uniform chance {1 / N:.2%}).
 | variant | what it is | what should be found |
 |---|---|---|
 {rows}
+
+Hidden states: `hidden-states/` holds the held-out sequences as speculators' offline data (HF
+`hidden_states[2, 5, 7]`, the last state before the final norm: vLLM-style ids [2, 5, 7]);
+`hidden-states-sglang/` the same sequences extracted SGLang-style from the same ids (outputs of layers 2, 5, 7 =
+`hidden_states[3, 6, 8]`, last state after the norm). `mismatched-ids/` was trained on the first but its config
+carries the ids in the other convention: `eagle3lens provenance --data hidden-states --target target --draft
+mismatched-ids --engine sglang==0.5.11` shows the draft fed other layers than it was trained on.
 
 Logs: `sglang.log` (SGLang 0.5.x decode lines, accept len 1.00, accept rate 0.00) and `vllm.log`
 (vLLM 0.33.0 SpecDecoding metrics, mean acceptance length 1.00): both `logs/zero-acceptance`.

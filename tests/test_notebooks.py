@@ -290,6 +290,8 @@ WALKTHROUGHS = {
     "05_serving_logs": ({}, lambda d: ["logs", f"{d}/sglang.log"]),
     "06_acceptance": ({}, lambda d: ["acceptance", f"{d}/speculators", "--data", f"{d}/hidden-states", "--target",
                                      f"{d}/target", "--engine", "sglang==0.5.11"]),
+    "07_provenance": ({}, lambda d: ["provenance", "--data", f"{d}/hidden-states", "--target", f"{d}/target",
+                                     "--draft", f"{d}/mismatched-ids", "--engine", "sglang==0.5.11"]),
 }
 
 

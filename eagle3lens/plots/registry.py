@@ -38,6 +38,7 @@ VIEWS: dict[str, str] = {
     "eagle3lens.engines.detect.Detection": "eagle3lens.plots.engines",
     "eagle3lens.probes.prediction.WiringPrediction": "eagle3lens.plots.prediction",
     "eagle3lens.probes.acceptance_result.AcceptanceResult": "eagle3lens.plots.acceptance",
+    "eagle3lens.probes.provenance.ProvenanceResult": "eagle3lens.plots.provenance",
     "eagle3lens.commands.demo.DemoBuilt": "eagle3lens.plots.demo",
     "eagle3lens.remote.RemoteRun": "eagle3lens.plots.remote",
     "eagle3lens.notebook_runner.NotebookRun": "eagle3lens.plots.notebook",
