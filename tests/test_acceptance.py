@@ -299,20 +299,20 @@ def test_doctor_holds_the_estimate_against_the_log(demo_dir: Path, tmp_path: Pat
 
 
 def test_aux_ids_in_the_other_convention(demo_dir: Path, tmp_path: Path) -> None:
-    """vLLM reads eagle/'s SGLang-convention ids raw: live capture scores it and the aux-ids toggle restores it;
+    """vLLM's V1 runner reads eagle/'s SGLang-convention ids raw (the default V2 runner ignores them): live capture scores it and the aux-ids toggle restores it;
     a dump without those layers leaves as served unscored (a note, no finding)."""
     from eagle3lens.probes.acceptance import live_samples
 
     prompts = tmp_path / "prompts.json"
     prompts.write_text("[[3, 17, 5, 9, 12], [40, 2, 33, 8]]")
-    samples, model = live_samples(demo_dir / "eagle", demo_dir / "target", prompts, "vllm==0.33.0", new_tokens=10)
+    samples, model = live_samples(demo_dir / "eagle", demo_dir / "target", prompts, "vllm==0.33.0:v1", new_tokens=10)
     assert samples[0].layers == (1, 2, 4, 5, 6, 7)  # trained [2, 5, 7] and vLLM's raw [1, 4, 6]
-    live = estimate_acceptance(demo_dir / "eagle", samples, target=model, engine="vllm==0.33.0", steps=2)
+    live = estimate_acceptance(demo_dir / "eagle", samples, target=model, engine="vllm==0.33.0:v1", steps=2)
     assert live.views["as_served"].setup["layers_hf"] == [1, 4, 6]
     assert live.views["as_trained"].setup["layers_hf"] == [2, 5, 7]
     assert live.toggles["aux-ids"] == pytest.approx(live.views["as_trained"].accept_len)
     dump = estimate_acceptance(demo_dir / "eagle", demo_dir / "hidden-states", target=demo_dir / "target",
-                               engine="vllm==0.33.0", steps=2, limit=3)
+                               engine="vllm==0.33.0:v1", steps=2, limit=3)
     assert dump.views["as_served"].accept_len is None and "[1, 4, 6]" in (dump.views["as_served"].unavailable or "")
     assert not [f for f in dump.findings if "not servable" in f.title]
     assert any("not scored" in n for n in dump.notes)
