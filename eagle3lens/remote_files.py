@@ -16,7 +16,7 @@ from typing import Protocol
 
 import paramiko
 
-from .remote_ssh import CONNECT_TIMEOUT, RemoteError
+from .errors import RemoteError
 
 # Runs on the host as ``PY -c EXEC_FILES OP PATH [MODE]``: put (stdin -> file), get (file -> stdout),
 # mkdir, list (JSON [[name, lstat mode, size, mtime], ...]). An OSError exits 3 with its strerror on stderr.
@@ -97,13 +97,14 @@ class ExecFiles:
 
     via = "exec"
 
-    def __init__(self, transport: paramiko.Transport, python_command: str, label: str) -> None:
+    def __init__(self, transport: paramiko.Transport, python_command: str, label: str, open_timeout: float) -> None:
         self.transport = transport
         self.prefix = python_command  # already shell-quoted: the remote interpreter, -c, EXEC_FILES
         self.label = label
+        self.open_timeout = open_timeout  # seconds to wait for the host to open each exec channel
 
     def _exec(self, *args: str, stdin: bytes = b"", sink: Path | None = None) -> bytes:
-        channel = self.transport.open_session(timeout=CONNECT_TIMEOUT)
+        channel = self.transport.open_session(timeout=self.open_timeout)
         channel.settimeout(TRANSFER_TIMEOUT)
         channel.exec_command(" ".join([self.prefix, *(shlex.quote(a) for a in args)]))
         out = bytearray()
@@ -148,12 +149,13 @@ class ExecFiles:
 
 
 def open_files(client: paramiko.SSHClient, transport: paramiko.Transport, python_command: str,
-               label: str) -> RemoteFiles:
-    """SFTP when the host serves the subsystem, else the exec-channel fallback."""
+               label: str, open_timeout: float) -> RemoteFiles:
+    """SFTP when the host serves the subsystem, else the exec-channel fallback (``open_timeout``: seconds to
+    wait for each of its channels to open)."""
     try:
         return SftpFiles(client.open_sftp())
     except (paramiko.SSHException, EOFError):  # "Channel closed.": no Subsystem sftp in sshd_config
         if not transport.is_active():
             raise RemoteError(f"{label}: connection lost while opening SFTP") from None
-        return ExecFiles(transport, python_command, label)
+        return ExecFiles(transport, python_command, label, open_timeout)
 

@@ -15,14 +15,11 @@ import socket
 import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import paramiko
 
 from .errors import HostKeyError, RemoteError
-
-if TYPE_CHECKING:
-    from .remote_files import RemoteFiles
+from .remote_files import RemoteFiles, open_files
 
 DEFAULT_SSH_CONFIG = Path("~/.ssh/config")
 DEFAULT_KNOWN_HOSTS = Path("~/.ssh/known_hosts")
@@ -174,9 +171,7 @@ class SshConnection:
         """File transfer to the host: SFTP, or the exec-channel fallback through ``python_command``
         (the shell-quoted ``PY -c EXEC_FILES``) when the host serves no SFTP subsystem."""
         if self._files is None:
-            from .remote_files import open_files
-
-            self._files = open_files(self.client, self.transport, python_command, self.target.label)
+            self._files = open_files(self.client, self.transport, python_command, self.target.label, CONNECT_TIMEOUT)
         return self._files
 
     def run(self, argv: list[str], timeout: float = 60.0) -> tuple[int, str]:

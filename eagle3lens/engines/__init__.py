@@ -12,125 +12,35 @@ marked unverified; a bare name means the newest release read, and the profile sa
 
 from __future__ import annotations
 
-from dataclasses import replace
-
-from packaging.version import Version
-
-from ..errors import UsageError
-from . import sglang, training, vllm
+from .detect import installed_profile
 from .profile import DraftClass, EngineProfile, ParamSpec, SourceFile
-from .steps import Route
-from .versions import (
-    BEFORE,
-    RELEASES,
-    first_release,
-    newest_release,
-    parse_version,
-    spec_parts,
+from .registry import (
+    FILES,
+    all_profiles,
+    engine_notes,
+    families,
+    known,
+    newest_verified,
+    own_loader,
+    resolve_named,
 )
-
-_PROFILES: tuple[EngineProfile, ...] = sglang.PROFILES + vllm.PROFILES + training.PROFILES
-FILES = {"sglang": sglang.SGLANG_FILES, "vllm": vllm.VLLM_FILES}
-DETECT_FILES = {"sglang": sglang.DETECT_FILES, "vllm": vllm.DETECT_FILES}
+from .steps import Route
+from .versions import RELEASES, parse_version, spec_parts
 
 
-def all_profiles() -> tuple[EngineProfile, ...]:
-    """Every known profile, grouped by engine, oldest version first."""
-    return _PROFILES
-
-
-def families() -> dict[str, tuple[EngineProfile, ...]]:
-    out: dict[str, tuple[EngineProfile, ...]] = {}
-    for p in _PROFILES:
-        out[p.name] = out.get(p.name, ()) + (p,)
-    return out
-
-
-def known() -> str:
-    """The accepted engine names and version ranges, for error messages and help."""
-    return "; ".join(f"{name} {fam[0].range_label.split('–')[0]}–{fam[-1].range_label.split('–')[-1]}"
-                     if fam[0].versions is not None and fam[0].releases else name
-                     for name, fam in families().items())
-
-
-def resolve(spec: "str | EngineProfile") -> EngineProfile:
+def resolve(spec: str | EngineProfile) -> EngineProfile:
     """``sglang==0.5.11`` -> the profile whose group holds 0.5.11; ``vllm==0.33.0:v1`` -> on runtime path v1;
-    a bare name -> its newest release read (``assumed`` says so)."""
-    if isinstance(spec, EngineProfile):
-        return spec
-    if spec is not None and spec.strip().lower() == "installed":
-        from .detect import installed_profile
-
+    a bare name -> its newest release read (``assumed`` says so); ``installed`` -> the one engine installed here."""
+    if isinstance(spec, str) and spec.strip().lower() == "installed":
         return installed_profile()
-    try:
-        name, version, path = spec_parts(spec or "")
-    except UsageError as exc:
-        raise UsageError(f"{exc}; known: {known()}") from None
-    family = families().get(name)
-    if not family:
-        raise UsageError(f"unknown engine {name!r}; known: {known()}")
-    newest = newest_release(name)
-    if version is None:
-        profile = family[-1]
-        if newest is not None:
-            profile = replace(profile, release=str(newest), assumed=f"bare {name!r}: assumed {name}=={newest}, "
-                                                                    "the newest release read")
-        return _with_path(profile, path, name, str(newest) if newest else None)
-    release = parse_version(version)
-    first = first_release(name)
-    if first is not None and release < first:
-        raise UsageError(f"{name}=={version}: no EAGLE-3 before {first} ({name} {version} has {BEFORE[name]})")
-    if family[0].versions is None:
-        raise UsageError(f"{name} has no versions; write --engine {name} (known: {known()})")
-    for profile in family:
-        if profile.contains(release):
-            verified = newest is None or release <= newest
-            out = replace(profile, release=str(release), verified=verified)
-            return _with_path(out, path, name, version)
-    ranges = ", ".join(p.label for p in family)
-    raise UsageError(f"no profile for {name}=={version}: known ranges are {ranges}; known: {known()}")
+    return resolve_named(spec)
 
 
-def _with_path(profile: EngineProfile, path: str | None, name: str, version: str | None) -> EngineProfile:
-    if path and not profile.paths:
-        raise UsageError(f"{name}=={version} has one runtime path for EAGLE-3 aux capture; drop ':{path}'")
-    out = profile.with_path(path)
-    spec = f"{name}=={version}" if version else name
-    if path:  # as the user wrote it; the default path is in .path and each finding's evidence
-        spec += f":{out.path}"
-    return replace(out, spec=spec)
-
-
-def engine_notes(profile: EngineProfile) -> list[str]:
-    """Report notes: which release a bare name assumed, which runtime path, an unverified release."""
-    out = [profile.assumed] if profile.assumed else []
-    if profile.path:
-        how = profile.path_notes.get(profile.path, "")
-        out.append(f"{profile.name} runtime path assumed: {profile.path_label}" + (f" ({how})" if how else "")
-                   + "; other paths: " + ", ".join(f":{p}" for p in profile.paths if p != profile.path))
-    if not profile.verified:
-        out.append(f"{profile.name}=={profile.release} is newer than the newest release read "
-                   f"({newest_release(profile.name)}): simulated as {profile.label}")
-    return out
-
-
-def as_profile(engine: "str | EngineProfile | None") -> EngineProfile | None:
+def as_profile(engine: str | EngineProfile | None) -> EngineProfile | None:
     """What every probe's ``engine=`` accepts: a ``NAME[==VERSION][:PATH]`` spec or a profile; None stays None."""
     return None if engine is None else resolve(engine)
 
 
-# the loader each config flavour is written for: who judges a draft when no engine is named
-_OWN_LOADER = {"speculators": "speculators", "sglang": "sglang", "eagle": "eagle"}
-
-
-def own_loader(flavour: str) -> EngineProfile:
-    """The profile of the loader a config ``flavour`` is written for (vLLM's newest for an unknown flavour)."""
-    return resolve(_OWN_LOADER.get(flavour, "vllm"))
-
-
-def newest_verified(name: str) -> Version | None:
-    return newest_release(name)
-
-
-__all__ = ["DraftClass", "EngineProfile", "FILES", "as_profile", "engine_notes", "own_loader", "ParamSpec", "RELEASES", "Route", "SourceFile", "all_profiles",
-           "families", "known", "newest_verified", "parse_version", "resolve", "spec_parts"]
+__all__ = ["FILES", "RELEASES", "DraftClass", "EngineProfile", "ParamSpec", "Route", "SourceFile", "all_profiles",
+           "as_profile", "engine_notes", "families", "known", "newest_verified", "own_loader", "parse_version",
+           "resolve", "spec_parts"]

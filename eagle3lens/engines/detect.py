@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -18,8 +18,10 @@ from packaging.version import InvalidVersion, Version
 
 from ..errors import UsageError
 from ..findings import Finding, Severity, to_jsonable
-from . import detect_probe
+from .detect_probe import probe
 from .groups import FileHashes
+from .profile import EngineProfile
+from .registry import DETECT_FILES, FILES, resolve_named
 from .versions import MAX_VERSION_CHARS, RELEASES
 
 Table = Mapping[str, tuple[FileHashes, ...]]
@@ -75,15 +77,13 @@ class Detection:
 
 
 def default_table() -> dict[str, tuple[FileHashes, ...]]:
-    from . import DETECT_FILES, FILES
-
     return {name: tuple(f for f in FILES[name] if f.path in DETECT_FILES[name]) for name in FILES}
 
 
 def detect(paths: Sequence[str | Path] | None = None, table: Table | None = None) -> Detection:
     """Installed engines on ``paths`` (default: this interpreter's sys.path), matched against ``table``."""
     table = table if table is not None else default_table()
-    raw = detect_probe.probe({n: [f.path for f in fs] for n, fs in table.items()},
+    raw = probe({n: [f.path for f in fs] for n, fs in table.items()},
                              [str(p) for p in paths] if paths is not None else None)
     return judge(raw, table, host=None)
 
@@ -97,7 +97,7 @@ def detect_remote(host: str, table: Table | None = None, *, python: str = "pytho
 
     table = table if table is not None else default_table()
     files = json.dumps({n: [f.path for f in fs] for n, fs in table.items()})
-    program = Path(detect_probe.__file__).read_text()
+    program = Path(__file__).with_name("detect_probe.py").read_text()  # run as python3 -c on the host
     target = resolve_host(host, load_ssh_config(ssh_config), known_hosts)
     with connect(target) as conn:
         words = [python, "-c", program, files, *(str(p) for p in paths or ())]
@@ -116,8 +116,6 @@ def detect_remote(host: str, table: Table | None = None, *, python: str = "pytho
 
 def judge(raw: Mapping[str, Any], table: Table, host: str | None) -> Detection:
     """Match a probe's output (``detect_probe.probe``) against the hash table."""
-    from . import resolve
-
     engines = []
     for name, info in raw.items():
         if name not in table or not isinstance(info, dict):
@@ -146,7 +144,7 @@ def judge(raw: Mapping[str, Any], table: Table, host: str | None) -> Detection:
                               "location": str(info.get("location", "")), "nearest_release": nearest}))
         spec = None
         try:
-            spec = resolve(f"{name}=={version}").spec if parsed is not None else None
+            spec = resolve_named(f"{name}=={version}").spec if parsed is not None else None
         except UsageError:
             spec = None
         engines.append(Installed(name, version, str(info.get("location", "")), tuple(checks), spec, nearest,
@@ -179,10 +177,8 @@ def _position(releases: tuple[Version, ...], version: Version) -> int:
     return sum(v <= version for v in releases) - 1 if version >= releases[0] else 0
 
 
-def installed_profile() -> Any:
+def installed_profile() -> EngineProfile:
     """The profile of the one engine installed here (``--engine installed``)."""
-    from . import resolve
-
     found = [e for e in detect().engines if e.profile]
     if not found:
         raise UsageError("--engine installed: no sglang or vllm with a known EAGLE-3 release is installed here "
@@ -191,9 +187,7 @@ def installed_profile() -> Any:
         names = ", ".join(f"{e.name}=={e.version}" for e in found)
         raise UsageError(f"--engine installed: several engines are installed ({names}); name one with --engine")
     engine = found[0]
-    profile = resolve(engine.profile or "")
-    from dataclasses import replace
-
+    profile = resolve_named(engine.profile or "")
     note = f"installed engine detected at {engine.location}"
     if engine.findings:
         note += f"; its loader files match no release (simulated as {engine.nearest})"

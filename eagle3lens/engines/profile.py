@@ -17,25 +17,11 @@ from typing import Any, Literal, Mapping
 from packaging.version import Version
 
 from ..checkpoint import DraftSpec
+from .params import ParamSpec
 from .steps import Context, Lookup, Route, Steps, final_lookup, run
+from .tables import build_table
 
 FLAG_SOURCES = ("top-level",)
-
-
-@dataclass(frozen=True)
-class ParamSpec:
-    """One engine parameter: its name, shape, and what it holds if nothing writes it."""
-
-    name: str
-    shape: tuple[int, ...]
-    init: str  # "empty" (torch.empty), "ones", "zeros", "nan", "kaiming-uniform", "normal(0, std)", "false"
-    role: str = "other"  # decoder | fc | norm | lm_head | embed | vocab | aux-norm | verifier
-    shards: dict[str, tuple[int, ...]] = field(default_factory=dict)  # shard -> shape, for stacked params
-    dtype: str | None = None  # fixed dtype (I64 mapping) or None (model dtype)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "shape": list(self.shape), "init": self.init, "role": self.role,
-                "shards": {k: list(v) for k, v in self.shards.items()}}
 
 
 @dataclass(frozen=True)
@@ -314,7 +300,8 @@ class EngineProfile:
     def decoder_prefix(self, i: int) -> str:
         return self.decoder.format(i=i) + "."
 
-    def _init(self, role: str, kind: str) -> str:
+    def init_for(self, role: str, kind: str) -> str:
+        """What a never-written ``role`` parameter of ``kind`` (linear, norm, ...) holds."""
         return self.inits.get(role) or self.inits.get(kind) or ("ones" if kind == "norm" else "empty")
 
     # -- the parameter table ------------------------------------------------------------
@@ -322,8 +309,6 @@ class EngineProfile:
         """The parameters this engine's draft class creates for ``spec`` (names, shapes, init values).
 
         ``source``: the checkpoint ``spec`` was read from, named in the error when the config lacks a size."""
-        from .tables import build_table
-
         return build_table(self, spec, source)
 
     # -- the loader rule ----------------------------------------------------------------

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from . import all_profiles
 from .profile import EngineProfile
+from .registry import DETECT_FILES, all_profiles
 
 
 def _ids(p: EngineProfile) -> str:
@@ -18,8 +18,6 @@ def _ids(p: EngineProfile) -> str:
 
 def _sources(p: EngineProfile) -> str:
     """Loader files with their hashes per release run; the other cited files by name (hashes: engines --json)."""
-    from . import DETECT_FILES
-
     parts, others = [], []
     for s in p.sources:
         leaf = s.path.rsplit("/", 1)[-1]

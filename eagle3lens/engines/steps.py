@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Literal, Mapping, Protocol, Union
+from typing import Callable, Literal, Mapping, Protocol, Union
 
-if TYPE_CHECKING:
-    from .profile import ParamSpec
+from .params import ParamSpec
 
 How = Literal["substr", "leaf", "regex", "prefix"]
 FLAG_OFF_REASON = "the loader discards {what!r} keys unless {flag} is set in the config{where}"
@@ -43,7 +42,7 @@ class Key:
 
 @dataclass(frozen=True)
 class Context:
-    params: Mapping[str, "ParamSpec"]
+    params: Mapping[str, ParamSpec]
     flag: Callable[[str], bool]  # the engine's own reading of an option flag (nested eagle_config first, ...)
 
 
@@ -237,7 +236,7 @@ class Lookup:
             return Route("loaded-shard" if key.shard else "loaded", key.name, key.shard)
         return self.unknown_route(key.name, ctx.params)
 
-    def unknown_route(self, name: str, params: Mapping[str, "ParamSpec"]) -> Route:
+    def unknown_route(self, name: str, params: Mapping[str, ParamSpec]) -> Route:
         if any(name.endswith(s) for s in self.ignore_suffixes):
             return Route("dropped", reason=f"no parameter {name!r}: unexpected '.bias' keys are ignored (debug log only)")
         if self.unknown == "drop":
@@ -280,7 +279,7 @@ def final_lookup(steps: Steps) -> Lookup:
     return next((s for s in reversed(steps) if isinstance(s, Lookup)), Lookup())
 
 
-def _missing_module(name: str, params: Mapping[str, "ParamSpec"],
+def _missing_module(name: str, params: Mapping[str, ParamSpec],
                     loader_classes: tuple[tuple[str, str], ...]) -> tuple[str, str, str, set[str]]:
     """Walk the module tree like a recursive loader: the first path component that does not exist."""
     loader_prefix, loader = next(((p, c) for p, c in loader_classes if name.startswith(p)), ("", "Model"))

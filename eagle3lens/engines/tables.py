@@ -6,20 +6,52 @@ parameters and what a never-written parameter holds (the profile's ``inits``).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import Protocol
 
 from ..checkpoint import DraftSpec
-
-if TYPE_CHECKING:
-    from .profile import EngineProfile, ParamSpec
+from .params import ParamSpec
 
 Add = Callable[..., None]
 
 
-def build_table(profile: "EngineProfile", spec: DraftSpec, source: str | Path | None) -> dict[str, "ParamSpec"]:
-    from .profile import ParamSpec
+class TableProfile(Protocol):
+    """What a builder reads of an engine profile (``EngineProfile`` has it all)."""
 
+    @property
+    def name(self) -> str: ...
+    @property
+    def table(self) -> str: ...
+    @property
+    def param_prefix(self) -> str: ...
+    @property
+    def fc_hidden(self) -> str: ...
+    @property
+    def fc_bias(self) -> str: ...
+    @property
+    def embed_param(self) -> bool: ...
+    @property
+    def fused(self) -> bool: ...
+    @property
+    def qkv_bias(self) -> bool: ...
+    @property
+    def later_layers(self) -> str: ...
+    @property
+    def vocab_params(self) -> str: ...
+    @property
+    def verifier_params(self) -> bool: ...
+    @property
+    def inits(self) -> Mapping[str, str]: ...
+
+    def init_for(self, role: str, kind: str) -> str: ...
+    def flag_on(self, spec: DraftSpec, flag: str) -> bool: ...
+    def num_aux(self, spec: DraftSpec) -> int: ...
+    def num_layers(self, spec: DraftSpec) -> int: ...
+    def decoder_prefix(self, i: int) -> str: ...
+
+
+def build_table(profile: TableProfile, spec: DraftSpec, source: str | Path | None) -> dict[str, ParamSpec]:
     H = _need(spec.hidden_size, "hidden_size", source)
     V = _need(spec.vocab_size, "vocab_size", source)
     heads = _need(spec.num_attention_heads, "num_attention_heads", source)
@@ -32,7 +64,7 @@ def build_table(profile: "EngineProfile", spec: DraftSpec, source: str | Path | 
 
     def add(name: str, shape: tuple[int, ...], role: str, kind: str, shards: dict | None = None,
             dtype: str | None = None, init: str | None = None) -> None:
-        out[name] = ParamSpec(name, tuple(shape), init or profile._init(role, kind), role, dict(shards or {}), dtype)
+        out[name] = ParamSpec(name, tuple(shape), init or profile.init_for(role, kind), role, dict(shards or {}), dtype)
 
     tied = profile.flag_on(spec, "tie_word_embeddings")
     if profile.embed_param or tied:
@@ -64,7 +96,7 @@ def build_table(profile: "EngineProfile", spec: DraftSpec, source: str | Path | 
     return out
 
 
-def _llama_layer(profile: "EngineProfile", spec: DraftSpec, add: Add, D: str, i: int, H: int, heads: int,
+def _llama_layer(profile: TableProfile, spec: DraftSpec, add: Add, D: str, i: int, H: int, heads: int,
                  inter: int, source: str | Path | None) -> None:  # noqa: ARG001 (same signature as _mla_layer)
     kv = spec.num_key_value_heads or heads
     d = spec.head_dim or H // heads
@@ -95,7 +127,7 @@ def _llama_layer(profile: "EngineProfile", spec: DraftSpec, add: Add, D: str, i:
     add(D + "post_attention_layernorm.weight", (H,), "decoder", "norm")
 
 
-def _mla_layer(profile: "EngineProfile", spec: DraftSpec, add: Add, D: str, i: int, H: int, heads: int,
+def _mla_layer(profile: TableProfile, spec: DraftSpec, add: Add, D: str, i: int, H: int, heads: int,
                inter: int, source: str | Path | None) -> None:
     """DeepSeek-V2 multi-latent attention (SGLang DeepseekV2AttentionMLA, vLLM DeepseekV2MLAAttention)."""
     kv_rank = _need(spec.kv_lora_rank, "kv_lora_rank", source)

@@ -25,9 +25,9 @@ from ..checkpoint import DraftSpec
 from ..draft import DraftConfig, Eagle3Draft
 from ..engines import EngineProfile, resolve
 from ..engines.profile import default_aux_ids
-from ..errors import MetaTraceUnsupported, UsageError
-from .aux_layers import AuxResolution, resolve_aux_layers
-from .wiring import WiringResult, wire
+from ..errors import UsageError
+from .aux_layers import resolve_aux_layers
+from .wiring import WiringResult, wire_on_meta
 
 
 @dataclass(frozen=True)
@@ -128,19 +128,3 @@ def trace_full_size(preset: str = "kimi-k2.5", *, engine: EngineProfile | str = 
                 f"or real small weights at the same widths with fewer layers: wire(build_target(PRESETS[{preset!r}], "
                 f"arch={arch!r}, num_layers=2, device='cpu'), ...)")
     return wire_on_meta(target, draft, resolution, profile, f"{p.name} ({arch})", fallback, scenario, seq_len)
-
-
-def wire_on_meta(target: Any, draft: Eagle3Draft, resolution: AuxResolution, profile: EngineProfile | str, what: str, fallback: str,
-                 scenario: str | None = None, seq_len: int = 8) -> WiringResult:
-    """:func:`wire` on meta tensors; a forward that needs values raises :class:`MetaTraceUnsupported` naming
-    ``fallback``."""
-    inputs = torch.zeros(1, seq_len, dtype=torch.long, device="meta")
-    try:
-        return wire(target, draft, resolution, profile, scenario=scenario, inputs=inputs)
-    except (NotImplementedError, RuntimeError) as exc:
-        message = str(exc)
-        if not any(word in message.lower() for word in ("meta", "data-dependent", "data-independent", "item")):
-            raise
-        raise MetaTraceUnsupported(
-            f"{what}: the forward cannot run on meta tensors ({type(exc).__name__}: "
-            f"{message.splitlines()[0][:160]}); it needs real values (e.g. MoE routing). Fallback: {fallback}") from None

@@ -19,7 +19,7 @@ from torch import nn
 from ..checkpoint import Checkpoint, CheckpointLike, DraftSpec, as_checkpoint, build_spec
 from ..draft import Eagle3Draft, canonical_key, map_to_target
 from ..engines import EngineProfile, own_loader, resolve
-from ..errors import CheckpointError, UsageError
+from ..errors import CheckpointError, MetaTraceUnsupported, UsageError
 from ..findings import Finding, Severity, to_jsonable
 from ..jsonio import read_json
 from .aux_layers import AuxResolution, describe_layer, resolve_aux_layers
@@ -285,8 +285,6 @@ def check_wiring(draft: CheckpointLike, *, target: Any = None, engine: EnginePro
         _share_embedding(module, model, ckpt, profile)
         return wire(model, module, resolution, profile, scenario=scenario, inputs=inputs, has_d2t=ckpt.spec.has_d2t,
                     seq_len=seq_len)
-    from .meta_trace import wire_on_meta
-
     # shapes only: the draft runs in the target's dtype, as an engine runs both
     module = module.to(next(model.parameters()).dtype)
     fallback = "run the trace on real weights (--device cpu/cuda, or --device-map auto)"
@@ -358,6 +356,22 @@ def wire(model: nn.Module, module: Eagle3Draft, resolution: AuxResolution, profi
         target_hidden_size=module.cfg.target_hidden, fc_in_features=fc_in, fc_ran=fc_ran,
         decoder_input=decoder_input, logits=logits, engine_error=engine_error, agreement=agreement,
         draft_table=table, findings=tuple(findings), d2t_state=d2t_state(module.d2t, has_d2t, module.cfg.vocab))
+
+
+def wire_on_meta(target: Any, draft: Eagle3Draft, resolution: AuxResolution, profile: EngineProfile | str, what: str, fallback: str,
+                 scenario: str | None = None, seq_len: int = 8) -> WiringResult:
+    """:func:`wire` on meta tensors; a forward that needs values raises :class:`MetaTraceUnsupported` naming
+    ``fallback``."""
+    inputs = torch.zeros(1, seq_len, dtype=torch.long, device="meta")
+    try:
+        return wire(target, draft, resolution, profile, scenario=scenario, inputs=inputs)
+    except (NotImplementedError, RuntimeError) as exc:
+        message = str(exc)
+        if not any(word in message.lower() for word in ("meta", "data-dependent", "data-independent", "item")):
+            raise
+        raise MetaTraceUnsupported(
+            f"{what}: the forward cannot run on meta tensors ({type(exc).__name__}: "
+            f"{message.splitlines()[0][:160]}); it needs real values (e.g. MoE routing). Fallback: {fallback}") from None
 
 
 # draft -> target id mapping: valid, not needed (N == V), identity (stored all-zero while N < V: suspicious),
