@@ -235,6 +235,12 @@ def diagnose(
             report.notes.append(note)
     elif data is not None or prompts is not None:
         skipped["acceptance"] = "needs --target (its final norm and lm_head are the teacher) and a config.json"
+    if data is not None and tgt is not None:
+        from .probes.provenance import trace_provenance
+
+        run("provenance", trace_provenance, data, tgt, draft=ckpt, engine=profile)
+    elif data is not None:
+        skipped["provenance"] = "needs --target: the dump's states are matched against the target's layers"
 
     _predict(report, run, ckpt, tgt or config_target, profile, launch, log)
 

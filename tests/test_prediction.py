@@ -164,6 +164,7 @@ def test_capture_table_covers_every_sglang_release_with_eagle3():
 
 
 def _fake_wheel(path: Path, models: dict[str, str], runner: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(path, "w") as wheel:
         for name, text in models.items():
             wheel.writestr(f"sglang/srt/models/{name}", text)
@@ -256,3 +257,25 @@ def test_disable_cuda_graph_selects_sglangs_eager_aux_path(tmp_path):
     assert eager.resolution.captured == (2, 30, 58) and eager.resolution.source == "eagle_config"
     assert graphs.resolution.source == "default"
     assert any("eager" in n for n in eager.notes)
+
+
+def test_audit_reports_where_a_wheels_capturing_classes_differ_from_the_table(tmp_path):
+    from eagle3lens.engines.audit import CAPTURE_ROW, compare_capture
+    from eagle3lens.engines.target_support import capture_table
+
+    table = capture_table("sglang")
+    i = table["releases"].index("0.5.9")
+    capturing = sorted(a for a, row in table["architectures"].items() if any(x <= i <= y for x, y in row["capture"]))
+    base = "class Base:\n    def set_eagle3_layers_to_capture(self, ids=None):\n        pass\n"
+    same = base + "".join(f"class {a}(Base):\n    pass\n" for a in capturing)
+    entries = "EntryClass = [" + ", ".join([*capturing, "KimiK25ForConditionalGeneration"]) + "]\n"
+    wrapper = "class KimiK25ForConditionalGeneration:\n    pass\n"
+    wheel = _fake_wheel(tmp_path / "sglang-0.5.9-py3-none-any.whl", {"m.py": same + wrapper + entries}, "x = 1\n")
+    assert compare_capture("sglang", "0.5.9", wheel) == []
+    patched = wrapper.replace("    pass\n", "    def set_eagle3_layers_to_capture(self, ids=None):\n        pass\n")
+    wheel = _fake_wheel(tmp_path / "b" / "sglang-0.5.9-py3-none-any.whl", {"m.py": same + patched + entries}, "x = 1\n")
+    [row] = compare_capture("sglang", "0.5.9", wheel)
+    assert (row.path, row.status, row.recorded, row.found) == (CAPTURE_ROW, "changed", "-",
+                                                              "KimiK25ForConditionalGeneration")
+    new = _fake_wheel(tmp_path / "c" / "sglang-0.5.99-py3-none-any.whl", {"m.py": same + entries}, "x = 1\n")
+    assert compare_capture("sglang", "0.5.99", new)[0].status == "added"

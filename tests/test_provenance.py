@@ -150,3 +150,14 @@ def test_cli_json_carries_the_matrices(demo_dir):
     data = json.loads(out.stdout)["results"]["provenance"]
     assert data["layers"] == [2, 5, 7] and data["positions"] == 32
     assert len(data["rel_error"]) == 4 and len(data["rel_error"][0]) == len(data["candidates"]) == 12  # 10 + pre + post
+
+
+def test_doctor_with_data_and_target_runs_provenance(demo_dir):
+    from eagle3lens.doctor import diagnose
+
+    report = diagnose(demo_dir / "mismatched-ids", engine="sglang==0.5.11", target=demo_dir / "target",
+                      data=demo_dir / "hidden-states", weights=False)
+    assert "provenance" in report.results["doctor"].ran
+    mismatch = [f for f in report.findings if f.code == "data/aux-layers-mismatch"]
+    assert mismatch and mismatch[0].severity.value == "critical"
+    assert "data/aux-layers-mismatch" in [c.finding.code for c in report.results["doctor"].causes]

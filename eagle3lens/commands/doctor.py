@@ -67,7 +67,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device-map", metavar="MAP", help="place the target with accelerate for the wiring check (e.g. auto)")
     p.add_argument("--dtype", default="float32", choices=DTYPE_NAMES,
                    help="target dtype for the wiring check (auto: as stored; default float32)")
-    p.add_argument("--data", metavar="D", help="hidden-state dump: adds the offline acceptance estimate (needs --target)")
+    p.add_argument("--data", metavar="D", help="hidden-state dump: adds the offline acceptance estimate and the "
+                                               "data's provenance (which target layers it came from; needs --target)")
     p.add_argument("--prompts", metavar="F", help="prompts for a live acceptance estimate (needs --target)")
     p.add_argument("--no-weights", action="store_true", help="skip weight statistics (reads every tensor byte)")
     p.add_argument("--html", metavar="OUT", help="also write a self-contained offline HTML report")

@@ -4,7 +4,10 @@
 
 For each release in the range (``pip index versions``), ``pip download --no-deps`` its wheel into the
 cache, hash the files the profiles cite, and print the releases and files that are new or changed.
-Adding a release is: run this, read the changed files, add rows to ``sglang.py`` / ``vllm.py``.
+Adding a release is: run this, read the changed files, add rows to ``sglang.py`` / ``vllm.py``. The same run
+scans each wheel's model classes for EAGLE-3 aux-capture support (:mod:`.capture_scan`) and prints where they
+differ from the shipped table; ``python -m eagle3lens.engines.capture_scan --engine E --wheels CACHE --out
+eagle3lens/engines/data/E_capture.json`` then rewrites it.
 """
 
 from __future__ import annotations
@@ -64,6 +67,26 @@ def compare_wheel(version: str, wheel: Path, files: Sequence[FileHashes]) -> lis
     return rows
 
 
+CAPTURE_ROW = "target classes that capture aux states"
+
+
+def compare_capture(name: str, version: str, wheel: Path) -> list[AuditRow]:
+    """Where ``wheel``'s target classes that capture EAGLE-3 aux states differ from the shipped table's row."""
+    from .capture_scan import scan_wheel
+    from .target_support import capture_table
+
+    found = scan_wheel(wheel)
+    table = capture_table(name)
+    if version not in table["releases"]:
+        return [AuditRow(version, CAPTURE_ROW, "added", None, f"{len(found.capture)} of {len(found.served)} classes")]
+    i = table["releases"].index(version)
+    recorded = {arch for arch, row in table["architectures"].items() if any(a <= i <= b for a, b in row["capture"])}
+    if recorded == set(found.capture):
+        return []
+    only_table, only_wheel = sorted(recorded - found.capture), sorted(found.capture - recorded)
+    return [AuditRow(version, CAPTURE_ROW, "changed", ", ".join(only_table) or "-", ", ".join(only_wheel) or "-")]
+
+
 def versions_in(spec: str, available: Sequence[str]) -> list[str]:
     """``LOW:HIGH`` (inclusive, either side may be empty) or one version, over the ``available`` releases."""
     if ":" not in spec:
@@ -106,6 +129,7 @@ def audit(name: str, spec: str, cache: Path, available: Sequence[str] | None = N
         if version not in known:
             rows.append(AuditRow(version, "-", "new-release", None, None))
         rows += compare_wheel(version, wheel, FILES[name])
+        rows += compare_capture(name, version, wheel)
     return rows
 
 
