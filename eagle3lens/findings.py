@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import json
 import os
 import shlex
 from dataclasses import dataclass, field
+from pathlib import PurePath
 from typing import Any, Iterable, Mapping
 
 from ._version import __version__
@@ -91,11 +93,20 @@ def worst(findings: Iterable[Finding]) -> Severity | None:
     return ranked[0].severity if ranked else None
 
 
-def to_jsonable(value: Any) -> Any:
-    """Convert numpy/torch scalars, tuples, paths and dataclasses into plain JSON values."""
-    import dataclasses
-    from pathlib import PurePath
+_PLAIN_TYPES = frozenset({str, int, bool, type(None)})
 
+
+def to_jsonable(value: Any) -> Any:
+    """Convert numpy/torch scalars, tuples, paths and dataclasses into plain JSON values.
+
+    Exact plain types, dicts and lists are checked first: a report of a million tensors is millions of calls."""
+    kind = type(value)
+    if kind in _PLAIN_TYPES:
+        return value
+    if kind is dict:
+        return {k if type(k) is str else str(k): to_jsonable(v) for k, v in value.items()}
+    if kind is list or kind is tuple:
+        return [to_jsonable(v) for v in value]
     if value is None or isinstance(value, (bool, int, str)):
         return value
     if isinstance(value, float):
@@ -106,6 +117,19 @@ def to_jsonable(value: Any) -> Any:
         return value.value
     if isinstance(value, PurePath):
         return str(value)
+    if isinstance(value, Mapping):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [to_jsonable(v) for v in value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        if hasattr(value, "to_dict"):
+            return to_jsonable(value.to_dict())
+        return to_jsonable(dataclasses.asdict(value))
+    if hasattr(value, "tolist"):  # numpy / torch
+        return to_jsonable(value.tolist())
+    if hasattr(value, "item"):
+        return to_jsonable(value.item())
+    return str(value)
     if isinstance(value, Mapping):
         return {str(k): to_jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple, set, frozenset)):

@@ -14,6 +14,9 @@ from ..findings import Report, Severity
 from ..render import render_report_terminal
 
 
+LARGE_REPORT = 10_000  # tensors
+
+
 def add_output_options(parser: argparse.ArgumentParser) -> None:
     """--json and --fail-on, shared by every subcommand."""
     parser.add_argument("--json", action="store_true", help="print the JSON report on stdout")
@@ -24,7 +27,9 @@ def add_output_options(parser: argparse.ArgumentParser) -> None:
 def finish(report: Report, args: argparse.Namespace, console: Any = None) -> int:
     """Print the report as asked and return the exit code (0 ran clean, 1 findings at/above --fail-on)."""
     if getattr(args, "json", False):
-        sys.stdout.write(report.to_json() + "\n")
+        # pretty-printing forces json's pure-Python encoder: a checkpoint of many tensors is written compact
+        big = isinstance(report.checkpoint, dict) and int(report.checkpoint.get("num_tensors") or 0) > LARGE_REPORT
+        sys.stdout.write(report.to_json(indent=None if big else 2) + "\n")
     else:
         render_report_terminal(report, console)
     return 1 if report.fails(args.fail_on) else 0
