@@ -21,6 +21,7 @@ from eagle3lens.checkpoint import Checkpoint
 from eagle3lens.cli import main
 from eagle3lens.errors import CheckpointError
 
+from _builders import layer_config, speculators_config
 from _corpus import good_header, raw_safetensors, sharded, write
 
 
@@ -225,14 +226,10 @@ def test_sharded_checkpoint_lists_every_shard(tmp_path: Path) -> None:
     assert torch.equal(ckpt.read("b"), torch.ones(2))
 
 
-def _speculators_config(ids=(2, 5, 7)) -> dict:
-    return {
-        "architectures": ["Eagle3Speculator"], "speculators_model_type": "eagle3", "draft_vocab_size": 32,
-        "norm_before_residual": True, "target_hidden_size": None, "eagle_aux_hidden_state_layer_ids": list(ids),
-        "transformer_layer_config": {"model_type": "llama", "hidden_size": 16, "num_hidden_layers": 1,
-                                     "vocab_size": 64, "num_attention_heads": 2, "intermediate_size": 32},
-        "speculators_config": {"verifier": {"name_or_path": "tiny-target"}},
-    }
+# A speculators export as an older trainer wrote it: another class name, norm_before_residual on, 2 heads.
+SPECULATORS_CONFIG = speculators_config(draft_vocab=32, arch="Eagle3Speculator", verifier="tiny-target",
+                                        layer=layer_config(16, 64, heads=2, intermediate_size=32),
+                                        norm_before_residual=True)
 
 
 def test_speculators_spec(tmp_path: Path) -> None:
@@ -240,7 +237,7 @@ def test_speculators_spec(tmp_path: Path) -> None:
                "d2t": torch.zeros(32, dtype=torch.int64), "t2d": torch.zeros(64, dtype=torch.bool),
                "embed_tokens.weight": torch.zeros(64, 16), "lm_head.weight": torch.zeros(32, 16)},
               tmp_path / "model.safetensors")
-    (tmp_path / "config.json").write_text(json.dumps(_speculators_config()))
+    (tmp_path / "config.json").write_text(json.dumps(SPECULATORS_CONFIG))
     ckpt = Checkpoint.open(tmp_path)
     spec = ckpt.spec
     assert ckpt.layout == "speculators"
@@ -275,7 +272,7 @@ def test_hf_target_and_unknown(tmp_path: Path) -> None:
 
 def test_info_json_follows_design_schema(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     save_file({"fc.weight": torch.zeros(16, 48)}, tmp_path / "model.safetensors")
-    (tmp_path / "config.json").write_text(json.dumps(_speculators_config()))
+    (tmp_path / "config.json").write_text(json.dumps(SPECULATORS_CONFIG))
     assert main(["info", str(tmp_path), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert set(data) >= {"tool", "version", "checkpoint", "engine", "findings", "results"}

@@ -6,7 +6,7 @@ import json
 
 import pytest
 import torch
-from _keys_helpers import (
+from _builders import (
     DECODER,
     MLA_DECODER,
     H,

@@ -121,7 +121,7 @@ def test_audit_version_ranges(spec):
 
 
 def test_engine_installed_uses_the_detected_release(tmp_path, monkeypatch, capsys):
-    from _keys_helpers import draft_tensors, speculators_config, write
+    from _builders import draft_tensors, speculators_config, write
 
     sp = site_packages(tmp_path, "0.5.11", b"a source checkout's llama_eagle3.py\n")
     monkeypatch.syspath_prepend(str(sp))
@@ -133,7 +133,7 @@ def test_engine_installed_uses_the_detected_release(tmp_path, monkeypatch, capsy
 
 
 def test_engine_installed_without_an_engine_is_one_line(tmp_path, capsys):
-    from _keys_helpers import draft_tensors, speculators_config, write
+    from _builders import draft_tensors, speculators_config, write
 
     ckpt = write(tmp_path / "draft", draft_tensors("layers.0."), speculators_config())
     assert main(["keys", str(ckpt), "--engine", "installed"]) == 2
@@ -171,7 +171,7 @@ def test_detect_over_ssh_on_a_loopback_host(tmp_path):
 
 
 def test_doctor_records_the_detected_engine(tmp_path, monkeypatch):
-    from _keys_helpers import draft_tensors, sglang_config, write
+    from _builders import draft_tensors, sglang_config, write
     from eagle3lens.doctor import diagnose
 
     sp = site_packages(tmp_path, "0.5.12", b"patched\n")

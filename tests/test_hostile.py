@@ -16,7 +16,7 @@ import pytest
 import torch
 from _corpus import raw_safetensors, sharded
 from _corpus import write as write_bytes
-from _keys_helpers import draft_tensors, speculators_config, write
+from _builders import draft_tensors, speculators_config, write
 from safetensors.torch import save_file
 
 from eagle3lens.checkpoint import Checkpoint

@@ -6,7 +6,7 @@ import json
 
 import pytest
 import torch
-from _keys_helpers import DECODER, draft_tensors, sglang_config, speculators_config, write
+from _builders import DECODER, draft_tensors, sglang_config, speculators_config, write
 
 from eagle3lens.checkpoint import Checkpoint
 from eagle3lens.cli import main

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from _vocab_helpers import build_mapping, write_draft, write_target
+from _builders import build_mapping, write_draft, write_target
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 

@@ -1,4 +1,6 @@
-"""Tiny EAGLE-3 draft checkpoints in the layouts engines disagree about (speculators, SGLang/SpecForge, prefixed)."""
+"""The shared test builders: tiny EAGLE-3 draft checkpoints in the layouts engines disagree about (speculators,
+SGLang/SpecForge, prefixed, MLA), the one checkpoint writer, config builders, vocabulary mappings as training
+libraries build them, weight initialisers, and the finding-code views tests compare against."""
 
 from __future__ import annotations
 
@@ -7,6 +9,8 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
+
+from eagle3lens.checkpoint import Checkpoint
 
 H, HEADS, KV, INTER, V, N, L_TARGET = 16, 4, 2, 32, 64, 24, 10
 DECODER = ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.o_proj.weight",
@@ -43,14 +47,30 @@ def llama_fields(layers: int = 1) -> dict:
             "hidden_act": "silu", "max_position_embeddings": 256, "rope_theta": 10000.0, "tie_word_embeddings": False}
 
 
-def speculators_config(ids=(2, 5, 7), **flags) -> dict:
-    return {
-        "architectures": ["Eagle3DraftModel"], "speculators_model_type": "eagle3", "draft_vocab_size": N,
-        "eagle_aux_hidden_state_layer_ids": list(ids), "norm_before_residual": False, "target_hidden_size": None,
-        "speculators_config": {"algorithm": "eagle3", "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 3}],
-                               "default_proposal_method": "greedy", "verifier": {"name_or_path": "org/target", "architectures": ["LlamaForCausalLM"]}},
-        "transformer_layer_config": llama_fields(), **flags,
-    }
+def layer_config(hidden: int, vocab: int, heads: int, **extra) -> dict:
+    """A minimal one-layer Llama ``transformer_layer_config`` (only the widths a probe reads)."""
+    return {"model_type": "llama", "hidden_size": hidden, "vocab_size": vocab, "num_hidden_layers": 1,
+            "num_attention_heads": heads, **extra}
+
+
+def speculators_config(ids=(2, 5, 7), *, draft_vocab: int = N, layer: dict | None = None,
+                       verifier: str | None = "org/target", arch: str = "Eagle3DraftModel", **flags) -> dict:
+    """A speculators-format draft config. ``ids=None`` leaves out the aux layer ids; ``layer`` replaces the full
+    ``llama_fields()`` transformer_layer_config; ``verifier=None`` leaves out what the trainer writes beside the
+    layer (norm_before_residual, target_hidden_size, the speculators_config block); ``flags`` override/add keys."""
+    config: dict = {"architectures": [arch], "speculators_model_type": "eagle3", "draft_vocab_size": draft_vocab}
+    if ids is not None:
+        config["eagle_aux_hidden_state_layer_ids"] = list(ids)
+    if verifier is not None:
+        config.update({
+            "norm_before_residual": False, "target_hidden_size": None,
+            "speculators_config": {"algorithm": "eagle3",
+                                   "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 3}],
+                                   "default_proposal_method": "greedy",
+                                   "verifier": {"name_or_path": verifier, "architectures": ["LlamaForCausalLM"]}},
+        })
+    config["transformer_layer_config"] = llama_fields() if layer is None else layer
+    return {**config, **flags}
 
 
 def sglang_config(ids=(1, 4, 6)) -> dict:
@@ -58,9 +78,11 @@ def sglang_config(ids=(1, 4, 6)) -> dict:
             "eagle_config": {"eagle_aux_hidden_state_layer_ids": list(ids), "use_aux_hidden_state": True}}
 
 
-def write(dir: Path, tensors: dict, config: dict | None, shards: int = 1) -> Path:
+def write(dir: Path, tensors: dict, config: dict | None = None, shards: int = 1) -> Path:
+    """The one tiny-checkpoint writer: safetensors (one file, or ``shards`` files plus an index) and config.json."""
     dir = Path(dir)
     dir.mkdir(parents=True, exist_ok=True)
+    tensors = {k: v.contiguous() for k, v in tensors.items()}
     if shards == 1:
         save_file(tensors, str(dir / "model.safetensors"), metadata={"format": "pt"})
     else:
@@ -76,6 +98,11 @@ def write(dir: Path, tensors: dict, config: dict | None, shards: int = 1) -> Pat
     if config is not None:
         (dir / "config.json").write_text(json.dumps(config, indent=2))
     return dir
+
+
+def checkpoint(dir: Path, tensors: dict, config: dict | None = None, shards: int = 1) -> Checkpoint:
+    """``write`` then open it."""
+    return Checkpoint.open(write(dir, tensors, config, shards))
 
 
 def speculators_draft(dir: Path, **kw) -> Path:
@@ -113,3 +140,69 @@ def mla_config(ids=(1, 4, 6), arch: str = "Eagle3DeepseekV2ForCausalLM") -> dict
             "q_lora_rank": Q_RANK, "kv_lora_rank": KV_RANK, "qk_nope_head_dim": NOPE, "qk_rope_head_dim": ROPE,
             "v_head_dim": V_DIM, "eagle_config": {"eagle_aux_hidden_state_layer_ids": list(ids),
                                                   "use_aux_hidden_state": True}}
+
+
+# -- vocabulary mappings (the vocab probe's tests) ------------------------------------------------------------
+VOCAB_HIDDEN = 8
+
+
+def build_mapping(counts: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top-N by frequency (ties -> smaller id), sorted ascending; d2t = ids - arange, t2d = mask."""
+    v = counts.numel()
+    order = sorted(range(v), key=lambda j: (-int(counts[j]), j))[:n]
+    ids = torch.tensor(sorted(order), dtype=torch.int64)
+    d2t = ids - torch.arange(n, dtype=torch.int64)
+    t2d = torch.zeros(v, dtype=torch.bool)
+    t2d[ids] = True
+    return d2t, t2d
+
+
+def write_target(path: Path, v: int, seed: int = 0) -> torch.Tensor:
+    """A headers-plus-lm_head 'target' (HF Llama config); returns its lm_head."""
+    torch.manual_seed(seed)
+    head = torch.randn(v, VOCAB_HIDDEN).to(torch.bfloat16)
+    write(path, {"lm_head.weight": head, "model.embed_tokens.weight": head.clone()},
+          {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": VOCAB_HIDDEN, "vocab_size": v})
+    return head
+
+
+def write_draft(path: Path, v: int, n: int, d2t: torch.Tensor | None, t2d: torch.Tensor | None,
+                lm_head: torch.Tensor | None = None, seed: int = 1) -> Path:
+    """A speculators-style draft: config with draft_vocab_size / nested vocab_size, d2t, t2d, lm_head [N, H]."""
+    if lm_head is None:
+        torch.manual_seed(seed)
+        lm_head = torch.randn(n, VOCAB_HIDDEN).to(torch.bfloat16)
+    tensors = {"lm_head.weight": lm_head, "fc.weight": torch.zeros(VOCAB_HIDDEN, 3 * VOCAB_HIDDEN)}
+    if d2t is not None:
+        tensors["d2t"] = d2t
+    if t2d is not None:
+        tensors["t2d"] = t2d
+    config = speculators_config(None, draft_vocab=n, layer=layer_config(VOCAB_HIDDEN, v, heads=2), verifier=None)
+    return write(path, tensors, config)
+
+
+# -- weight initialisers (the weights probe's tests) -----------------------------------------------------------
+def heavy_tailed(*shape: int, scale: float = 0.02) -> torch.Tensor:
+    """Trained-looking weights: Student-t with 3 degrees of freedom (excess kurtosis far above 0)."""
+    return torch.distributions.StudentT(3.0).sample(shape) * scale
+
+
+def kaiming_uniform(out_features: int, in_features: int) -> torch.Tensor:
+    """What nn.Linear does by default (and the EAGLE reference code keeps): U(±1/sqrt(fan_in))."""
+    return torch.nn.Linear(in_features, out_features, bias=False).weight.detach().clone()
+
+
+# -- finding codes as tests compare them ------------------------------------------------------------------------
+def codes(result) -> list[str]:
+    """The finding codes in the order the probe emitted them."""
+    return [f.code for f in result.findings]
+
+
+def code_set(result) -> set[str]:
+    """The distinct finding codes."""
+    return {f.code for f in result.findings}
+
+
+def severities(result) -> dict[str, str]:
+    """Finding code -> its severity's value."""
+    return {f.code: f.severity.value for f in result.findings}
