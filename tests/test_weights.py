@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from _builders import checkpoint, heavy_tailed, kaiming_uniform, layer_config, speculators_config
+from _builders import checkpoint, code_set, codes, heavy_tailed, kaiming_uniform, layer_config, speculators_config
 
 from eagle3lens.checkpoint import Checkpoint
 from eagle3lens.cli import main
@@ -28,10 +28,6 @@ def weights_config(hidden: int = 32, vocab: int = 64, draft_vocab: int = 16) -> 
     """The draft config these tests read: aux ids [1, 2, 3] and a bare layer config with the init std."""
     return speculators_config((1, 2, 3), draft_vocab=draft_vocab, verifier=None,
                               layer=layer_config(hidden, vocab, heads=4, initializer_range=0.02))
-
-
-def codes(result):
-    return sorted({f.code for f in result.findings})
 
 
 @pytest.fixture
@@ -103,7 +99,7 @@ def test_nan_inf_zero_and_norm_at_init_findings(tmp_path, rng):
                                 "layers.0.input_layernorm.weight": torch.ones(32), "norm.weight": 1 + 0.1 * torch.randn(32)},
                      weights_config())
     r = weight_stats(ckpt, chunk_bytes=CHUNK)
-    assert codes(r) == ["weights/all-zero", "weights/inf", "weights/nan", "weights/norm-at-init"]
+    assert sorted(code_set(r)) == ["weights/all-zero", "weights/inf", "weights/nan", "weights/norm-at-init"]
     nan_finding = next(f for f in r.findings if f.code == "weights/nan")
     assert nan_finding.evidence["tensors"]["layers.0.mlp.up_proj.weight"]["nan"] == 1
     assert r["fc.weight"].verdict == "trained" and r["norm.weight"].verdict == "trained"
