@@ -22,6 +22,7 @@ from eagle3lens.cli import main
 from eagle3lens.errors import CheckpointError
 
 from _builders import layer_config, speculators_config
+from _builders import write as write_checkpoint
 from _corpus import good_header, raw_safetensors, sharded, write
 
 
@@ -233,11 +234,10 @@ SPECULATORS_CONFIG = speculators_config(draft_vocab=32, arch="Eagle3Speculator",
 
 
 def test_speculators_spec(tmp_path: Path) -> None:
-    save_file({"fc.weight": torch.zeros(16, 48), "layers.0.mlp.up_proj.weight": torch.zeros(32, 16),
-               "d2t": torch.zeros(32, dtype=torch.int64), "t2d": torch.zeros(64, dtype=torch.bool),
-               "embed_tokens.weight": torch.zeros(64, 16), "lm_head.weight": torch.zeros(32, 16)},
-              tmp_path / "model.safetensors")
-    (tmp_path / "config.json").write_text(json.dumps(SPECULATORS_CONFIG))
+    write_checkpoint(tmp_path, {"fc.weight": torch.zeros(16, 48), "layers.0.mlp.up_proj.weight": torch.zeros(32, 16),
+                                "d2t": torch.zeros(32, dtype=torch.int64), "t2d": torch.zeros(64, dtype=torch.bool),
+                                "embed_tokens.weight": torch.zeros(64, 16), "lm_head.weight": torch.zeros(32, 16)},
+                     SPECULATORS_CONFIG)
     ckpt = Checkpoint.open(tmp_path)
     spec = ckpt.spec
     assert ckpt.layout == "speculators"
@@ -251,19 +251,17 @@ def test_speculators_spec(tmp_path: Path) -> None:
 
 
 def test_sglang_spec_with_prefixed_keys(tmp_path: Path) -> None:
-    save_file({"model.fc.weight": torch.zeros(16, 48), "model.midlayer.mlp.up_proj.weight": torch.zeros(32, 16)},
-              tmp_path / "model.safetensors")
-    (tmp_path / "config.json").write_text(json.dumps({
+    write_checkpoint(tmp_path, {"model.fc.weight": torch.zeros(16, 48), "model.midlayer.mlp.up_proj.weight": torch.zeros(32, 16)}, {
         "architectures": ["LlamaForCausalLMEagle3"], "hidden_size": 16, "vocab_size": 64, "draft_vocab_size": 32,
-        "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 4, 6], "use_aux_hidden_state": True}}))
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 4, 6], "use_aux_hidden_state": True}})
     spec = Checkpoint.open(tmp_path).spec
     assert spec.flavour == "sglang" and spec.decoder_prefix == "model.midlayer."
     assert spec.aux_layer_ids == (1, 4, 6) and spec.aux_ids_source == "eagle_config" and spec.use_aux_hidden_state
 
 
 def test_hf_target_and_unknown(tmp_path: Path) -> None:
-    save_file({"model.layers.0.mlp.up_proj.weight": torch.zeros(4, 2)}, tmp_path / "model.safetensors")
-    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 2}))
+    write_checkpoint(tmp_path, {"model.layers.0.mlp.up_proj.weight": torch.zeros(4, 2)},
+                     {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 2})
     assert Checkpoint.open(tmp_path).layout == "hf"
     (tmp_path / "config.json").unlink()
     save_file({"x": torch.zeros(1)}, tmp_path / "model.safetensors")
@@ -271,8 +269,7 @@ def test_hf_target_and_unknown(tmp_path: Path) -> None:
 
 
 def test_info_json_follows_design_schema(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    save_file({"fc.weight": torch.zeros(16, 48)}, tmp_path / "model.safetensors")
-    (tmp_path / "config.json").write_text(json.dumps(SPECULATORS_CONFIG))
+    write_checkpoint(tmp_path, {"fc.weight": torch.zeros(16, 48)}, SPECULATORS_CONFIG)
     assert main(["info", str(tmp_path), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert set(data) >= {"tool", "version", "checkpoint", "engine", "findings", "results"}
