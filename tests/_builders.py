@@ -1,11 +1,14 @@
 """The shared test builders: tiny EAGLE-3 draft checkpoints in the layouts engines disagree about (speculators,
 SGLang/SpecForge, prefixed, MLA), the one checkpoint writer, config builders, vocabulary mappings as training
-libraries build them, weight initialisers, and the finding-code views tests compare against."""
+libraries build them, weight initialisers, the finding-code views tests compare against, hand-written malformed
+safetensors bytes, and Kimi-K2.5-sized sparse drafts."""
 
 from __future__ import annotations
 
 import json
+import struct
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors.torch import save_file
@@ -206,3 +209,87 @@ def code_set(result) -> set[str]:
 def severities(result) -> dict[str, str]:
     """Finding code -> its severity's value."""
     return {f.code: f.severity.value for f in result.findings}
+
+
+# -- malformed checkpoints: raw safetensors bytes written by hand, so every reader rule is exercised ----------
+def raw_safetensors(header: dict[str, Any], data: bytes, *, header_bytes: bytes | None = None,
+                    length: int | None = None) -> bytes:
+    """Header JSON (or raw header bytes) + data, with the u64 length prefix (overridable)."""
+    body = header_bytes if header_bytes is not None else json.dumps(header).encode()
+    return struct.pack("<Q", len(body) if length is None else length) + body + data
+
+
+def good_header() -> tuple[dict[str, Any], bytes]:
+    """Two F32 tensors a[2] and b[3] stored back to back."""
+    header = {
+        "a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+        "b": {"dtype": "F32", "shape": [3], "data_offsets": [8, 20]},
+    }
+    return header, bytes(20)
+
+
+def write_bytes(path: Path, content: bytes) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(content)
+    return path
+
+
+def sharded(root: Path, weight_map: dict[str, str], shards: dict[str, dict[str, Any]]) -> Path:
+    """A sharded checkpoint: ``shards`` maps file name -> {tensor name: numel} of F32 tensors."""
+    root.mkdir(parents=True, exist_ok=True)
+    for name, tensors in shards.items():
+        header, offset = {}, 0
+        for tensor, numel in tensors.items():
+            header[tensor] = {"dtype": "F32", "shape": [numel], "data_offsets": [offset, offset + 4 * numel]}
+            offset += 4 * numel
+        write_bytes(root / name, raw_safetensors(header, bytes(offset)))
+    (root / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    return root
+
+
+# -- Kimi-K2.5-sized configs and a sparse SGLang-layout draft (real headers, holes for bytes) ------------------
+KIMI_H, KIMI_L, KIMI_V, KIMI_N = 7168, 61, 163840, 32000
+
+
+def kimi_target_config(dir: Path, architecture: str = "KimiK25ForConditionalGeneration") -> Path:
+    """A Kimi-K2.5-style target: the multimodal wrapper with its DeepSeek-V3 text widths in ``text_config``."""
+    dir.mkdir(parents=True, exist_ok=True)
+    text = {"model_type": "kimi_k2", "architectures": ["DeepseekV3ForCausalLM"], "hidden_size": KIMI_H,
+            "num_hidden_layers": KIMI_L, "vocab_size": KIMI_V, "num_attention_heads": 64}
+    config = {"architectures": [architecture], "model_type": "kimi_k25", "text_config": text}
+    (dir / "config.json").write_text(json.dumps(config))
+    return dir
+
+
+def sparse_eagle3_draft(dir: Path, hidden: int = KIMI_H, target_hidden: int = KIMI_H, ids=(1, 29, 57)) -> Path:
+    """An SGLang/SpecForge-layout Llama EAGLE-3 draft whose tensors are header entries over a sparse file."""
+    dir.mkdir(parents=True, exist_ok=True)
+    H, P, inter, heads, kv, d = hidden, "midlayer.", 18432, 56, 8, 128
+    shapes = {
+        P + "self_attn.q_proj.weight": (heads * d, 2 * H), P + "self_attn.k_proj.weight": (kv * d, 2 * H),
+        P + "self_attn.v_proj.weight": (kv * d, 2 * H), P + "self_attn.o_proj.weight": (H, heads * d),
+        P + "mlp.gate_proj.weight": (inter, H), P + "mlp.up_proj.weight": (inter, H),
+        P + "mlp.down_proj.weight": (H, inter), P + "input_layernorm.weight": (H,), P + "hidden_norm.weight": (H,),
+        P + "post_attention_layernorm.weight": (H,), "fc.weight": (H, len(ids) * target_hidden),
+        "norm.weight": (H,), "lm_head.weight": (KIMI_N, H),
+    }
+    header: dict = {"__metadata__": {"format": "pt"}}
+    offset = 0
+    for name, shape in shapes.items():
+        size = 2
+        for n in shape:
+            size *= n
+        header[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [offset, offset + size]}
+        offset += size
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)
+    with open(dir / "model.safetensors", "wb") as fh:
+        fh.write(struct.pack("<Q", len(raw)) + raw)
+        fh.truncate(8 + len(raw) + offset)
+    config = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": H,
+              "intermediate_size": inter, "num_attention_heads": heads, "num_key_value_heads": kv, "head_dim": d,
+              "num_hidden_layers": 1, "vocab_size": KIMI_V, "draft_vocab_size": KIMI_N, "rms_norm_eps": 1e-5,
+              "tie_word_embeddings": False, "target_hidden_size": target_hidden,
+              "eagle_config": {"eagle_aux_hidden_state_layer_ids": list(ids), "use_aux_hidden_state": True}}
+    (dir / "config.json").write_text(json.dumps(config))
+    return dir

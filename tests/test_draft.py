@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _builders import write
+from _builders import layer_config, speculators_config, write
 from safetensors.torch import load_file
 
 from eagle3lens.checkpoint import Checkpoint
@@ -168,13 +168,11 @@ def test_option_flags_round_trip(tmp_path: Path) -> None:
             if p.dim() == 1:
                 p.uniform_(0.5, 1.5)
     state = draft.state_dict()
-    config = {"architectures": ["Eagle3Speculator"], "speculators_model_type": "eagle3", "draft_vocab_size": 40,
-              "norm_before_residual": True, "norm_before_fc": False, "fc_norm": True, "norm_output": True,
-              "target_hidden_size": 24, "eagle_aux_hidden_state_layer_ids": [1, 2, 3],
-              "transformer_layer_config": {"model_type": "llama", "hidden_size": 32, "intermediate_size": 48,
-                                           "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 8,
-                                           "num_hidden_layers": 1, "vocab_size": 100, "rms_norm_eps": 1e-6,
-                                           "rope_theta": 500.0}}
+    layer = layer_config(32, 100, heads=4, intermediate_size=48, num_key_value_heads=1, head_dim=8,
+                         rms_norm_eps=1e-6, rope_theta=500.0)
+    config = speculators_config((1, 2, 3), draft_vocab=40, layer=layer, verifier=None, arch="Eagle3Speculator",
+                                norm_before_residual=True, norm_before_fc=False, fc_norm=True, norm_output=True,
+                                target_hidden_size=24)
     write(tmp_path, state, config)
     loaded = Eagle3Draft.from_checkpoint(Checkpoint.open(tmp_path))
     assert loaded.cfg == cfg

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from _builders import codes
-from _prediction_helpers import KIMI_H, kimi_target_config, sparse_eagle3_draft
+from _builders import KIMI_H, codes, kimi_target_config, sparse_eagle3_draft
 from eagle3lens.engines.capture_scan import compress, scan_wheel
 from eagle3lens.engines.target_support import capture_support, known_releases
 from eagle3lens.errors import UsageError
