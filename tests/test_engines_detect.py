@@ -144,7 +144,7 @@ def test_engine_installed_without_an_engine_is_one_line(tmp_path, capsys):
 def test_detect_over_ssh_on_a_loopback_host(tmp_path):
     import sys
 
-    from _sshd import make_sshd, sshd_missing_reason, write_ed25519_key
+    from _sshd import make_sshd, ssh_host, sshd_missing_reason, write_ed25519_key
 
     if sshd_missing_reason():
         pytest.skip(sshd_missing_reason())
@@ -157,8 +157,7 @@ def test_detect_over_ssh_on_a_loopback_host(tmp_path):
         known = tmp_path / "known_hosts"
         known.write_text(server.host_key_line())
         config = tmp_path / "ssh_config"
-        config.write_text(f"Host e3l-gpu\n    HostName 127.0.0.1\n    Port {server.port}\n    User root\n"
-                          f"    IdentityFile {key}\n    IdentitiesOnly yes\n")
+        config.write_text(ssh_host("e3l-gpu", server.port, key))
         odd = tmp_path / "it's $(touch pwned) dir"  # quoted, never interpreted by the remote shell
         sp = site_packages(odd, "0.5.23", FIXTURE)
         found = detect_remote("e3l-gpu", table_for(FIXTURE), python=sys.executable, ssh_config=config,
