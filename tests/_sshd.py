@@ -32,6 +32,13 @@ def write_ed25519_key(path: Path) -> str:
     return Path(f"{path}.pub").read_text().strip()
 
 
+def ssh_host(alias: str, port: int, key: Path, *extra: str) -> str:
+    """One ssh_config ``Host`` block: root on 127.0.0.1:``port`` with only ``key``, then ``extra`` option lines."""
+    lines = [f"Host {alias}", "    HostName 127.0.0.1", f"    Port {port}", "    User root", f"    IdentityFile {key}",
+             "    IdentitiesOnly yes", *(f"    {e}" for e in extra)]
+    return "\n".join(lines) + "\n"
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -21,12 +21,12 @@ from eagle3lens.checkpoint import Checkpoint
 from eagle3lens.cli import main
 from eagle3lens.errors import CheckpointError
 
-from _corpus import good_header, raw_safetensors, sharded, write
+from _builders import good_header, layer_config, raw_safetensors, sharded, speculators_config, write, write_bytes
 
 
 # -- the corpus: name -> (builder(tmp) -> path to open, fragment expected in the message) ------------
 def _st(tmp: Path, content: bytes) -> Path:
-    return write(tmp / "model.safetensors", content)
+    return write_bytes(tmp / "model.safetensors", content)
 
 
 def _header_with(**entry_b) -> tuple[dict, bytes]:
@@ -38,7 +38,7 @@ def _header_with(**entry_b) -> tuple[dict, bytes]:
 def _symlink_out(tmp: Path) -> Path:
     outside = tmp / "outside"
     header, data = good_header()
-    write(outside / "real.safetensors", raw_safetensors(header, data))
+    write_bytes(outside / "real.safetensors", raw_safetensors(header, data))
     ckpt = tmp / "ckpt"
     ckpt.mkdir()
     os.symlink(outside / "real.safetensors", ckpt / "model-00001.safetensors")
@@ -49,7 +49,7 @@ def _symlink_out(tmp: Path) -> Path:
 def _plain_symlink_out(tmp: Path) -> Path:
     outside = tmp / "outside"
     header, data = good_header()
-    write(outside / "real.safetensors", raw_safetensors(header, data))
+    write_bytes(outside / "real.safetensors", raw_safetensors(header, data))
     ckpt = tmp / "ckpt"
     ckpt.mkdir()
     os.symlink(outside / "real.safetensors", ckpt / "model.safetensors")
@@ -69,7 +69,7 @@ def _fifo(path: Path) -> Path:
 
 
 def _config_symlink_out(tmp: Path) -> Path:
-    write(tmp / "outside" / "secret.json", b'{"architectures": ["LlamaForCausalLM"]}')
+    write_bytes(tmp / "outside" / "secret.json", b'{"architectures": ["LlamaForCausalLM"]}')
     ckpt = _good_dir(tmp / "ckpt")
     os.symlink(tmp / "outside" / "secret.json", ckpt / "config.json")
     return ckpt
@@ -88,8 +88,8 @@ DEEP = b"[" * 100_000 + b"]" * 100_000
 CORPUS = {
     "missing path": (lambda t: t / "nope", "no such file"),
     "empty directory": (lambda t: t, "empty directory"),
-    "not a checkpoint dir": (lambda t: write(t / "notes.txt", b"hello").parent, "not a checkpoint"),
-    "not a checkpoint file": (lambda t: write(t / "notes.txt", b"hello"), "not a checkpoint"),
+    "not a checkpoint dir": (lambda t: write_bytes(t / "notes.txt", b"hello").parent, "not a checkpoint"),
+    "not a checkpoint file": (lambda t: write_bytes(t / "notes.txt", b"hello"), "not a checkpoint"),
     "shorter than the length prefix": (lambda t: _st(t, b"\x01\x02"), "truncated"),
     "header length past end of file": (lambda t: _st(t, raw_safetensors({}, b"", length=4096)), "past the end"),
     "header length above cap": (lambda t: _st(t, raw_safetensors({}, b"", length=200_000_000)), "exceeds"),
@@ -124,21 +124,21 @@ CORPUS = {
                                                         {"s1.safetensors": {"a": 2}}), "not in its shard"),
     "tensor in two shards": (lambda t: sharded(t, {"a": "s1.safetensors", "b": "s2.safetensors"},
                                                {"s1.safetensors": {"a": 2}, "s2.safetensors": {"a": 2, "b": 1}}), "two shards"),
-    "index without weight_map": (lambda t: write(t / "model.safetensors.index.json", b'{"metadata": {}}').parent, "weight_map"),
-    "invalid config.json": (lambda t: write(_good_dir(t) / "config.json", b"{oops").parent, "invalid config JSON"),
-    "config.json not an object": (lambda t: write(_good_dir(t) / "config.json", b"[]").parent, "JSON object"),
+    "index without weight_map": (lambda t: write_bytes(t / "model.safetensors.index.json", b'{"metadata": {}}').parent, "weight_map"),
+    "invalid config.json": (lambda t: write_bytes(_good_dir(t) / "config.json", b"{oops").parent, "invalid config JSON"),
+    "config.json not an object": (lambda t: write_bytes(_good_dir(t) / "config.json", b"[]").parent, "JSON object"),
     "FIFO named model.safetensors": (lambda t: _fifo(t / "model.safetensors").parent, "not a regular file"),
     "FIFO named config.json": (lambda t: _fifo(_good_dir(t) / "config.json").parent, "not a regular file"),
     "config.json symlink leading out": (_config_symlink_out, "outside"),
     "index.json symlink leading out": (_index_symlink_out, "outside"),
     "deeply nested header JSON": (lambda t: _st(t, raw_safetensors({}, b"", header_bytes=b"{\"a\": " + DEEP + b"}")),
                                   "nested too deeply"),
-    "deeply nested config.json": (lambda t: write(_good_dir(t) / "config.json", b'{"a": ' + DEEP + b"}").parent,
+    "deeply nested config.json": (lambda t: write_bytes(_good_dir(t) / "config.json", b'{"a": ' + DEEP + b"}").parent,
                                   "nested too deeply"),
-    "deeply nested index.json": (lambda t: write(t / "model.safetensors.index.json", DEEP).parent, "nested too deeply"),
-    "index with an empty weight_map": (lambda t: write(t / "model.safetensors.index.json", b'{"weight_map": {}}').parent,
+    "deeply nested index.json": (lambda t: write_bytes(t / "model.safetensors.index.json", DEEP).parent, "nested too deeply"),
+    "index with an empty weight_map": (lambda t: write_bytes(t / "model.safetensors.index.json", b'{"weight_map": {}}').parent,
                                        "lists no tensors"),
-    "garbage .bin": (lambda t: write(t / "pytorch_model.bin", b"definitely not a pickle"), "cannot read"),
+    "garbage .bin": (lambda t: write_bytes(t / "pytorch_model.bin", b"definitely not a pickle"), "cannot read"),
 }
 
 
@@ -225,22 +225,17 @@ def test_sharded_checkpoint_lists_every_shard(tmp_path: Path) -> None:
     assert torch.equal(ckpt.read("b"), torch.ones(2))
 
 
-def _speculators_config(ids=(2, 5, 7)) -> dict:
-    return {
-        "architectures": ["Eagle3Speculator"], "speculators_model_type": "eagle3", "draft_vocab_size": 32,
-        "norm_before_residual": True, "target_hidden_size": None, "eagle_aux_hidden_state_layer_ids": list(ids),
-        "transformer_layer_config": {"model_type": "llama", "hidden_size": 16, "num_hidden_layers": 1,
-                                     "vocab_size": 64, "num_attention_heads": 2, "intermediate_size": 32},
-        "speculators_config": {"verifier": {"name_or_path": "tiny-target"}},
-    }
+# A speculators export as an older trainer wrote it: another class name, norm_before_residual on, 2 heads.
+SPECULATORS_CONFIG = speculators_config(draft_vocab=32, arch="Eagle3Speculator", verifier="tiny-target",
+                                        layer=layer_config(16, 64, heads=2, intermediate_size=32),
+                                        norm_before_residual=True)
 
 
 def test_speculators_spec(tmp_path: Path) -> None:
-    save_file({"fc.weight": torch.zeros(16, 48), "layers.0.mlp.up_proj.weight": torch.zeros(32, 16),
-               "d2t": torch.zeros(32, dtype=torch.int64), "t2d": torch.zeros(64, dtype=torch.bool),
-               "embed_tokens.weight": torch.zeros(64, 16), "lm_head.weight": torch.zeros(32, 16)},
-              tmp_path / "model.safetensors")
-    (tmp_path / "config.json").write_text(json.dumps(_speculators_config()))
+    write(tmp_path, {"fc.weight": torch.zeros(16, 48), "layers.0.mlp.up_proj.weight": torch.zeros(32, 16),
+                                "d2t": torch.zeros(32, dtype=torch.int64), "t2d": torch.zeros(64, dtype=torch.bool),
+                                "embed_tokens.weight": torch.zeros(64, 16), "lm_head.weight": torch.zeros(32, 16)},
+                     SPECULATORS_CONFIG)
     ckpt = Checkpoint.open(tmp_path)
     spec = ckpt.spec
     assert ckpt.layout == "speculators"
@@ -254,19 +249,17 @@ def test_speculators_spec(tmp_path: Path) -> None:
 
 
 def test_sglang_spec_with_prefixed_keys(tmp_path: Path) -> None:
-    save_file({"model.fc.weight": torch.zeros(16, 48), "model.midlayer.mlp.up_proj.weight": torch.zeros(32, 16)},
-              tmp_path / "model.safetensors")
-    (tmp_path / "config.json").write_text(json.dumps({
+    write(tmp_path, {"model.fc.weight": torch.zeros(16, 48), "model.midlayer.mlp.up_proj.weight": torch.zeros(32, 16)}, {
         "architectures": ["LlamaForCausalLMEagle3"], "hidden_size": 16, "vocab_size": 64, "draft_vocab_size": 32,
-        "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 4, 6], "use_aux_hidden_state": True}}))
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 4, 6], "use_aux_hidden_state": True}})
     spec = Checkpoint.open(tmp_path).spec
     assert spec.flavour == "sglang" and spec.decoder_prefix == "model.midlayer."
     assert spec.aux_layer_ids == (1, 4, 6) and spec.aux_ids_source == "eagle_config" and spec.use_aux_hidden_state
 
 
 def test_hf_target_and_unknown(tmp_path: Path) -> None:
-    save_file({"model.layers.0.mlp.up_proj.weight": torch.zeros(4, 2)}, tmp_path / "model.safetensors")
-    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 2}))
+    write(tmp_path, {"model.layers.0.mlp.up_proj.weight": torch.zeros(4, 2)},
+                     {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 2})
     assert Checkpoint.open(tmp_path).layout == "hf"
     (tmp_path / "config.json").unlink()
     save_file({"x": torch.zeros(1)}, tmp_path / "model.safetensors")
@@ -274,8 +267,7 @@ def test_hf_target_and_unknown(tmp_path: Path) -> None:
 
 
 def test_info_json_follows_design_schema(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    save_file({"fc.weight": torch.zeros(16, 48)}, tmp_path / "model.safetensors")
-    (tmp_path / "config.json").write_text(json.dumps(_speculators_config()))
+    write(tmp_path, {"fc.weight": torch.zeros(16, 48)}, SPECULATORS_CONFIG)
     assert main(["info", str(tmp_path), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert set(data) >= {"tool", "version", "checkpoint", "engine", "findings", "results"}

@@ -6,7 +6,7 @@ import ast
 from pathlib import Path
 
 import pytest
-from _keys_helpers import draft_tensors, sglang_config, speculators_config, write
+from _builders import draft_tensors, sglang_config, speculators_config, write
 
 from eagle3lens.checkpoint import Checkpoint, as_checkpoint
 from eagle3lens.doctor import diagnose

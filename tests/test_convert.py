@@ -7,7 +7,7 @@ import os
 
 import pytest
 import torch
-from _keys_helpers import draft_tensors, sglang_config, speculators_config, write
+from _builders import draft_tensors, sglang_config, speculators_config, write
 
 from eagle3lens.checkpoint import Checkpoint
 from eagle3lens.cli import main

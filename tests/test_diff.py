@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from _keys_helpers import draft_tensors, speculators_config, write
+from _builders import draft_tensors, speculators_config, write
 from eagle3lens.checkpoint import Checkpoint
 from eagle3lens.cli import main
 from eagle3lens.probes.diff import diff

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from _keys_helpers import draft_tensors, speculators_config, write
+from _builders import draft_tensors, speculators_config, write
 
 from eagle3lens.checkpoint import Checkpoint
 from eagle3lens.findings import Report

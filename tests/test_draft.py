@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
+from _builders import layer_config, speculators_config, write
+from safetensors.torch import load_file
 
 from eagle3lens.checkpoint import Checkpoint
 from eagle3lens.draft import DraftConfig, Eagle3Draft, canonical_key, map_to_target
@@ -132,8 +133,7 @@ def test_model_prefixed_eagle_keys_load(demo_dir: Path, tmp_path: Path, demo_dra
     src = demo_dir / "eagle"
     tensors = {("model." + k if not k.startswith("lm_head") else k): v
                for k, v in load_file(str(src / "model.safetensors")).items()}
-    save_file(tensors, str(tmp_path / "model.safetensors"))
-    (tmp_path / "config.json").write_text((src / "config.json").read_text())
+    write(tmp_path, tensors, json.loads((src / "config.json").read_text()))
     ckpt = Checkpoint.open(tmp_path)
     assert ckpt.spec.decoder_prefix == "model.midlayer."
     loaded = Eagle3Draft.from_checkpoint(ckpt, embed_tokens=W["embed_tokens.weight"])
@@ -147,14 +147,12 @@ def test_missing_d2t_loads_as_identity_and_bad_shapes_raise(demo_dir: Path, tmp_
     tensors["fc.weight"] = tensors["fc.weight"][:, :128].contiguous()  # two aux states wide
     config = json.loads((demo_dir / "speculators" / "config.json").read_text())
     config["target_hidden_size"] = 48  # fc width 128 is no multiple of it: declared 3 aux states
-    save_file(tensors, str(tmp_path / "model.safetensors"))
-    (tmp_path / "config.json").write_text(json.dumps(config))
+    write(tmp_path, tensors, config)
     with pytest.raises(CheckpointError, match="fc.weight"):
         Eagle3Draft.from_checkpoint(Checkpoint.open(tmp_path))
     tensors = load_file(str(demo_dir / "speculators" / "model.safetensors"))
     tensors["layers.0.self_attn.q_norm.weight"] = torch.ones(16)  # a key the module has no place for
-    save_file(tensors, str(tmp_path / "model.safetensors"))
-    (tmp_path / "config.json").write_text((demo_dir / "speculators" / "config.json").read_text())
+    write(tmp_path, tensors, json.loads((demo_dir / "speculators" / "config.json").read_text()))
     with pytest.raises(CheckpointError, match="q_norm"):
         Eagle3Draft.from_checkpoint(Checkpoint.open(tmp_path))
 
@@ -169,16 +167,13 @@ def test_option_flags_round_trip(tmp_path: Path) -> None:
         for name, p in draft.named_parameters():
             if p.dim() == 1:
                 p.uniform_(0.5, 1.5)
-    state = {k: v.contiguous() for k, v in draft.state_dict().items()}
-    save_file(state, str(tmp_path / "model.safetensors"))
-    config = {"architectures": ["Eagle3Speculator"], "speculators_model_type": "eagle3", "draft_vocab_size": 40,
-              "norm_before_residual": True, "norm_before_fc": False, "fc_norm": True, "norm_output": True,
-              "target_hidden_size": 24, "eagle_aux_hidden_state_layer_ids": [1, 2, 3],
-              "transformer_layer_config": {"model_type": "llama", "hidden_size": 32, "intermediate_size": 48,
-                                           "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 8,
-                                           "num_hidden_layers": 1, "vocab_size": 100, "rms_norm_eps": 1e-6,
-                                           "rope_theta": 500.0}}
-    (tmp_path / "config.json").write_text(json.dumps(config))
+    state = draft.state_dict()
+    layer = layer_config(32, 100, heads=4, intermediate_size=48, num_key_value_heads=1, head_dim=8,
+                         rms_norm_eps=1e-6, rope_theta=500.0)
+    config = speculators_config((1, 2, 3), draft_vocab=40, layer=layer, verifier=None, arch="Eagle3Speculator",
+                                norm_before_residual=True, norm_before_fc=False, fc_norm=True, norm_output=True,
+                                target_hidden_size=24)
+    write(tmp_path, state, config)
     loaded = Eagle3Draft.from_checkpoint(Checkpoint.open(tmp_path))
     assert loaded.cfg == cfg
     ids, aux = inputs(T=6, width=72, vocab=100)
@@ -308,16 +303,14 @@ def test_mla_attention_matches_transformers_deepseek_v3(over) -> None:
 
 
 def _save_mla_draft(path: Path, draft: Eagle3Draft, *, prefix: str = "layers.0.", **config_over) -> dict:
-    path.mkdir(parents=True, exist_ok=True)
-    state = {k.replace("layers.0.", prefix): v.contiguous() for k, v in draft.state_dict().items()}
-    save_file(state, str(path / "model.safetensors"))
+    state = {k.replace("layers.0.", prefix): v for k, v in draft.state_dict().items()}
     config = {"architectures": ["Eagle3DeepseekV2ForCausalLM"], "model_type": "deepseek_v3", "hidden_size": 16,
               "intermediate_size": 24, "num_attention_heads": 3, "num_key_value_heads": 3, "head_dim": 5,
               **MLA_FIELDS, "num_hidden_layers": 1, "vocab_size": 50, "draft_vocab_size": 30,
               "target_hidden_size": 12, "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "tie_word_embeddings": False,
               "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 2, 3], "use_aux_hidden_state": True},
               **config_over}
-    (path / "config.json").write_text(json.dumps(config))
+    write(path, state, config)
     return state
 
 
@@ -360,7 +353,7 @@ def test_mla_draft_loads_its_keys_and_runs(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match="kv_lora_rank"):
         Eagle3Draft.from_checkpoint(Checkpoint.open(tmp_path / "sglang"))
     bad = _save_mla_draft(tmp_path / "bad", draft)
-    save_file({**bad, attn + "kv_b_proj.weight": torch.zeros(3, 8)}, str(tmp_path / "bad" / "model.safetensors"))
+    write(tmp_path / "bad", {**bad, attn + "kv_b_proj.weight": torch.zeros(3, 8)})
     with pytest.raises(CheckpointError, match="kv_b_proj"):
         Eagle3Draft.from_checkpoint(Checkpoint.open(tmp_path / "bad"))
 

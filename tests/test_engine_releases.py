@@ -6,7 +6,7 @@ import json
 
 import pytest
 import torch
-from _keys_helpers import (
+from _builders import (
     DECODER,
     MLA_DECODER,
     H,
@@ -19,16 +19,13 @@ from _keys_helpers import (
     speculators_config,
     write,
 )
+from _builders import severities as codes
 
 from eagle3lens.checkpoint import Checkpoint
 from eagle3lens.cli import main
 from eagle3lens.engines import resolve
 from eagle3lens.errors import UsageError
 from eagle3lens.probes.keys import simulate_load
-
-
-def codes(result):
-    return {f.code: f.severity.value for f in result.findings}
 
 
 def fates(result):

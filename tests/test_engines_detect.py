@@ -121,7 +121,7 @@ def test_audit_version_ranges(spec):
 
 
 def test_engine_installed_uses_the_detected_release(tmp_path, monkeypatch, capsys):
-    from _keys_helpers import draft_tensors, speculators_config, write
+    from _builders import draft_tensors, speculators_config, write
 
     sp = site_packages(tmp_path, "0.5.11", b"a source checkout's llama_eagle3.py\n")
     monkeypatch.syspath_prepend(str(sp))
@@ -133,7 +133,7 @@ def test_engine_installed_uses_the_detected_release(tmp_path, monkeypatch, capsy
 
 
 def test_engine_installed_without_an_engine_is_one_line(tmp_path, capsys):
-    from _keys_helpers import draft_tensors, speculators_config, write
+    from _builders import draft_tensors, speculators_config, write
 
     ckpt = write(tmp_path / "draft", draft_tensors("layers.0."), speculators_config())
     assert main(["keys", str(ckpt), "--engine", "installed"]) == 2
@@ -144,7 +144,7 @@ def test_engine_installed_without_an_engine_is_one_line(tmp_path, capsys):
 def test_detect_over_ssh_on_a_loopback_host(tmp_path):
     import sys
 
-    from _sshd import make_sshd, sshd_missing_reason, write_ed25519_key
+    from _sshd import make_sshd, ssh_host, sshd_missing_reason, write_ed25519_key
 
     if sshd_missing_reason():
         pytest.skip(sshd_missing_reason())
@@ -157,8 +157,7 @@ def test_detect_over_ssh_on_a_loopback_host(tmp_path):
         known = tmp_path / "known_hosts"
         known.write_text(server.host_key_line())
         config = tmp_path / "ssh_config"
-        config.write_text(f"Host e3l-gpu\n    HostName 127.0.0.1\n    Port {server.port}\n    User root\n"
-                          f"    IdentityFile {key}\n    IdentitiesOnly yes\n")
+        config.write_text(ssh_host("e3l-gpu", server.port, key))
         odd = tmp_path / "it's $(touch pwned) dir"  # quoted, never interpreted by the remote shell
         sp = site_packages(odd, "0.5.23", FIXTURE)
         found = detect_remote("e3l-gpu", table_for(FIXTURE), python=sys.executable, ssh_config=config,
@@ -171,7 +170,7 @@ def test_detect_over_ssh_on_a_loopback_host(tmp_path):
 
 
 def test_doctor_records_the_detected_engine(tmp_path, monkeypatch):
-    from _keys_helpers import draft_tensors, sglang_config, write
+    from _builders import draft_tensors, sglang_config, write
     from eagle3lens.doctor import diagnose
 
     sp = site_packages(tmp_path, "0.5.12", b"patched\n")

@@ -14,9 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _corpus import raw_safetensors, sharded
-from _corpus import write as write_bytes
-from _keys_helpers import draft_tensors, speculators_config, write
+from _builders import draft_tensors, raw_safetensors, sharded, speculators_config, write, write_bytes
 from safetensors.torch import save_file
 
 from eagle3lens.checkpoint import Checkpoint

@@ -12,7 +12,7 @@ from eagle3lens.cli import main
 from eagle3lens.errors import CheckpointError, UsageError
 from eagle3lens.jsonio import read_json
 
-from _vocab_helpers import build_mapping, write_draft
+from _builders import build_mapping, write_draft
 
 DEEP = "[" * 100_000 + "]" * 100_000
 

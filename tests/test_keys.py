@@ -6,7 +6,8 @@ import json
 
 import pytest
 import torch
-from _keys_helpers import DECODER, draft_tensors, sglang_config, speculators_config, write
+from _builders import DECODER, draft_tensors, sglang_config, speculators_config, write
+from _builders import severities as codes
 
 from eagle3lens.checkpoint import Checkpoint
 from eagle3lens.cli import main
@@ -14,10 +15,6 @@ from eagle3lens.plots import figures, html_view, rich_view
 from eagle3lens.probes.keys import simulate_load
 
 SPEC_DECODER = {f"layers.0.{k}" for k in DECODER}
-
-
-def codes(result):
-    return {f.code: f.severity.value for f in result.findings}
 
 
 @pytest.fixture(scope="module")

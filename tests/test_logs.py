@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from _builders import codes
 
 from eagle3lens.cli import main
 from eagle3lens.errors import LogFileError, UsageError
@@ -13,10 +14,6 @@ from eagle3lens.plots import figures, html_view, rich_view
 from eagle3lens.probes.logs import infer_draft_tokens, parse_log
 
 DATA = Path(__file__).parent / "data" / "logs"
-
-
-def codes(result) -> list[str]:
-    return [f.code for f in result.findings]
 
 
 def finding(result, code: str):

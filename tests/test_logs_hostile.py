@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from _keys_helpers import speculators_draft
+from _builders import speculators_draft
 
 from eagle3lens.cli import main
 from eagle3lens.errors import CheckpointError, UsageError

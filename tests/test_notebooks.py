@@ -9,6 +9,7 @@ from pathlib import Path
 import nbformat
 import pytest
 import torch
+from _builders import write
 from safetensors.torch import save_file
 
 from eagle3lens import cli
@@ -40,7 +41,7 @@ def probe_notebook(tmp_path_factory) -> Path:
     """A small notebook in walkthrough style: opens a checkpoint given as a parameter, plots, records findings."""
     root = tmp_path_factory.mktemp("nb")
     torch.manual_seed(0)
-    save_file({"fc.weight": torch.randn(4, 12)}, str(root / "model.safetensors"))
+    write(root, {"fc.weight": torch.randn(4, 12)})
     nb = new_notebook([
         code("from eagle3lens import notebook as nb\nnb.init()"),
         code(f"checkpoint = {str(root / 'model.safetensors')!r}\nseverity = 'warning'", tags=["parameters"]),

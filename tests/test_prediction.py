@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from _prediction_helpers import KIMI_H, kimi_target_config, sparse_eagle3_draft
+from _builders import KIMI_H, codes, kimi_target_config, sparse_eagle3_draft
 from eagle3lens.engines.capture_scan import compress, scan_wheel
 from eagle3lens.engines.target_support import capture_support, known_releases
 from eagle3lens.errors import UsageError
@@ -25,10 +25,6 @@ SGLANG = "python -m sglang.launch_server --model-path /models/kimi-k2.5 --specul
 def kimi(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("kimi")
     return kimi_target_config(root / "target"), sparse_eagle3_draft(root / "draft")
-
-
-def codes(result) -> list[str]:
-    return [f.code for f in result.findings]
 
 
 def sglang(algorithm: str) -> str:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from _sshd import make_sshd, sshd_missing_reason, write_ed25519_key
+from _sshd import make_sshd, ssh_host, sshd_missing_reason, write_ed25519_key
 
 from eagle3lens.commands.notebook import run_from_args
 from eagle3lens.errors import HostKeyError, RemoteError
@@ -50,14 +50,12 @@ class Lab:
         self.known_hosts.write_text(self.target.host_key_line() + self.bastion.host_key_line()
                                     + self.nosftp.host_key_line())
         self.ssh_config = root / "ssh_config"
-        ident = f"    User root\n    IdentityFile {self.client_key}\n    IdentitiesOnly yes\n"
+        key = self.client_key
         self.ssh_config.write_text(
-            f"Host e3l-target\n    HostName 127.0.0.1\n    Port {self.target.port}\n{ident}"
-            f"Host e3l-bastion\n    HostName 127.0.0.1\n    Port {self.bastion.port}\n{ident}"
-            f"Host e3l-nosftp\n    HostName 127.0.0.1\n    Port {self.nosftp.port}\n{ident}"
-            f"Host e3l-behind\n    HostName 127.0.0.1\n    Port {self.target.port}\n{ident}    ProxyJump e3l-bastion\n"
-            f"Host e3l-wrongkey\n    HostName 127.0.0.1\n    Port {self.target.port}\n    User root\n"
-            f"    IdentityFile {self.wrong_key}\n    IdentitiesOnly yes\n")
+            ssh_host("e3l-target", self.target.port, key) + ssh_host("e3l-bastion", self.bastion.port, key)
+            + ssh_host("e3l-nosftp", self.nosftp.port, key)
+            + ssh_host("e3l-behind", self.target.port, key, "ProxyJump e3l-bastion")
+            + ssh_host("e3l-wrongkey", self.target.port, self.wrong_key))
 
     def secrets(self) -> list[str]:
         """Strings that must never appear in fetched files: key paths and material, local config paths."""
@@ -427,8 +425,7 @@ def test_sshd_killed_mid_run_keeps_what_was_fetched(lab: Lab, tmp_path: Path) ->
         known = tmp_path / "known_hosts"
         known.write_text(doomed.host_key_line())
         config = tmp_path / "ssh_config"
-        config.write_text(f"Host doomed\n    HostName 127.0.0.1\n    Port {doomed.port}\n    User root\n"
-                          f"    IdentityFile {lab.client_key}\n    IdentitiesOnly yes\n")
+        config.write_text(ssh_host("doomed", doomed.port, lab.client_key))
         flag = tmp_path / "sleeping"
         notebook = write_notebook(tmp_path / "long.ipynb", [
             code("flag = ''", tags=["parameters"]),

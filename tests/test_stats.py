@@ -17,7 +17,7 @@ from eagle3lens.probes import stats
 from eagle3lens.probes.stats import HIST_SAMPLE_CAP, byte_spans, tensor_stats
 from eagle3lens.probes.weights import weight_stats
 
-from _weights_helpers import save_ckpt
+from _builders import checkpoint
 
 CHUNK = 256  # bytes
 
@@ -40,7 +40,7 @@ def test_byte_spans_tile_the_tensor_in_whole_chunks(nbytes, chunk, threads):
 def test_threads_give_the_single_stream_statistics(tmp_path, rng, dtype):
     x = (torch.randn(5003) * 0.3 + 0.1).to(dtype)
     x[7], x[4000], x[2500], x[3333] = float("nan"), float("inf"), 0.0, float("-inf")  # in different spans
-    ckpt = save_ckpt(tmp_path, {"w": x})
+    ckpt = checkpoint(tmp_path, {"w": x})
     one = tensor_stats(ckpt, "w", chunk_bytes=CHUNK, threads=1)
     seen = []
     three = tensor_stats(ckpt, "w", chunk_bytes=CHUNK, threads=3, on_bytes=seen.append)
@@ -66,7 +66,7 @@ def float64_moments(x: torch.Tensor) -> dict[str, float]:
 def test_huge_or_tiny_values_keep_exact_moments(tmp_path, rng, dtype, scale):
     # e.g. uninitialised torch.empty memory saved to disk: float32 fourth powers overflow (or underflow to zero)
     x = ((torch.randn(20_011) ** 3 + 0.5) * scale).to(dtype)
-    s = tensor_stats(save_ckpt(tmp_path, {"w": x}), "w", chunk_bytes=4096, threads=2)
+    s = tensor_stats(checkpoint(tmp_path, {"w": x}), "w", chunk_bytes=4096, threads=2)
     assert (s.nan, s.inf) == (0, 0)
     assert {k: getattr(s, k) for k in ("mean", "std", "l2", "kurtosis")} == pytest.approx(float64_moments(x), rel=1e-6)
 
@@ -74,7 +74,7 @@ def test_huge_or_tiny_values_keep_exact_moments(tmp_path, rng, dtype, scale):
 def test_finite_values_whose_float32_sum_overflows_are_not_counted_non_finite(tmp_path, rng):
     x = torch.empty(10_000).uniform_(1e38, 3e38)
     x[5], x[9000] = float("nan"), float("-inf")
-    s = tensor_stats(save_ckpt(tmp_path, {"w": x}), "w", chunk_bytes=4096)
+    s = tensor_stats(checkpoint(tmp_path, {"w": x}), "w", chunk_bytes=4096)
     assert (s.nan, s.inf, s.zeros, s.hist_sample) == (1, 1, 0, 9998)
     assert {k: getattr(s, k) for k in ("mean", "std", "l2", "kurtosis")} == pytest.approx(float64_moments(x), rel=1e-6)
 
@@ -82,7 +82,7 @@ def test_finite_values_whose_float32_sum_overflows_are_not_counted_non_finite(tm
 def test_histogram_resolves_a_narrow_norm_weight(tmp_path, rng):
     # bf16-truncated values put normal(1, 0.002) in ~5 of 64 bins: bf16 spacing near 1.0 is 2**-7
     x = torch.randn(100_000, dtype=torch.float64).mul(0.002).add(1.0).float()
-    s = tensor_stats(save_ckpt(tmp_path, {"n": x}), "n", chunk_bytes=1 << 14)
+    s = tensor_stats(checkpoint(tmp_path, {"n": x}), "n", chunk_bytes=1 << 14)
     counts, edges = np.array(s.hist_counts), np.array(s.hist_edges)
     assert s.hist_sample == counts.sum() == x.numel()
     assert np.count_nonzero(counts) >= 48
@@ -97,7 +97,7 @@ def test_histogram_resolves_a_narrow_norm_weight(tmp_path, rng):
 def test_histogram_sample_of_a_tensor_beyond_the_cap_is_bounded_and_spread(tmp_path, rng):
     half = 1 << 20  # every value of a 4 KiB chunk is sampled until the cap halves the rate, twice
     x = torch.cat([torch.randn(half), torch.randn(half) + 10])
-    ckpt = save_ckpt(tmp_path, {"w": x})
+    ckpt = checkpoint(tmp_path, {"w": x})
     one, three = (tensor_stats(ckpt, "w", chunk_bytes=4096, threads=t) for t in (1, 3))
     hist = ("hist_edges", "hist_counts", "hist_sample")
     assert [getattr(three, k) for k in hist] == [getattr(one, k) for k in hist]
@@ -113,7 +113,7 @@ def test_histogram_is_drawn_from_every_stride_th_value_however_the_spans_fall(tm
     monkeypatch.setattr(stats, "HIST_SAMPLE_CAP", cap)
     x = torch.randn(30_011)
     x[0], x[4096] = float("nan"), float("inf")
-    ckpt = save_ckpt(tmp_path, {"w": x})
+    ckpt = checkpoint(tmp_path, {"w": x})
     one, many = (tensor_stats(ckpt, "w", chunk_bytes=4 * chunk_elems, threads=t) for t in (1, threads))
     hist = ("hist_edges", "hist_counts", "hist_sample")
     assert [getattr(many, k) for k in hist] == [getattr(one, k) for k in hist]
@@ -127,13 +127,13 @@ def test_histogram_is_drawn_from_every_stride_th_value_however_the_spans_fall(tm
 
 def test_threads_merge_distinct_integers_across_spans(tmp_path):
     x = torch.cat([torch.arange(0, 300), torch.arange(200, 600), torch.tensor([-5, 0])]).to(torch.int32)
-    ckpt = save_ckpt(tmp_path, {"i": x})
+    ckpt = checkpoint(tmp_path, {"i": x})
     s = tensor_stats(ckpt, "i", chunk_bytes=64, threads=4)
     assert (s.min, s.max, s.distinct, s.zeros) == (-5, 599, 601, 2)
 
 
 def test_threads_spread_work_over_threads_and_restore_torch_threads(tmp_path, rng, monkeypatch):
-    ckpt = save_ckpt(tmp_path, {"w": torch.randn(4096)})
+    ckpt = checkpoint(tmp_path, {"w": torch.randn(4096)})
     names = set()
     original = Checkpoint.iter_chunks
     both = threading.Barrier(2, timeout=10)  # else a span done before the next starts leaves its thread to reuse
@@ -151,7 +151,7 @@ def test_threads_spread_work_over_threads_and_restore_torch_threads(tmp_path, rn
 
 
 def test_a_failing_span_raises_and_stops_the_others(tmp_path, rng):
-    ckpt = save_ckpt(tmp_path, {"w": torch.randn(20000)})
+    ckpt = checkpoint(tmp_path, {"w": torch.randn(20000)})
     path = ckpt.info("w").file
     path.write_bytes(path.read_bytes()[:-40000])  # truncated after the header was read: the second span fails
     with pytest.raises(CheckpointError, match="file ended after"):
@@ -160,7 +160,7 @@ def test_a_failing_span_raises_and_stops_the_others(tmp_path, rng):
 
 def test_iter_chunks_over_a_span_reads_exactly_those_bytes(tmp_path):
     x = torch.arange(100, dtype=torch.float32)
-    ckpt = save_ckpt(tmp_path, {"w": x})
+    ckpt = checkpoint(tmp_path, {"w": x})
     joined = b"".join(bytes(c) for c in ckpt.iter_chunks("w", 24, start=40, stop=200))
     assert joined == x[10:50].numpy().tobytes()
     with pytest.raises(ValueError, match="4-byte elements"):
@@ -168,7 +168,7 @@ def test_iter_chunks_over_a_span_reads_exactly_those_bytes(tmp_path):
 
 
 def test_weight_stats_threads_option(tmp_path, rng):
-    ckpt = save_ckpt(tmp_path, {"a.weight": torch.randn(64, 64), "b.weight": torch.randn(8)})
+    ckpt = checkpoint(tmp_path, {"a.weight": torch.randn(64, 64), "b.weight": torch.randn(8)})
     by_threads = [weight_stats(ckpt, chunk_bytes=512, threads=t) for t in (1, 3)]
     stds = [[r.stats.std for r in res.tensors] for res in by_threads]
     assert stds[0] == pytest.approx(stds[1], rel=1e-12)
@@ -177,7 +177,7 @@ def test_weight_stats_threads_option(tmp_path, rng):
 
 
 def test_cli_threads_flag(tmp_path, rng, capsys):
-    save_ckpt(tmp_path, {"a.weight": torch.randn(32, 32)})
+    checkpoint(tmp_path, {"a.weight": torch.randn(32, 32)})
     assert main(["weights", str(tmp_path), "--threads", "2", "--json"]) in (0, 1)
     assert '"a.weight"' in capsys.readouterr().out
     with pytest.raises(SystemExit) as exc:
@@ -189,7 +189,7 @@ def test_cli_threads_flag(tmp_path, rng, capsys):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float8_e4m3fn, torch.int64], ids=str)
 def test_cuda_reduction_gives_the_cpu_statistics(tmp_path, rng, dtype):
     x = (torch.randn(20011) * 3).to(dtype)
-    ckpt = save_ckpt(tmp_path, {"w": x})
+    ckpt = checkpoint(tmp_path, {"w": x})
     cpu, gpu = (tensor_stats(ckpt, "w", chunk_bytes=4096, device=d) for d in ("cpu", "cuda"))
     exact = ("nan", "inf", "zeros", "min", "max", "distinct", "hist_counts", "hist_sample")
     assert {k: getattr(gpu, k) for k in exact} == {k: getattr(cpu, k) for k in exact}

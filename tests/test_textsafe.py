@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _keys_helpers import draft_tensors, speculators_config, write
+from _builders import draft_tensors, speculators_config, write
 
 from eagle3lens.textsafe import printable
 

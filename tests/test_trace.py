@@ -278,7 +278,7 @@ def test_trace_forward_runs_one_seeded_forward_under_the_tracer():
 # -- config-only targets (a model not downloaded) on the meta device ------------------------------
 
 def _config_only_llama(path: Path) -> Path:
-    from _keys_helpers import llama_fields
+    from _builders import llama_fields
 
     path.mkdir()
     (path / "config.json").write_text(json.dumps({**llama_fields(10), "architectures": ["LlamaForCausalLM"]}))
@@ -286,7 +286,7 @@ def _config_only_llama(path: Path) -> Path:
 
 
 def _config_only_deepseek_v3(path: Path) -> Path:
-    from _keys_helpers import HEADS, INTER, V, H
+    from _builders import HEADS, INTER, V, H
     from transformers import DeepseekV3Config
 
     DeepseekV3Config(vocab_size=V, hidden_size=H, intermediate_size=INTER, moe_intermediate_size=8,
@@ -301,7 +301,7 @@ def _config_only_deepseek_v3(path: Path) -> Path:
 @pytest.mark.parametrize("build, decoder_class", [(_config_only_llama, "LlamaDecoderLayer"),
                                                    (_config_only_deepseek_v3, "DeepseekV3DecoderLayer")])
 def test_config_only_target_traces_on_meta(build, decoder_class, tmp_path, capsys):
-    from _keys_helpers import speculators_draft
+    from _builders import speculators_draft
 
     from eagle3lens.cli import main
     from eagle3lens.probes.wiring import load_target
@@ -327,7 +327,7 @@ def test_config_only_target_traces_on_meta(build, decoder_class, tmp_path, capsy
 
 
 def test_config_only_target_needs_meta(tmp_path):
-    from _keys_helpers import speculators_draft
+    from _builders import speculators_draft
 
     from eagle3lens.errors import CheckpointError
     from eagle3lens.probes.wiring import check_wiring

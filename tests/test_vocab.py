@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from _vocab_helpers import build_mapping, write_draft, write_target
+from _builders import build_mapping, write_draft, write_target
+from _builders import code_set as codes
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -39,10 +40,6 @@ def spread(v: int) -> torch.Tensor:
     counts = (torch.arange(v) * 37) % 101
     counts[:5] += 500
     return counts
-
-
-def codes(result) -> set[str]:
-    return {f.code for f in result.findings}
 
 
 def probe(v, n, d2t, t2d, lm_head=None, target=None):

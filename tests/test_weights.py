@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from _weights_helpers import heavy_tailed, kaiming_uniform, save_ckpt, speculators_config
+from _builders import checkpoint, code_set, codes, heavy_tailed, kaiming_uniform, layer_config, speculators_config
 
 from eagle3lens.checkpoint import Checkpoint
 from eagle3lens.cli import main
@@ -24,8 +24,10 @@ FLOAT_DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, tor
 INT_DTYPES = [torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64, torch.bool]
 
 
-def codes(result):
-    return sorted({f.code for f in result.findings})
+def weights_config(hidden: int = 32, vocab: int = 64, draft_vocab: int = 16) -> dict:
+    """The draft config these tests read: aux ids [1, 2, 3] and a bare layer config with the init std."""
+    return speculators_config((1, 2, 3), draft_vocab=draft_vocab, verifier=None,
+                              layer=layer_config(hidden, vocab, heads=4, initializer_range=0.02))
 
 
 @pytest.fixture
@@ -41,7 +43,7 @@ def test_float_stats_equal_float64_reference(tmp_path, rng, dtype):
     if dtype is not torch.float8_e4m3fn:  # e4m3fn has no infinity
         flat[11] = float("inf")
     flat[17] = 0.0
-    ckpt = save_ckpt(tmp_path, {"w": x})
+    ckpt = checkpoint(tmp_path, {"w": x})
     s = tensor_stats(ckpt, "w", chunk_bytes=CHUNK)
 
     ref = x.double().reshape(-1)
@@ -62,7 +64,7 @@ def test_float_stats_equal_float64_reference(tmp_path, rng, dtype):
 def test_moments_merge_stays_exact_far_from_zero(tmp_path, rng):
     # a norm-like tensor around 1.0 with tiny spread: naive power sums would cancel, the pairwise merge must not
     x = 1.0 + torch.randn(4099, dtype=torch.float64) * 1e-4
-    s = tensor_stats(save_ckpt(tmp_path, {"n": x}), "n", chunk_bytes=64)
+    s = tensor_stats(checkpoint(tmp_path, {"n": x}), "n", chunk_bytes=64)
     c = x - x.mean()
     assert s.std == pytest.approx(float(c.pow(2).mean().sqrt()), rel=1e-9)
     assert s.kurtosis == pytest.approx(float(c.pow(4).mean() / c.pow(2).mean() ** 2 - 3), abs=1e-8)
@@ -70,7 +72,7 @@ def test_moments_merge_stays_exact_far_from_zero(tmp_path, rng):
 
 def test_histogram_of_large_tensor_is_a_strided_sample(tmp_path, rng):
     x = torch.randn(300_000)
-    s = tensor_stats(save_ckpt(tmp_path, {"w": x}), "w", chunk_bytes=1 << 20)
+    s = tensor_stats(checkpoint(tmp_path, {"w": x}), "w", chunk_bytes=1 << 20)
     assert 0 < s.hist_sample < x.numel() and sum(s.hist_counts) == s.hist_sample
     centres = np.array([(a + b) / 2 for a, b in zip(s.hist_edges[:-1], s.hist_edges[1:])])
     sample_mean = float((centres * np.array(s.hist_counts)).sum() / s.hist_sample)
@@ -80,7 +82,7 @@ def test_histogram_of_large_tensor_is_a_strided_sample(tmp_path, rng):
 @pytest.mark.parametrize("dtype", INT_DTYPES, ids=str)
 def test_int_stats_min_max_distinct(tmp_path, rng, dtype):
     x = torch.randint(0, 2, (1001,), dtype=torch.bool) if dtype is torch.bool else torch.randint(-7 if dtype is not torch.uint8 else 0, 40, (1001,)).to(dtype)
-    s = tensor_stats(save_ckpt(tmp_path, {"i": x}), "i", chunk_bytes=CHUNK)
+    s = tensor_stats(checkpoint(tmp_path, {"i": x}), "i", chunk_bytes=CHUNK)
     ref = x.to(torch.int64)
     assert (s.kind, s.min, s.max) == ("bool" if dtype is torch.bool else "int", int(ref.min()), int(ref.max()))
     assert s.distinct == int(torch.unique(ref).numel())
@@ -92,12 +94,12 @@ def test_nan_inf_zero_and_norm_at_init_findings(tmp_path, rng):
     nan, inf = w.clone(), w.clone()
     nan[3, 4] = float("nan")
     inf[0, 0] = float("-inf")
-    ckpt = save_ckpt(tmp_path, {"fc.weight": w, "layers.0.mlp.up_proj.weight": nan, "layers.0.mlp.down_proj.weight": inf,
+    ckpt = checkpoint(tmp_path, {"fc.weight": w, "layers.0.mlp.up_proj.weight": nan, "layers.0.mlp.down_proj.weight": inf,
                                 "layers.0.self_attn.o_proj.weight": torch.zeros(16, 16),
                                 "layers.0.input_layernorm.weight": torch.ones(32), "norm.weight": 1 + 0.1 * torch.randn(32)},
-                     speculators_config())
+                     weights_config())
     r = weight_stats(ckpt, chunk_bytes=CHUNK)
-    assert codes(r) == ["weights/all-zero", "weights/inf", "weights/nan", "weights/norm-at-init"]
+    assert sorted(code_set(r)) == ["weights/all-zero", "weights/inf", "weights/nan", "weights/norm-at-init"]
     nan_finding = next(f for f in r.findings if f.code == "weights/nan")
     assert nan_finding.evidence["tensors"]["layers.0.mlp.up_proj.weight"]["nan"] == 1
     assert r["fc.weight"].verdict == "trained" and r["norm.weight"].verdict == "trained"
@@ -113,7 +115,7 @@ def test_init_like_separates_hf_normal_and_kaiming_uniform_from_trained(tmp_path
         "layers.0.mlp.up_proj.weight": torch.randn(64, 128) * 0.05,  # normal but not the predicted std
         "fc.weight": (torch.rand(32, 96) * 2 - 1) * 0.02 * math.sqrt(3),  # uniform with the normal's std
     }
-    r = weight_stats(save_ckpt(tmp_path, tensors, speculators_config()))
+    r = weight_stats(checkpoint(tmp_path, tensors, weights_config()))
     assert r["layers.0.self_attn.q_proj.weight"].verdict == "init:normal(0, 0.02)"
     assert r["layers.0.self_attn.k_proj.weight"].verdict.startswith("init:kaiming-uniform")
     assert r["layers.0.self_attn.v_proj.weight"].verdict == "trained"
@@ -134,15 +136,15 @@ def test_a_few_training_steps_leave_init(tmp_path, rng):
         opt.zero_grad()
         torch.nn.functional.mse_loss(layer(x), y).backward()
         opt.step()
-    r = weight_stats(save_ckpt(tmp_path, {"fc.weight": layer.weight.detach(), "layers.0.mlp.up_proj.weight": init},
-                               speculators_config()))
+    r = weight_stats(checkpoint(tmp_path, {"fc.weight": layer.weight.detach(), "layers.0.mlp.up_proj.weight": init},
+                               weights_config()))
     assert r["fc.weight"].verdict == "trained" and r["layers.0.mlp.up_proj.weight"].verdict.startswith("init:normal")
 
 
 def _target_and_draft(tmp_path, perturb: str | None = None):
     vocab, hidden, n = 64, 32, 16
     embed, head = torch.randn(vocab, hidden), torch.randn(vocab, hidden)
-    target = save_ckpt(tmp_path / "target", {"model.embed_tokens.weight": embed, "lm_head.weight": head},
+    target = checkpoint(tmp_path / "target", {"model.embed_tokens.weight": embed, "lm_head.weight": head},
                        {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": hidden})
     t2d = torch.zeros(vocab, dtype=torch.bool)
     t2d[torch.randperm(vocab)[:n]] = True
@@ -152,7 +154,7 @@ def _target_and_draft(tmp_path, perturb: str | None = None):
     if perturb:
         draft[perturb] = draft[perturb].clone()
         draft[perturb][2, :5] += 0.5
-    return target, save_ckpt(tmp_path / "draft", draft, speculators_config(hidden, vocab, n))
+    return target, checkpoint(tmp_path / "draft", draft, weights_config(hidden, vocab, n))
 
 
 def test_target_copies_confirmed_bitwise_after_cast(tmp_path, rng):
@@ -175,8 +177,8 @@ def test_perturbed_copy_flagged_with_how_far_off(tmp_path, rng, tensor, severity
 
 def test_against_reports_relative_change_and_cosine(tmp_path, rng):
     a, b = torch.randn(40, 30), torch.randn(40, 30)
-    final = save_ckpt(tmp_path / "final", {"fc.weight": a, "norm.weight": torch.ones(30), "new.weight": torch.ones(3)})
-    epoch0 = save_ckpt(tmp_path / "epoch0", {"fc.weight": b, "norm.weight": torch.ones(30), "old.weight": torch.ones(3)})
+    final = checkpoint(tmp_path / "final", {"fc.weight": a, "norm.weight": torch.ones(30), "new.weight": torch.ones(3)})
+    epoch0 = checkpoint(tmp_path / "epoch0", {"fc.weight": b, "norm.weight": torch.ones(30), "old.weight": torch.ones(3)})
     comp = weight_stats(final, against=epoch0, chunk_bytes=CHUNK).comparison
     fc = next(c for c in comp.changes if c.name == "fc.weight")
     a64, b64 = a.double().flatten(), b.double().flatten()
@@ -188,8 +190,8 @@ def test_against_reports_relative_change_and_cosine(tmp_path, rng):
 
 
 def test_names_pattern_results_and_rendering(tmp_path, rng):
-    ckpt = save_ckpt(tmp_path, {"fc.weight": heavy_tailed(8, 24), "layers.0.mlp.up_proj.weight": torch.randn(8, 8) * 0.02,
-                                "d2t": torch.zeros(4, dtype=torch.int64)}, speculators_config(8, 16, 4))
+    ckpt = checkpoint(tmp_path, {"fc.weight": heavy_tailed(8, 24), "layers.0.mlp.up_proj.weight": torch.randn(8, 8) * 0.02,
+                                "d2t": torch.zeros(4, dtype=torch.int64)}, weights_config(8, 16, 4))
     r = weight_stats(ckpt, names="layers.0.*")
     assert [t.name for t in r.tensors] == ["layers.0.mlp.up_proj.weight"]
     with pytest.raises(UsageError):
@@ -223,7 +225,7 @@ def test_cli_weights_json_and_exit_codes(tmp_path, rng, capsys):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without a GPU")
 def test_cli_rejects_cuda_without_gpu(tmp_path, capsys):
-    ckpt = save_ckpt(tmp_path, {"fc.weight": torch.ones(2, 2)})
+    ckpt = checkpoint(tmp_path, {"fc.weight": torch.ones(2, 2)})
     assert main(["weights", str(ckpt.path), "--device", "cuda"]) == 2
     assert "no CUDA device" in capsys.readouterr().err
 
@@ -304,19 +306,19 @@ def test_untrained_head_is_flagged_where_trainers_train_it(tmp_path, rng):
     """SpecForge/EAGLE train lm_head from random init: a head at normal(0, 0.02) is untrained there; speculators
     copies it from the target, so the same head there is only a note (its look is the target's)."""
     head = torch.randn(16, 32) * 0.02
-    eagle = save_ckpt(tmp_path / "eagle", {"fc.weight": heavy_tailed(32, 96), "lm_head.weight": head}, eagle_config())
+    eagle = checkpoint(tmp_path / "eagle", {"fc.weight": heavy_tailed(32, 96), "lm_head.weight": head}, eagle_config())
     f = next(f for f in weight_stats(eagle).findings if f.code == "weights/init-like")
     assert f.severity.value == "critical" and f.title.startswith("lm_head:") and "--target" in f.detail
-    spec = save_ckpt(tmp_path / "spec", {"fc.weight": heavy_tailed(32, 96), "lm_head.weight": head}, speculators_config())
+    spec = checkpoint(tmp_path / "spec", {"fc.weight": heavy_tailed(32, 96), "lm_head.weight": head}, weights_config())
     r = weight_stats(spec)
     assert codes(r) == [] and any("lm_head.weight look like an initialiser" in n for n in r.notes)
 
 
 def test_a_head_copied_from_an_untrained_target_is_not_flagged_once_the_target_confirms_it(tmp_path, rng):
     head = torch.randn(64, 32) * 0.02
-    target = save_ckpt(tmp_path / "t", {"model.embed_tokens.weight": torch.randn(64, 32),
+    target = checkpoint(tmp_path / "t", {"model.embed_tokens.weight": torch.randn(64, 32),
                                         "language_model.lm_head.weight": head})  # prefixed head: found by suffix
-    draft = save_ckpt(tmp_path / "d", {"fc.weight": heavy_tailed(32, 96), "lm_head.weight": head.clone()},
+    draft = checkpoint(tmp_path / "d", {"fc.weight": heavy_tailed(32, 96), "lm_head.weight": head.clone()},
                       {**eagle_config(), "draft_vocab_size": 64})
     r = weight_stats(draft, target=target)
     assert [(c.target, c.matches) for c in r.copies] == [("language_model.lm_head.weight", True)]
@@ -325,10 +327,10 @@ def test_a_head_copied_from_an_untrained_target_is_not_flagged_once_the_target_c
 
 def test_fc_norm_ones_and_uninitialised_memory_are_flagged(tmp_path, rng):
     garbage = torch.randn(32, 32) * 3e33
-    ckpt = save_ckpt(tmp_path, {"fc.weight": heavy_tailed(32, 96), "fc_norm.0.weight": torch.ones(32),
+    ckpt = checkpoint(tmp_path, {"fc.weight": heavy_tailed(32, 96), "fc_norm.0.weight": torch.ones(32),
                                 "fc_norm.1.weight": torch.ones(32), "layers.0.mlp.up_proj.weight": garbage,
                                 "layers.0.mlp.down_proj.weight": heavy_tailed(32, 32),
-                                "empty.weight": torch.empty(0, 32)}, speculators_config())
+                                "empty.weight": torch.empty(0, 32)}, weights_config())
     r = weight_stats(ckpt)
     ones = next(f for f in r.findings if f.code == "weights/norm-at-init")
     assert ones.title.startswith("fc_norm: 2 norm weight(s)")
@@ -341,15 +343,15 @@ def test_nan_on_one_side_is_never_a_zero_difference(tmp_path, rng):
     a = torch.randn(8, 8)
     b = a.clone()
     b[2, 3] = float("nan")
-    here, there = save_ckpt(tmp_path / "a", {"w": b}), save_ckpt(tmp_path / "b", {"w": a})
+    here, there = checkpoint(tmp_path / "a", {"w": b}), checkpoint(tmp_path / "b", {"w": a})
     change = weight_stats(here, against=there).comparison.changes[0]
     assert math.isnan(change.max_abs_diff) and math.isnan(change.rel_change)
 
 
 def test_comparison_says_what_it_could_not_compare(tmp_path, rng, capsys):
     w = torch.randn(8, 8)
-    save_ckpt(tmp_path / "a", {"same": w, "moved": torch.randn(4), "only_a": w.clone(), "reshaped": torch.randn(2, 8)})
-    save_ckpt(tmp_path / "b", {"same": w, "moved": torch.randn(4), "only_b": w.clone(), "reshaped": torch.randn(8, 2)})
+    checkpoint(tmp_path / "a", {"same": w, "moved": torch.randn(4), "only_a": w.clone(), "reshaped": torch.randn(2, 8)})
+    checkpoint(tmp_path / "b", {"same": w, "moved": torch.randn(4), "only_b": w.clone(), "reshaped": torch.randn(8, 2)})
     comp = weight_stats(Checkpoint.open(tmp_path / "a"), against=Checkpoint.open(tmp_path / "b")).comparison
     assert comp.summary() == ["1 tensor(s) identical to the reference (not updated since it): same",
                               "1 tensor(s) only in this checkpoint: only_a", "1 tensor(s) only in the reference: only_b",

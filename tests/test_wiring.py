@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from _builders import code_set as codes
 from torch import nn
 
 from eagle3lens.checkpoint import Checkpoint
@@ -22,10 +23,6 @@ def target(demo_dir):
     from transformers import AutoModelForCausalLM
 
     return AutoModelForCausalLM.from_pretrained(demo_dir / "target", dtype=torch.float32).eval()
-
-
-def codes(result) -> set[str]:
-    return {f.code for f in result.findings}
 
 
 # -- resolver ---------------------------------------------------------------------------------
