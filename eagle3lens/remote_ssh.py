@@ -124,7 +124,8 @@ class _RefuseUnknownHostKey(paramiko.RejectPolicy):
     def __init__(self, target: SshTarget) -> None:
         self.target = target
 
-    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+    # paramiko's MissingHostKeyPolicy signature; refusing needs no client
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:  # noqa: ARG002
         raise HostKeyError(
             f"{self.target.label}: host key of {hostname} is not in known_hosts ({key.get_name()} "
             f"{key.fingerprint}); check the fingerprint with the host's owner, then rerun with "
