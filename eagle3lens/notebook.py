@@ -36,7 +36,7 @@ def init() -> None:
     if shell is None:
         return
 
-    # IPython's set_custom_exc calls handler(shell, etype, value, tb, tb_offset=...): the signature is its
+    # IPython's set_custom_exc calls handler(shell, etype, value, tb, tb_offset=...): the signature is IPython's
     def one_line(shell: Any, etype: type, value: BaseException, tb: Any, tb_offset: Any = None) -> list[str]:  # noqa: ARG001
         line = f"eagle3lens: error: {printable(value)}"
         shell._showtraceback(etype, value, [line])
