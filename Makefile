@@ -7,7 +7,7 @@ TORCH_PIN ?= torch==2.13.0
 DEMO_DIR ?= demo
 REPORT ?= reports/demo.html
 
-.PHONY: demo test install system-deps bench clean strip-notebooks
+.PHONY: demo test lint install system-deps bench clean strip-notebooks
 
 install: $(VENV)/.installed
 
@@ -30,7 +30,12 @@ demo: install
 system-deps:
 	@bash .ci/system-deps
 
-test: install system-deps
+# the checkers run first: a lint or type error fails `make test` (and CI) before any test runs
+lint: install
+	$(BIN)/ruff check eagle3lens tests bench
+	$(BIN)/mypy
+
+test: lint system-deps
 	$(BIN)/python -m pytest -q
 
 bench: install

@@ -101,7 +101,7 @@ def child(variant: str) -> dict:
             saved: dict[int, torch.Tensor] = {}
             handles = []
             for i, layer in enumerate(target.model.layers):
-                def hook(mod, args, kwargs, i=i):
+                def hook(_mod, args, kwargs, i=i):
                     x = args[0] if args else kwargs["hidden_states"]
                     shapes[i] = tuple(x.shape)
                     if i in aux:

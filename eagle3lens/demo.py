@@ -170,7 +170,7 @@ def build_demo(out_dir: str | Path, force: bool = False,
         shutil.rmtree(tmp)
     tmp.mkdir()
     try:
-        _build_into(DemoPaths.under(tmp), progress or (lambda message: None))
+        _build_into(DemoPaths.under(tmp), progress or (lambda _message: None))
         if out.exists():
             old = out.parent / f".{out.name}.old"
             if old.exists():

@@ -55,7 +55,7 @@ def rank_findings(findings: list[Finding]) -> list[Finding]:
 
 
 def rank_causes(findings: list[Finding]) -> tuple[Cause, ...]:
-    causes = []
+    causes: list[Cause] = []
     for f in rank_findings(findings):
         if f.severity == Severity.INFO or f.area in ("logs", "acceptance"):  # symptoms and measurements, not causes
             continue

@@ -84,13 +84,13 @@ class DraftConfig:
         ``source`` names the checkpoint in the error raised when its config does not give the sizes;
         ``llama_heads`` False skips the q/k/v head checks (an MLA draft's head sizes are its MLA config's).
         """
-        missing = [name for name in ("hidden_size", "intermediate_size", "num_attention_heads", "vocab_size")
-                   if getattr(spec, name) is None]
-        if missing:
+        hidden, intermediate, heads, vocab = (spec.hidden_size, spec.intermediate_size, spec.num_attention_heads,
+                                              spec.vocab_size)
+        if hidden is None or intermediate is None or heads is None or vocab is None:
+            missing = [name for name in ("hidden_size", "intermediate_size", "num_attention_heads", "vocab_size")
+                       if getattr(spec, name) is None]
             raise CheckpointError(source, f"the config does not give {', '.join(missing)} (no config.json beside "
                                           "the weights?): cannot build the draft")
-        hidden = spec.hidden_size
-        heads = spec.num_attention_heads
         kv_heads = spec.num_key_value_heads or heads
         head_dim = spec.head_dim or hidden // heads
         if llama_heads and heads % kv_heads:
@@ -103,12 +103,12 @@ class DraftConfig:
             hidden=hidden,
             target_hidden=spec.target_hidden_size or hidden,
             num_aux=spec.num_aux or 3,
-            intermediate=spec.intermediate_size,
-            heads=spec.num_attention_heads,
+            intermediate=intermediate,
+            heads=heads,
             kv_heads=kv_heads,
             head_dim=head_dim,
-            draft_vocab=spec.draft_vocab_size or spec.lm_head_rows or spec.vocab_size,
-            vocab=spec.vocab_size,
+            draft_vocab=spec.draft_vocab_size or spec.lm_head_rows or vocab,
+            vocab=vocab,
             rms_eps=float(spec.rms_norm_eps or 1e-6),
             rope_theta=float(spec.rope_theta or 10000.0),
             initializer_range=float(spec.initializer_range or 0.02),
@@ -361,7 +361,7 @@ class Eagle3Draft(nn.Module):
             hidden = self.input_norm(hidden)
         if cfg.fc_norm:
             chunks = hidden.split(cfg.target_hidden, dim=-1)
-            hidden = torch.cat([norm(chunk) for norm, chunk in zip(self.fc_norm, chunks)], dim=-1)
+            hidden = torch.cat([norm(chunk) for norm, chunk in zip(self.fc_norm, chunks, strict=True)], dim=-1)
         return self.fc(hidden), True
 
     def forward(self, input_ids: torch.Tensor, hidden: torch.Tensor, position_ids: torch.Tensor | None = None,

@@ -36,7 +36,8 @@ def init() -> None:
     if shell is None:
         return
 
-    def one_line(shell: Any, etype: type, value: BaseException, tb: Any, tb_offset: Any = None) -> list[str]:
+    # IPython's set_custom_exc calls handler(shell, etype, value, tb, tb_offset=...): the signature is IPython's
+    def one_line(shell: Any, etype: type, value: BaseException, tb: Any, tb_offset: Any = None) -> list[str]:  # noqa: ARG001
         line = f"eagle3lens: error: {printable(value)}"
         shell._showtraceback(etype, value, [line])
         return [line]
@@ -165,7 +166,7 @@ def show_table(rows: Sequence[Mapping[str, Any]]) -> None:
     head = "".join(f"<th>{html.escape(printable(c))}</th>" for c in columns)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(printable(v))}</td>" for v in row) + "</tr>" for row in cells)
     widths = [max([len(c), *(len(row[i]) for row in cells)]) for i, c in enumerate(columns)]
-    text = "\n".join("  ".join(v.ljust(w) for v, w in zip(row, widths)) for row in [columns, *cells])
+    text = "\n".join("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)) for row in [columns, *cells])
     display({"text/html": f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>",
              "text/plain": text}, raw=True)
 

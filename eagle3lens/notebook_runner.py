@@ -202,7 +202,7 @@ def _quiet_papermill() -> Iterator[None]:
     try:
         yield
     finally:
-        for lg, level in zip(loggers, levels):
+        for lg, level in zip(loggers, levels, strict=True):
             lg.setLevel(level)
 
 
@@ -326,7 +326,7 @@ def run_notebook(name_or_path: str | Path, parameters: Mapping[str, Any] | None,
     parameters = dict(parameters or {})
     known = notebook_parameters(source)
     unknown = sorted(set(parameters) - set(known)) if known is not None else []
-    if unknown:
+    if known is not None and unknown:
         raise UsageError(f"{clip(str(source))}: unknown parameter{'s' if len(unknown) > 1 else ''} "
                          f"{clip(', '.join(unknown), 200)} (this notebook takes: {clip(', '.join(known), 300)})")
     out = Path(out_dir).absolute()
@@ -365,7 +365,7 @@ def _cell_error(source: Path, executed: Path, html: Path, exc: Exception, timeou
     if isinstance(exc, CellTimeoutError):
         limit = f"within {timeout:g} s " if timeout else ""
         ename, evalue = "CellTimeoutError", f"the cell did not finish {limit}(cell timeout)"
-    elif hasattr(exc, "ename"):
+    elif hasattr(exc, "ename") and hasattr(exc, "evalue"):  # nbclient's and papermill's cell errors
         ename, evalue = exc.ename, exc.evalue
     else:
         ename, evalue = type(exc).__name__, "the kernel died while running the cell"
@@ -418,7 +418,7 @@ def collect_findings(executed_ipynb: Any) -> list[Finding]:
     ``executed_ipynb``: a path or a ``NotebookNode``.
     """
     nb = _read(executed_ipynb)
-    recorded = []
+    recorded: list[Finding] = []
     for cell in nb.cells:
         for output in cell.get("outputs", []):
             data = output.get("data", {}).get(FINDINGS_MIME)

@@ -15,6 +15,7 @@ import socket
 import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import NoReturn
 
 import paramiko
 
@@ -124,7 +125,8 @@ class _RefuseUnknownHostKey(paramiko.RejectPolicy):
     def __init__(self, target: SshTarget) -> None:
         self.target = target
 
-    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+    # paramiko's MissingHostKeyPolicy signature; refusing needs no client
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> NoReturn:  # noqa: ARG002
         raise HostKeyError(
             f"{self.target.label}: host key of {hostname} is not in known_hosts ({key.get_name()} "
             f"{key.fingerprint}); check the fingerprint with the host's owner, then rerun with "
@@ -227,7 +229,13 @@ def connect(target: SshTarget, *, accept_new_host_key: bool = False,
         for hop in reversed(hops):
             hop.close()
         raise
-    client.get_transport().set_keepalive(5)
+    transport = client.get_transport()
+    if transport is None:  # typed Optional: None only before connect() or after close()
+        client.close()
+        for hop in reversed(hops):
+            hop.close()
+        raise RemoteError(f"{target.label}: the SSH session closed as it opened")
+    transport.set_keepalive(5)
     return SshConnection(target, client, hops)
 
 
@@ -246,7 +254,8 @@ def _open_client(target: SshTarget, sock: paramiko.Channel | None, accept_new_ho
     try:
         client.connect(
             target.hostname, port=target.port, username=target.user, sock=sock, timeout=timeout,
-            banner_timeout=timeout, auth_timeout=timeout, key_filename=key_files or None,
+            # paramiko takes a list of key files too (SSHClient.connect's docstring); the stub says str only
+            banner_timeout=timeout, auth_timeout=timeout, key_filename=key_files or None,  # type: ignore[arg-type]
             allow_agent=not target.identities_only, look_for_keys=not target.identities_only and not key_files,
         )
     except paramiko.BadHostKeyException as exc:

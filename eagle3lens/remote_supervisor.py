@@ -26,7 +26,7 @@ GRACE_S = 3.0
 def marked_pids(run_dir: str) -> list[int]:
     """Processes whose environment carries ``MARKER=run_dir`` (Linux /proc; empty elsewhere)."""
     needle = f"\0{MARKER}={run_dir}\0".encode()
-    found = []
+    found: list[int] = []
     try:
         names = os.listdir("/proc")
     except OSError:

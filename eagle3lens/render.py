@@ -8,7 +8,6 @@ titles quoting them) is passed through :func:`eagle3lens.textsafe.printable` bef
 
 from __future__ import annotations
 
-import html
 import json
 from typing import Any
 

@@ -107,7 +107,7 @@ def _reference_metrics(demo_dir: Path, dump: Path, steps: int) -> tuple[list[flo
                     cond_total[k] += right_before
                     hit[k] += right_now and mask[i + k]
                     full_total[k] += mask[i + k]
-    return [h / t for h, t in zip(hit, full_total)], [h / t for h, t in zip(hit, cond_total)]
+    return [h / t for h, t in zip(hit, full_total, strict=True)], [h / t for h, t in zip(hit, cond_total, strict=True)]
 
 
 def test_metric_view_reproduces_speculators_definitions(demo_dir: Path, masked_dump: Path) -> None:
@@ -207,11 +207,11 @@ def test_readers_agree_across_formats(demo_dir: Path, tmp_path: Path) -> None:
         torch.save({"input_ids": s.token_ids, "loss_mask": s.loss_mask.long(), "aux_hidden_state": s.aux[None],
                     "hidden_state": last[None]}, specforge / f"data_{i}.ckpt")
     own = write_dump(tmp_path / "own", [Sample(s.token_ids, s.aux, n, s.loss_mask, True, "x", (2, 5, 7))
-                                        for s, n in zip(originals, normed)])
+                                        for s, n in zip(originals, normed, strict=True)])
     assert describe_dump(tmp_path / "specforge").format == "specforge"
     assert describe_dump(own).layers == (2, 5, 7)
     for path in (tmp_path / "specforge", own):
-        for a, b, n in zip(originals, iter_samples(path), normed):
+        for a, b, n in zip(originals, iter_samples(path), normed, strict=True):
             assert torch.equal(a.token_ids, b.token_ids) and torch.equal(a.aux, b.aux)
             assert torch.equal(a.loss_mask, b.loss_mask) and b.last_normed and torch.equal(b.last, n)
     views = [estimate_acceptance(demo_dir / "speculators", p, target=demo_dir / "target", steps=2).views

@@ -60,7 +60,7 @@ def test_readme_notebook_example_runs_on_the_inputs_of_make_demo() -> None:
 
     make = _joined((ROOT / "Makefile").read_text()).replace("$(DEMO_DIR)", "demo").replace("$(BIN)/", "")
     doctor = shlex.split(re.search(r"^\s*eagle3lens doctor (.*?);", make, re.MULTILINE).group(1))
-    demo = {"checkpoint": doctor[0], **{k.lstrip("-"): v for k, v in zip(doctor[1::2], doctor[2::2])}}
+    demo = {"checkpoint": doctor[0], **{k.lstrip("-"): v for k, v in zip(doctor[1::2], doctor[2::2], strict=True)}}
     readme = _joined((ROOT / "README.md").read_text())
     notebook = shlex.split(re.search(r"^\.venv/bin/eagle3lens notebook 00_triage (.*)$", readme, re.MULTILINE).group(1))
     params = {notebook[i + 1]: notebook[i + 2] for i, word in enumerate(notebook) if word == "-p"}

@@ -164,7 +164,7 @@ def test_option_flags_round_trip(tmp_path: Path) -> None:
     torch.manual_seed(0)
     draft = Eagle3Draft(cfg)
     with torch.no_grad():  # non-trivial norm weights, so a skipped norm would show
-        for name, p in draft.named_parameters():
+        for p in draft.parameters():
             if p.dim() == 1:
                 p.uniform_(0.5, 1.5)
     state = draft.state_dict()
@@ -226,7 +226,7 @@ def test_rollout_chains_steps_like_an_explicit_forward_loop(demo_dir: Path, demo
             third = model(ids3, second.hidden_out, position_ids=torch.arange(2, 8).expand(2, -1),
                           fc_gate="width-differs")
         assert [s.fc_applied for s in steps] == [True, False, False] and not second.fc_applied
-        for got, want in zip(steps, (first, second, third)):
+        for got, want in zip(steps, (first, second, third), strict=True):
             torch.testing.assert_close(got.logits, want.logits)
             torch.testing.assert_close(got.hidden_out, want.hidden_out)
         assert not torch.allclose(steps[0].logits, steps[1].logits)

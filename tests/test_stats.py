@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 
 import numpy as np
@@ -31,7 +32,7 @@ def rng():
 def test_byte_spans_tile_the_tensor_in_whole_chunks(nbytes, chunk, threads):
     spans = byte_spans(nbytes, chunk, threads)
     assert spans[0][0] == 0 and spans[-1][1] == nbytes
-    assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))  # contiguous, no overlap
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(spans))  # contiguous, no overlap
     assert all(start % chunk == 0 for start, _ in spans)  # a span starts on a chunk boundary
     assert len(spans) <= max(1, min(threads, -(-nbytes // chunk)))
 

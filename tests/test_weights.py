@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 
@@ -74,7 +75,7 @@ def test_histogram_of_large_tensor_is_a_strided_sample(tmp_path, rng):
     x = torch.randn(300_000)
     s = tensor_stats(checkpoint(tmp_path, {"w": x}), "w", chunk_bytes=1 << 20)
     assert 0 < s.hist_sample < x.numel() and sum(s.hist_counts) == s.hist_sample
-    centres = np.array([(a + b) / 2 for a, b in zip(s.hist_edges[:-1], s.hist_edges[1:])])
+    centres = np.array([(a + b) / 2 for a, b in itertools.pairwise(s.hist_edges)])
     sample_mean = float((centres * np.array(s.hist_counts)).sum() / s.hist_sample)
     assert abs(sample_mean) < 0.05  # the sample is spread over the tensor, not its first values
 

@@ -40,14 +40,16 @@ def _intermixed(parser: argparse.ArgumentParser) -> None:
     """Let OUT follow options (``convert CKPT --to E OUT``): argparse otherwise takes positionals in one run."""
     plain = parser.parse_known_args
 
+    # the subparser is built by add_parser, so its method is swapped on the instance (mypy refuses method
+    # assignment: method-assign)
     def parse_known_args(args=None, namespace=None):
-        parser.parse_known_args = plain
+        parser.parse_known_args = plain  # type: ignore[method-assign]
         try:
             return parser.parse_known_intermixed_args(args, namespace)
         finally:
-            parser.parse_known_args = parse_known_args
+            parser.parse_known_args = parse_known_args  # type: ignore[method-assign]
 
-    parser.parse_known_args = parse_known_args
+    parser.parse_known_args = parse_known_args  # type: ignore[method-assign]
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -91,6 +91,7 @@ def capture_support(engine: str, version: str | None, architecture: str) -> Capt
     fallback = FALLBACK.get(engine)
     kind = next(k for a, b, k in ((releases.index(a), releases.index(b), k) for a, b, k in table["missing_error"])
                 if a <= i <= b)
+    served_by: str | None
     if row is not None and _member(row["served"], i):
         served_by, captures = architecture, _member(row["capture"], i)
     elif fallback in archs and _member(archs[fallback]["served"], i):

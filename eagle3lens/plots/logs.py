@@ -9,7 +9,7 @@ from .registry import figures, html_view, rich_view
 from .style import html_text, markup
 
 
-def _x(result: "LogResult", samples: list["LogSample"]) -> tuple[list[float], str]:
+def _x(samples: list["LogSample"]) -> tuple[list[float], str]:
     """Seconds since the first timestamp when every sample has one, else the log line number."""
     if samples and all(s.seconds is not None for s in samples):
         return [float(s.seconds) for s in samples], "seconds since the first timestamped line"  # type: ignore[arg-type]
@@ -26,10 +26,10 @@ def acceptance_figure(result: "LogResult") -> Any:
     from plotly.subplots import make_subplots
 
     samples = [s for s in result.samples if s.accept_len is not None and s.format != "sglang-lifetime"]
-    x, xlabel = _x(result, samples)
+    x, xlabel = _x(samples)
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     fig.add_trace(go.Scatter(x=x, y=[s.accept_len for s in samples], mode="lines+markers", name="accept len"))
-    rated = [(xi, s.accept_rate) for xi, s in zip(x, samples) if s.accept_rate is not None]
+    rated = [(xi, s.accept_rate) for xi, s in zip(x, samples, strict=True) if s.accept_rate is not None]
     if rated:
         fig.add_trace(go.Scatter(x=[r[0] for r in rated], y=[r[1] for r in rated], mode="lines",
                                  name="accept rate (as logged)", line={"dash": "dot"}), secondary_y=True)
@@ -54,11 +54,11 @@ def per_position_figure(result: "LogResult") -> Any:
     import plotly.graph_objects as go
 
     samples = [s for s in result.samples if s.per_position]
-    x, xlabel = _x(result, samples)
+    x, xlabel = _x(samples)
     fig = go.Figure()
     width = max(len(s.per_position) for s in samples)
     for i in range(width):
-        points = [(xi, s.per_position[i]) for xi, s in zip(x, samples) if len(s.per_position) > i]
+        points = [(xi, s.per_position[i]) for xi, s in zip(x, samples, strict=True) if len(s.per_position) > i]
         fig.add_trace(go.Scatter(x=[p[0] for p in points], y=[p[1] for p in points], mode="lines+markers",
                                  name=f"position {i}"))
     fig.update_layout(title="Per-position acceptance rate", height=340, xaxis_title=xlabel,
@@ -72,15 +72,15 @@ def throughput_figure(result: "LogResult") -> Any:
     from plotly.subplots import make_subplots
 
     samples = [s for s in result.samples if s.gen_tps is not None or s.accepted_tps is not None]
-    x, xlabel = _x(result, samples)
+    x, xlabel = _x(samples)
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     for attr, label in (("gen_tps", "generation tok/s"), ("accepted_tps", "accepted draft tok/s"),
                         ("drafted_tps", "drafted tok/s")):
-        points = [(xi, getattr(s, attr)) for xi, s in zip(x, samples) if getattr(s, attr) is not None]
+        points = [(xi, getattr(s, attr)) for xi, s in zip(x, samples, strict=True) if getattr(s, attr) is not None]
         if points:
             fig.add_trace(go.Scatter(x=[p[0] for p in points], y=[p[1] for p in points], mode="lines+markers",
                                      name=label))
-    running = [(xi, s.running_reqs) for xi, s in zip(x, samples) if s.running_reqs is not None]
+    running = [(xi, s.running_reqs) for xi, s in zip(x, samples, strict=True) if s.running_reqs is not None]
     if running:
         fig.add_trace(go.Scatter(x=[r[0] for r in running], y=[r[1] for r in running], mode="lines",
                                  name="running requests", line={"dash": "dot"}), secondary_y=True)

@@ -112,7 +112,7 @@ def aux_resolution_rich(res: AuxResolution) -> Any:
     table.add_column("meaning")
     table.add_column("trained with")
     trained = set(res.trained_with)
-    for k, what in zip(res.captured, res.captured_as_inputs()):
+    for k, what in zip(res.captured, res.captured_as_inputs(), strict=True):
         table.add_row(str(k), markup(what), "[green]yes[/]" if k in trained else "[bold red]no[/]")
     return table
 

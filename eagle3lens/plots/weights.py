@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from ..probes.weights import WeightsResult
@@ -40,7 +41,7 @@ def histogram_figure(result: "WeightsResult"):
     fig = go.Figure()
     for i, t in enumerate(rows):
         edges, counts = t.stats.hist_edges, t.stats.hist_counts
-        centres = [(a + b) / 2 for a, b in zip(edges[:-1], edges[1:])] if len(edges) > 1 else list(edges[:1])
+        centres = [(a + b) / 2 for a, b in itertools.pairwise(edges)] if len(edges) > 1 else list(edges[:1])
         fig.add_bar(x=centres, y=counts, name=plain(t.name), visible=i == 0)
     fig.update_layout(
         title=f"value histogram: {plain(rows[0].name) if rows else ''}", height=380, bargap=0, showlegend=False,

@@ -47,6 +47,7 @@ import torch.nn.functional as F
 
 from ..checkpoint import Checkpoint
 from ..draft import (
+    Attention,
     DecoderLayer,
     Eagle3Draft,
     FcGate,
@@ -103,8 +104,8 @@ class _Counts:
     def view(self, name: str, setup: dict[str, Any], engine: str | None, serving: bool) -> AcceptanceView:
         if self.error or self.unavailable:
             return AcceptanceView(name, (), (), None, 0, setup, engine, error=self.error, unavailable=self.unavailable)
-        full = tuple(_ratio(h, t) for h, t in zip(self.full_hit, self.full_total))
-        cond = tuple(_ratio(h, t) for h, t in zip(self.full_hit, self.cond_total))
+        full = tuple(_ratio(h, t) for h, t in zip(self.full_hit, self.full_total, strict=True))
+        cond = tuple(_ratio(h, t) for h, t in zip(self.full_hit, self.cond_total, strict=True))
         if serving:
             accept = 1.0 + sum(full) if self.full_total[0] else None
             positions = int(self.full_total[0])
@@ -162,7 +163,7 @@ def estimate_acceptance(draft: str | Path | Checkpoint, data: str | Path | Itera
         if profile is not None:
             served = _served_setup(ckpt, profile, teacher, L, dev, aux_off=scenario == "aux-off")
             setups["as_served"] = (served, True)
-            toggles_setups = _toggle_setups(served, trained, ckpt, profile, teacher, L, dev, aux_off=scenario == "aux-off")
+            toggles_setups = _toggle_setups(served, trained, ckpt, profile, aux_off=scenario == "aux-off")
             if fixed and profile.kind == "serving":
                 tmp = tempfile.TemporaryDirectory(prefix="eagle3lens-fixed-")
                 fixed_setup, note = _fixed_setup(ckpt, profile, teacher, L, dev, Path(tmp.name))
@@ -373,8 +374,8 @@ def _served_setup(ckpt: Checkpoint, profile: EngineProfile, teacher: Teacher, L:
     return Setup(module.to(dev), resolution.captured, profile.fc_gate, aux_off, f"as {profile.spec} loads them")
 
 
-def _toggle_setups(served: Setup, trained: Setup, ckpt: Checkpoint, profile: EngineProfile, teacher: Teacher, L: int,
-                   dev: torch.device, aux_off: bool) -> dict[str, Setup]:
+def _toggle_setups(served: Setup, trained: Setup, ckpt: Checkpoint, profile: EngineProfile,
+                   aux_off: bool) -> dict[str, Setup]:
     """For each cause by which served differs from trained: served with that cause alone fixed."""
     out: dict[str, Setup] = {}
     s_state, t_state = served.draft.state_dict(), trained.draft.state_dict()
@@ -497,7 +498,7 @@ def _prepare(s: Sample, teacher: Teacher, trained: Setup, dev: torch.device) -> 
     if len(layers) != len(chunks):
         raise CheckpointError(s.source, f"the dump holds {len(chunks)} aux layers, the draft was trained with "
                                         f"{len(layers)} ({list(layers)})")
-    feats = {k: c[:-1].to(dev, torch.float32) for k, c in zip(sorted(layers), chunks)}
+    feats = {k: c[:-1].to(dev, torch.float32) for k, c in zip(sorted(layers), chunks, strict=True)}
     assert s.last is not None
     normed = s.last.to(dev, torch.float32) if s.last_normed else teacher.final_norm(s.last.to(dev))
     rows = _draft_rows(module)
@@ -597,6 +598,8 @@ def chain(module: Eagle3Draft, ids: torch.Tensor, feature: torch.Tensor, gate: F
     cfg = module.cfg
     layer = cast(DecoderLayer, module.layers[0])
     attn = layer.self_attn
+    if not isinstance(attn, Attention):  # the chain below reads q/k/v projections: MLA's latent path has none
+        raise UsageError("the acceptance chain runs drafts with Llama-style attention only; this draft uses MLA")
     T = ids.shape[0]
     with torch.no_grad():
         g, _ = module.project(feature[None].to(next(module.parameters()).dtype), gate)

@@ -110,7 +110,10 @@ def resolve_aux_layers(draft: CheckpointLike | DraftSpec, num_target_layers: int
     findings: list[Finding] = []
     trained, trained_source = trained_with(spec, L)
 
-    source, ids_read, convention = "default", (), profile.aux_id_convention
+    source = "default"
+    convention: str = profile.aux_id_convention
+    ids_read: tuple[int, ...] = ()
+    requested: tuple[int, ...]
     if spec.use_aux_hidden_state is False:
         source, requested = "disabled", ()
     else:
@@ -160,7 +163,7 @@ def resolve_aux_layers(draft: CheckpointLike | DraftSpec, num_target_layers: int
             "an index of L or more is never captured, so fewer states than fc expects arrive.",
             evidence={"ids_read": list(ids_read), "requested_hf": list(requested), "num_target_layers": L}))
     if source not in ("disabled", "default") and trained and captured != tuple(sorted(set(trained))):
-        if len(captured) == len(trained) and {c - t for c, t in zip(captured, sorted(trained))} in ({1}, {-1}):
+        if len(captured) == len(trained) and {c - t for c, t in zip(captured, sorted(trained), strict=True)} in ({1}, {-1}):
             shift = captured[0] - sorted(trained)[0]
             findings.append(Finding(
                 "config/aux-ids-shifted", Severity.CRITICAL,

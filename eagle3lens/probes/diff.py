@@ -72,7 +72,11 @@ def diff(a: CheckpointLike, b: CheckpointLike, *, values: bool = True, names_onl
     a, b = as_checkpoint(a), as_checkpoint(b)
     pairs = dict(pairs) if pairs is not None else {n: n for n in a.tensors if n in b.tensors}
     pairs = {x: y for x, y in pairs.items() if x in a.tensors and y in b.tensors}
-    layout, changed, identical, renamed, unchecked = [], [], [], [], []
+    layout: list[LayoutChange] = []
+    changed: list[ValueChange] = []
+    identical: list[str] = []
+    renamed: list[tuple[str, str]] = []
+    unchecked: list[str] = []
     largest = max((a.tensors[x].nbytes for x in pairs), default=0)
     size = 0 if names_only else min(COMPARE_CHUNK, largest)
     buffers = (bytearray(size), bytearray(size))
@@ -82,10 +86,11 @@ def diff(a: CheckpointLike, b: CheckpointLike, *, values: bool = True, names_onl
         ta, tb = a.tensors[x], b.tensors[y]
         if (ta.dtype, ta.shape) != (tb.dtype, tb.shape):
             layout.append(LayoutChange(x, f"{ta.dtype}{list(ta.shape)}", f"{tb.dtype}{list(tb.shape)}"))
-        elif names_only:
-            (unchecked if x == y else renamed).append(x if x == y else (x, y))
-        elif _same_bytes(a, x, b, y, buffers):
-            (identical if x == y else renamed).append(x if x == y else (x, y))
+        elif names_only or _same_bytes(a, x, b, y, buffers):
+            if x != y:
+                renamed.append((x, y))
+            else:
+                (unchecked if names_only else identical).append(x)
         else:
             changed.append(_value_change(a, x, b, y) if values else ValueChange(x, y, float("nan"), float("nan"), -1))
         compared.add(ta.nbytes)
@@ -161,7 +166,7 @@ def _value_change(a: Checkpoint, x: str, b: Checkpoint, y: str) -> ValueChange:
 
     info = a.tensors[x]
     max_abs, scale, n_diff, seen = 0.0, 0.0, 0, False
-    for raw_a, raw_b in zip(a.iter_chunks(x, COMPARE_CHUNK), b.iter_chunks(y, COMPARE_CHUNK)):
+    for raw_a, raw_b in zip(a.iter_chunks(x, COMPARE_CHUNK), b.iter_chunks(y, COMPARE_CHUNK), strict=True):
         elems = len(raw_a) * 8 // DTYPE_BITS[info.dtype]
         ta, tb = (_from_bytes(raw, replace(info, shape=(elems,))) for raw in (raw_a, raw_b))
         if ta is None:  # a dtype torch cannot view: the bytes differ, the values are not computed

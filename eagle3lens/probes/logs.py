@@ -47,7 +47,7 @@ from typing import Any, BinaryIO, NamedTuple
 from packaging.version import InvalidVersion, Version
 
 from ..engines import EngineProfile
-from ..errors import CheckpointError, Eagle3LensError, LogFileError, UsageError
+from ..errors import CheckpointError, LogFileError, UsageError
 from ..findings import Finding, Severity, fix_command, to_jsonable
 from ..inputs import GiB, open_regular
 from ..textsafe import clean_text, strip_escapes
@@ -431,7 +431,8 @@ def parse_log(log: str | os.PathLike[str], *, engine: str | EngineProfile | None
     ``num_speculative_tokens``; ``baseline_tps`` the tok/s of the same server without speculation;
     ``expected_accept_len`` what the draft's training metrics promise (bonus token included).
     """
-    name, version = _split_engine(engine.spec if isinstance(engine, EngineProfile) else engine)
+    engine_spec = engine.spec if isinstance(engine, EngineProfile) else engine
+    name, version = _split_engine(engine_spec)
     for label, value in (("num_draft_tokens", num_draft_tokens), ("baseline_tps", baseline_tps),
                          ("expected_accept_len", expected_accept_len)):
         if value is not None and not (0 < value < math.inf):
@@ -525,7 +526,7 @@ def parse_log(log: str | os.PathLike[str], *, engine: str | EngineProfile | None
         source, chosen, collector, first_time, total, ignored, unparsed_count, tuple(unparsed), notes,
         server_args["ndt"] if ndt_from_log else num_draft_tokens,
         server_args.get("steps") if chosen == "sglang" else None, baseline_tps, expected_accept_len,
-        "server_args" if ndt_from_log else "option", use_version, version_source, engine if mismatch else None,
+        "server_args" if ndt_from_log else "option", use_version, version_source, engine_spec if mismatch else None,
         overlong, rejected_count, tuple(rejected), requested)
 
 
@@ -558,7 +559,7 @@ def _build_result(source: str, engine: str | None, col: _Collector, first_time: 
 
     # vLLM: K, and whether the mean length counts the bonus token
     bonus = True
-    logged_means = [x for x, c in zip(col.lengths, col.codes)
+    logged_means = [x for x, c in zip(col.lengths, col.codes, strict=True)
                     if c // 2 == _FORMAT_CODES["vllm-mean-length"] and not math.isnan(x)] if engine == "vllm" else []
     if logged_means:
         below_one = any(x < 1 for x in logged_means)
@@ -615,7 +616,7 @@ def _build_result(source: str, engine: str | None, col: _Collector, first_time: 
     rates: list[float] = []
     derived = impossible = acceptance_lines = 0
     isnan = math.isnan
-    for length, rate, packed in zip(col.lengths, col.rates, col.codes):
+    for length, rate, packed in zip(col.lengths, col.rates, col.codes, strict=True):
         code, zero = divmod(packed, 2)
         if isnan(length):
             if code == rate_only_code and (zero or rate == 0 or (steps and not isnan(rate))):

@@ -155,7 +155,8 @@ def trace_provenance(data: str | Path, target: str | Path | Checkpoint | nn.Modu
     ckpt = None if draft is None else (draft if isinstance(draft, Checkpoint) else Checkpoint.open(draft)).require_draft()
     profile = resolve(engine) if engine is not None else None
     model = _load(target, device, device_map)
-    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    hf_config: Any = model.config
+    config = hf_config.get_text_config() if hasattr(hf_config, "get_text_config") else hf_config
     H, L, V = int(config.hidden_size), int(config.num_hidden_layers), int(config.vocab_size)
     if info.hidden != H or info.aux_width % H:
         raise UsageError(f"{data}: the dump's hidden width is {info.hidden} (aux {info.aux_width} wide), the "
@@ -193,7 +194,7 @@ def trace_provenance(data: str | Path, target: str | Path | Checkpoint | nn.Modu
             progress(acc_aux.positions, samples, "positions compared")
     if acc_aux.positions == 0:
         raise CheckpointError(data, "no sample of the dump could be compared (see the token-id / non-finite checks)"
-                              if counts["sequences"] == 0 and sum(counts.values()) else "the dump holds no samples")
+                              if counts["sequences"] == 0 and any(counts.values()) else "the dump holds no samples")
     cos, rel = acc_aux.matrices()
     matches = [_match(f"aux {j}", cos[j], rel[j], candidates) for j in range(n_aux)]
     # an aux chunk equal to the last layer's pre-norm output is HF index L (speculators' datagen appends it)
@@ -211,12 +212,12 @@ def trace_provenance(data: str | Path, target: str | Path | Checkpoint | nn.Modu
 
     spec = ckpt.spec if ckpt is not None else None
     recorded = info.layers or (spec.aux_layer_ids if spec is not None else None)
-    convention = _convention(layers, recorded, spec)
+    convention = _convention(layers, recorded)
     trained = tuple(trained_with(spec, L)[0]) if spec is not None else None
     engine_layers = None
-    if profile is not None and spec is not None:
-        engine_layers = resolve_aux_layers(spec, L, profile, checkpoint=ckpt.path).captured
-    findings += _findings(data, layers, matches, last_hidden, trained, engine_layers, profile, spec, info.format,
+    if profile is not None and ckpt is not None:
+        engine_layers = resolve_aux_layers(ckpt.spec, L, profile, checkpoint=ckpt.path).captured
+    findings += _findings(layers, matches, last_hidden, trained, engine_layers, profile, spec, info.format,
                           counts)
     return ProvenanceResult(
         str(data), info.format, _name(target), L, H, dtype, counts["sequences"], acc_aux.positions, candidates,
@@ -304,7 +305,7 @@ def _match(chunk: str, cos: torch.Tensor, rel: torch.Tensor, candidates: tuple[i
                       best_rel <= MATCH_TOLERANCE)
 
 
-def _convention(layers: tuple[int | None, ...], recorded: Any, spec: Any) -> str:
+def _convention(layers: tuple[int | None, ...], recorded: Any) -> str:
     found = [k for k in layers if k is not None]
     if not found:
         return "unknown: no aux chunk matches a target layer"
@@ -318,7 +319,7 @@ def _convention(layers: tuple[int | None, ...], recorded: Any, spec: Any) -> str
     return (f"as vLLM ids (input of layer k): {found}; as SGLang ids (output of layer k): {[k - 1 for k in found]}")
 
 
-def _findings(data: Any, layers: tuple[int | None, ...], matches: list[ChunkMatch], last_hidden: str,
+def _findings(layers: tuple[int | None, ...], matches: list[ChunkMatch], last_hidden: str,
               trained: tuple[int, ...] | None, engine_layers: tuple[int, ...] | None,
               profile: EngineProfile | None, spec: Any, fmt: str, counts: dict[str, int]) -> list[Finding]:
     out: list[Finding] = []

@@ -20,7 +20,7 @@ import math
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -309,24 +309,22 @@ class StreamingStats:
             self._distinct = merged
 
     def result(self) -> TensorStats:
-        numel = math.prod(self.shape)
-        base = dict(name=self.name, dtype=self.dtype, shape=tuple(self.shape), kind=self.kind, numel=numel)
+        base = TensorStats(self.name, self.dtype, tuple(self.shape), self.kind, math.prod(self.shape))
         if self.kind == "unsupported":
-            return TensorStats(**base)
+            return base
         has = self._min <= self._max
-        lo = (self._min if has else None)
-        hi = (self._max if has else None)
+        lo, hi = (self._min, self._max) if has else (None, None)
+        absmax = max(abs(self._min), abs(self._max)) if has else None
         if self.kind != "float":
             distinct = None if self._capped else (0 if self._distinct is None else int(self._distinct.numel()))
-            return TensorStats(**base, zeros=self._zeros, min=lo, max=hi, distinct=distinct,
-                               absmax=None if not has else max(abs(lo), abs(hi)))
+            return replace(base, zeros=self._zeros, min=lo, max=hi, distinct=distinct, absmax=absmax)
         m = self._moments
         std = math.sqrt(m.m2 / m.n) if m.n else None
         kurt = (m.n * m.m4 / (m.m2 * m.m2) - 3.0) if m.n and m.m2 > 0 else None
         edges, counts, sample = self._histogram(lo, hi)
-        return TensorStats(
-            **base, nan=self._nan, inf=self._inf, zeros=self._zeros, min=lo, max=hi,
-            absmax=None if not has else max(abs(lo), abs(hi)), mean=m.mean if m.n else None, std=std,
+        return replace(
+            base, nan=self._nan, inf=self._inf, zeros=self._zeros, min=lo, max=hi,
+            absmax=absmax, mean=m.mean if m.n else None, std=std,
             l2=math.sqrt(m.m2 + m.n * m.mean * m.mean) if m.n else None, kurtosis=kurt,
             hist_edges=edges, hist_counts=counts, hist_sample=sample,
         )
@@ -410,14 +408,18 @@ def _stream_parallel(ckpt: Checkpoint, name: str, parts: list[StreamingStats], s
     """One thread per span; the first error (or Ctrl-C) stops every thread at its next chunk and is raised."""
     lock, stop = threading.Lock(), threading.Event()
 
-    def locked(n: int) -> None:
-        with lock:
-            on_bytes(n)
+    report: Callable[[int], None] | None = None
+    if on_bytes is not None:
+        callback = on_bytes
 
-    report = locked if on_bytes is not None else None
+        def locked(n: int) -> None:
+            with lock:
+                callback(n)
+
+        report = locked
     with ThreadPoolExecutor(len(spans), thread_name_prefix="eagle3lens-stats") as pool:
         futures = [pool.submit(_stream_span, ckpt, name, part, span, chunk, report, stop)
-                   for part, span in zip(parts, spans)]
+                   for part, span in zip(parts, spans, strict=True)]
         try:
             for future in futures:
                 future.result()

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence, cast
 
 import torch
 from torch import nn
@@ -102,7 +102,7 @@ class Tracer:
             for path, module in self.model.named_modules():
                 if self.include(path, module):
                     self._handles.append(module.register_forward_pre_hook(self._pre(path), with_kwargs=True))
-                    self._handles.append(module.register_forward_hook(self._post(path)))
+                    self._handles.append(module.register_forward_hook(self._post()))
         except BaseException:
             self.remove()
             raise
@@ -138,8 +138,8 @@ class Tracer:
             self._pending.setdefault(id(module), []).append(record)
         return hook
 
-    def _post(self, path: str) -> Callable:
-        def hook(module: nn.Module, args: tuple, output: Any) -> None:
+    def _post(self) -> Callable:
+        def hook(module: nn.Module, _args: tuple, output: Any) -> None:
             stack = self._pending.get(id(module))
             if not stack:
                 return
@@ -204,7 +204,7 @@ def trace_forward(model: nn.Module, *, include: Include | Sequence[Include] | No
 
     Returns the tracer, its hooks removed and its records filled (``table()``, ``findings``).
     """
-    embed = model.get_input_embeddings()
+    embed = input_embeddings(model)
     ids = torch.randint(0, embed.num_embeddings, (1, seq_len), generator=torch.Generator().manual_seed(seed))
     ids = ids.to(embed.weight.device)
     with Tracer(model, include=include) as tracer, torch.no_grad():
@@ -269,23 +269,45 @@ def glob_regex(pattern: str) -> re.Pattern[str]:
     return re.compile("".join(table.get(part, re.escape(part)) for part in parts))
 
 
-def _matcher(include: Include | Sequence[Include] | None) -> Callable[[str, nn.Module], bool]:
+Test = Callable[[str, nn.Module], bool]
+
+
+def _matcher(include: Include | Sequence[Include] | None) -> Test:
     if include is None:
-        return lambda path, module: True
+        return _always
     items = [include] if isinstance(include, (str, type)) or callable(include) and not isinstance(include, Sequence) else list(include)
-    tests: list[Callable[[str, nn.Module], bool]] = []
+    tests: list[Test] = []
     for item in items:
         if isinstance(item, type):
-            tests.append(lambda p, m, t=item: isinstance(m, t))
+            tests.append(_of_type(item))
         elif isinstance(item, str) and item.startswith("re:"):
-            tests.append(lambda p, m, rx=re.compile(item[3:]): rx.fullmatch(p) is not None)
+            tests.append(_path_matches(re.compile(item[3:])))
         elif isinstance(item, str):
-            tests.append(lambda p, m, rx=glob_regex(item): rx.fullmatch(p) is not None)
+            tests.append(_path_matches(glob_regex(item)))
         elif callable(item):
             tests.append(item)
         else:
             raise TypeError(f"include: expected a glob, a module type or a predicate, got {item!r}")
     return lambda path, module: any(t(path, module) for t in tests)
+
+
+def _always(_path: str, _module: nn.Module) -> bool:
+    return True
+
+
+def _of_type(cls: type) -> Test:
+    return lambda _path, module: isinstance(module, cls)
+
+
+def _path_matches(rx: re.Pattern[str]) -> Test:
+    return lambda path, _module: rx.fullmatch(path) is not None
+
+
+def input_embeddings(model: nn.Module) -> nn.Embedding:
+    """``model.get_input_embeddings()``, which every transformers causal LM has (an ``nn.Embedding`` or a subclass
+    of it); ``nn.Module.__getattr__`` is typed as returning a Tensor or a Module, so the method's real type is
+    named here, once."""
+    return cast(Callable[[], nn.Embedding], model.get_input_embeddings)()
 
 
 def _has_tensor(value: Any) -> bool:

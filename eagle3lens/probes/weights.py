@@ -28,7 +28,6 @@ from ..errors import UsageError
 from ..findings import Finding, Severity, to_jsonable
 from ..progress import Counter, Progress
 from ..safetensors_header import DTYPE_BITS, torch_dtype
-from ..textsafe import printable
 from .stats import (
     DEFAULT_CHUNK_BYTES,
     TensorStats,
@@ -436,7 +435,7 @@ def provenance_findings(reports: tuple[TensorReport, ...], spec: DraftSpec, layo
     for module, rs in _by_module(reports, lambda r: r.verdict == GARBAGE).items():
         findings.append(Finding(
             "weights/init-like", Severity.CRITICAL,
-            f"{module}: {len(rs)} tensor(s) hold uninitialised memory (|x| up to {max(r.stats.absmax for r in rs):.3g})",
+            f"{module}: {len(rs)} tensor(s) hold uninitialised memory (|x| up to {max(r.stats.absmax or 0.0 for r in rs):.3g})",
             "Values this large are never trained weights: a parameter no checkpoint tensor wrote was saved from "
             "torch.empty memory as is.",
             {"tensors": {r.name: {"absmax": r.stats.absmax, "std": r.stats.std, "shape": list(r.stats.shape)}
@@ -566,7 +565,8 @@ def _gather_rows(ckpt: Checkpoint, name: str, ids: Iterable[int], width: int):
     """Rows ``ids`` (ascending) of a 2-D tensor, reading each run of consecutive rows at once."""
     import torch
 
-    parts, run = [], []
+    parts: list[torch.Tensor] = []
+    run: list[int] = []
     for i in ids:
         if run and i != run[-1] + 1:
             parts.append(_read_run(ckpt, name, run[0], run[-1] + 1, width))
@@ -630,7 +630,7 @@ def _change(a: Checkpoint, b: Checkpoint, name: str, chunk_bytes: int,
     a_elem = max(DTYPE_BITS[a.info(name).dtype] // 8, 1)
     dot = aa = bb = dd = 0.0
     max_diff = 0.0
-    for (_, x), (_, y) in zip(iter_element_chunks(a, name, elems), iter_element_chunks(b, name, elems)):
+    for (_, x), (_, y) in zip(iter_element_chunks(a, name, elems), iter_element_chunks(b, name, elems), strict=True):
         x, y = as_float64(x), as_float64(y)
         d = x - y
         dot += float((x * y).sum())

@@ -23,7 +23,7 @@ from ..errors import CheckpointError, MetaTraceUnsupported, UsageError
 from ..findings import Finding, Severity, to_jsonable
 from ..jsonio import read_json
 from .aux_layers import AuxResolution, describe_layer, resolve_aux_layers
-from .trace import TensorMeta, Tracer, first_tensor, meta_of
+from .trace import TensorMeta, Tracer, first_tensor, input_embeddings, meta_of
 
 SCENARIOS = ("aux-off", "ids-shifted", "ids-ignored")
 
@@ -73,7 +73,7 @@ class WiringResult:
 # -- the target --------------------------------------------------------------------------------
 def find_decoder_layers(model: nn.Module) -> tuple[str, nn.ModuleList]:
     """Path and list of the decoder layers, also inside wrappers (``model.language_model.layers``)."""
-    config = getattr(model, "config", None)
+    config: Any = getattr(model, "config", None)
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     want = getattr(text, "num_hidden_layers", None)
     candidates = [(path, m) for path, m in model.named_modules()
@@ -175,7 +175,8 @@ def _from_pretrained(path: Path, device: str, device_map: str | dict[str, Any] |
     try:
         if device_map is not None:
             return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, device_map=device_map).eval()
-        return AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
+        # transformers wraps PreTrainedModel.to with functools.wraps, whose stub takes ``device`` for ``self``
+        return AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()  # type: ignore[arg-type]
     finally:
         hf_logging.set_verbosity(verbosity)
         if bar_was_on:
@@ -185,7 +186,7 @@ def _from_pretrained(path: Path, device: str, device_map: str | dict[str, Any] |
 def input_device(model: nn.Module) -> torch.device:
     """Where the target's input ids go: the input embedding's execution device under accelerate's hooks,
     else its weight's device, else the first parameter not on meta; ``meta`` for a shapes-only model."""
-    embedding = model.get_input_embeddings()
+    embedding = input_embeddings(model)
     hook_device = getattr(getattr(embedding, "_hf_hook", None), "execution_device", None)
     if hook_device is not None:
         return torch.device(hook_device)
@@ -251,7 +252,7 @@ def _share_embedding(module: Eagle3Draft, model: nn.Module, ckpt: Checkpoint, pr
     loaded = {canonical_key(k) for k in loaded_keys(ckpt, profile)}
     from accelerate.utils import align_module_device
 
-    embedding = model.get_input_embeddings()
+    embedding = input_embeddings(model)
     if "embed_tokens.weight" in loaded or embedding.weight.shape != module.embed_tokens.weight.shape:
         return
     with align_module_device(embedding), torch.no_grad():  # an offloaded table is brought in for the copy
@@ -309,18 +310,19 @@ def wire(model: nn.Module, module: Eagle3Draft, resolution: AuxResolution, profi
     used = _layers_for(scenario, resolution, profile, L)
     on_meta = is_shape_only(model)
     if inputs is None:
-        vocab = model.get_input_embeddings().num_embeddings
+        vocab = input_embeddings(model).num_embeddings
         gen = torch.Generator().manual_seed(0)
         inputs = torch.randint(0, vocab, (1, seq_len), generator=gen)
     inputs = inputs.to(input_device(model))
     feats, captured, target_logits = _run_target(model, decoder_path, used, inputs, on_meta)
-    capture_desc = tuple((_what(k, L), meta_of(f)) for k, f in zip(used, feats))  # where the target left them
+    capture_desc = tuple((_what(k, L), meta_of(f)) for k, f in zip(used, feats, strict=True))  # where the target left them
     device = next(module.parameters()).device
 
     findings: list[Finding] = list(resolution.findings) + device_findings(capture_desc, device)
     feature = torch.cat([f.to(device) for f in feats], dim=-1) if feats else None
     engine_error, out = None, None
-    fc_ran, decoder_input, logits, agreement, table = False, None, None, None, ()
+    table: tuple[dict[str, Any], ...] = ()
+    fc_ran, decoder_input, logits, agreement = False, None, None, None
     if feature is not None:
         draft_param = next(module.parameters())
         if feature.dtype != draft_param.dtype:
@@ -423,7 +425,7 @@ def _run_target(model: nn.Module, decoder_path: str, used: tuple[int, ...],
     with Tracer(model, include=include, keep=True) as tracer, torch.no_grad():
         out = model(input_ids=inputs, **kwargs)
     by_path = {r.path: r for r in tracer.records if r.call == 0}
-    feats = []
+    feats: list[torch.Tensor] = []
     for k in used:
         if k == FINAL:
             t = first_tensor(by_path[norm_path].tensors["output"]) if norm_path in by_path else None
@@ -432,6 +434,8 @@ def _run_target(model: nn.Module, decoder_path: str, used: tuple[int, ...],
         else:
             rec = by_path[paths[k]]
             t = first_tensor(rec.tensors["inputs"]) if rec.tensors["inputs"] else rec.tensors["kwargs"]["hidden_states"]
+            if t is None:
+                raise UsageError(f"the target's decoder layer {k} ({paths[k]}) got no hidden-state tensor")
         feats.append(t)
     return feats, tracer, getattr(out, "logits", None)
 
