@@ -126,22 +126,16 @@ class Diagnosis(FindingProse):
 
     def kept_ids(self, verdict: Verdict) -> torch.Tensor | None:
         """The target ids the (repaired) mapping keeps, or None when no valid mapping is known."""
-        return self._kept_ids(list(verdict.candidates), verdict.repair)
-
-    def head_summary(self, verdict: Verdict) -> dict[str, Any] | None:
-        """The draft lm_head vs target lm_head comparison, summarised (None when not compared)."""
-        return self._head_summary(list(verdict.candidates))
-
-    def _kept_ids(self, candidates: list[CandidateCheck], repair: str | None) -> torch.Tensor | None:
-        chosen = next((c for c in candidates if c.name == (repair or "stored") and c.valid), None)
+        chosen = next((c for c in verdict.candidates if c.name == (verdict.repair or "stored") and c.valid), None)
         if chosen is not None:
             return target_ids(chosen.d2t)
         if self.d2t is None and self.n == self.v and self.n is not None:
             return torch.arange(self.n)
         return None
 
-    def _head_summary(self, candidates: list[CandidateCheck]) -> dict[str, Any] | None:
-        scored = [c for c in candidates if c.head_rows_equal is not None]
+    def head_summary(self, verdict: Verdict) -> dict[str, Any] | None:
+        """The draft lm_head vs target lm_head comparison, summarised (None when not compared)."""
+        scored = [c for c in verdict.candidates if c.head_rows_equal is not None]
         if not scored:
             return None
         match = [c.name for c in scored if c.matches_head]
