@@ -25,7 +25,8 @@ SeverityName = Literal["info", "warning", "critical"]
 # the probes that own codes, and the modules (under eagle3lens/) that make up each probe
 PROBES: dict[str, tuple[str, ...]] = {
     "keys": ("probes/keys.py",),
-    "vocab": ("probes/vocab.py",),
+    "vocab": ("probes/vocab.py", "probes/vocab_mapping.py", "probes/vocab_diagnosis.py", "probes/vocab_findings.py",
+              "probes/vocab_coverage.py"),
     "weights": ("probes/weights.py",),
     # the aux-layer resolver is the wiring check's static half, the launch-based prediction its predictive one
     "wiring": ("probes/wiring.py", "probes/aux_layers.py", "probes/prediction.py"),

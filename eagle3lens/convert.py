@@ -15,31 +15,26 @@ the two renames would leave new weights under an old config). OUT may not be the
 from __future__ import annotations
 
 import json
-import os
-import struct
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from .checkpoint import DECODER_KEY, FLAG_NAMES, INDEX_NAMES, Checkpoint, TensorInfo, build_spec
-from .engines import EngineProfile, all_profiles, resolve
-from .errors import CheckpointError, ConversionRefused, Eagle3LensError, UsageError
+from .checkpoint import DECODER_KEY, INDEX_NAMES, Checkpoint, build_spec
+from .convert_config import convert_config
+from .engines import EngineProfile, resolve
+from .errors import ConversionRefused, Eagle3LensError, UsageError
 from .findings import Finding, Severity, to_jsonable
-from .probes.aux_layers import trained_with
-from .safetensors_header import read_header, st_dtype
+from .safetensors_header import read_header
+from .safetensors_writer import tensor_nbytes, write_file
 from .safewrite import copy_side_files, recover, replace_dir
 
-CHUNK = 1 << 20  # userspace copies: a buffer that stays in L2
-PAGE = 4096
 # what goes with a single-file source into OUT (besides the config.json convert writes)
 FILE_SIDE_FILES = frozenset({"generation_config.json", "tokenizer.json", "tokenizer_config.json", "tokenizer.model",
                              "special_tokens_map.json", "added_tokens.json", "vocab.json", "merges.txt",
                              "chat_template.jinja", "chat_template.json"})
-LAYER_ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM"}  # transformer_layer_config's own
-NOT_LLAMA = {"architectures", "draft_vocab_size", "eagle_config", "target_hidden_size", "eagle_aux_hidden_state_layer_ids",
-             "speculators_model_type", "speculators_config", "transformer_layer_config", "speculators_version",
-             "num_aux_hidden_states", "bias", *FLAG_NAMES}
+
+
 @dataclass(frozen=True)
 class ConvertResult:
     """What convert wrote and the checks it passed."""
@@ -103,13 +98,14 @@ def convert(ckpt_path: str | Path, to: str | None, out: str | Path | None, in_pl
     _output_names(ckpt)  # two shards that would be written as one file: refused before anything is written
     profile = resolve(to).for_config(ckpt.config) if to else None  # the draft class the engine picks (MLA, Qwen3...)
     plan = _plan(ckpt, profile) if profile else _Plan({n: n for n in ckpt.tensors}, [], dict(ckpt.config or {}), [], [], [])
+    engine = profile.spec if profile else None  # refusals come only from an engine's plan
     if plan.refusals and not force:
-        raise ConversionRefused(f"{ckpt.path}: cannot convert faithfully to {profile.spec}: " + "; ".join(plan.refusals)
+        raise ConversionRefused(f"{ckpt.path}: cannot convert faithfully to {engine}: " + "; ".join(plan.refusals)
                                 + " (--force writes it anyway)")
     added = [n for n in overrides if n not in ckpt.tensors]
     for name in added:
         plan.names[name] = _canonical(name, profile) if profile else name
-    target = ckpt.root.resolve() if in_place else Path(out)  # resolved: "." keeps naming the old dir once swapped
+    target = ckpt.root.resolve() if in_place or out is None else Path(out)  # resolved: "." keeps naming the old dir once swapped
     state: dict[str, Any] = {}
 
     side_notes: list[str] = recovered  # recovery of killed runs; side files (links leaving the checkpoint, FIFOs...) not copied
@@ -123,11 +119,11 @@ def convert(ckpt_path: str | Path, to: str | None, out: str | Path | None, in_pl
     backup = replace_dir(target, build, verify, in_place=in_place, notes=side_notes)
     _name_final(state, Path(target), profile)
     forced = tuple(Finding("convert/forced", Severity.WARNING, f"written with --force: {why}",
-                           f"{profile.spec} will not use this draft as trained; convert refused it and --force wrote it "
+                           f"{engine} will not use this draft as trained; convert refused it and --force wrote it "
                            "anyway, so the output is not verified for this item.",
-                           evidence={"engine": profile.spec, "reason": why, "out": str(target)})
+                           evidence={"engine": engine, "reason": why, "out": str(target)})
                    for why in plan.refusals)
-    return ConvertResult(str(ckpt.path), str(target), profile.spec if profile else None,
+    return ConvertResult(str(ckpt.path), str(target), engine,
                          {a: b for a, b in plan.names.items() if a != b and a in ckpt.tensors}, tuple(plan.omitted),
                          tuple(n for n in overrides if n in ckpt.tensors), tuple(added), tuple(plan.changes),
                          tuple(plan.refusals), str(backup) if backup else None, state.get("load"), state.get("diff"),
@@ -191,7 +187,7 @@ def _canonical(key: str, profile: EngineProfile) -> str:
 
 def _plan(ckpt: Checkpoint, profile: EngineProfile) -> _Plan:
     spec = ckpt.spec
-    config, changes, refusals, notes = _convert_config(ckpt.config or {}, spec, profile)
+    config, changes, refusals, notes = convert_config(ckpt.config or {}, spec, profile)
     names = {k: _canonical(k, profile) for k in ckpt.tensors}
     if len(set(names.values())) != len(names):
         raise ConversionRefused(f"{ckpt.path}: two tensors would get the same name under {profile.spec}")
@@ -214,116 +210,7 @@ def _plan(ckpt: Checkpoint, profile: EngineProfile) -> _Plan:
     return _Plan(names, omitted, config, changes, refusals, notes)
 
 
-def _other_defaults(flag: str, value: bool) -> list[str]:
-    """Engine versions that read ``flag`` as something other than ``value`` when a speculators config omits it."""
-    return [p.spec for p in all_profiles() if p.flag_defaults.get(flag, value) != value]
-
-
-def _flat_llama(config: dict[str, Any], spec) -> dict[str, Any]:
-    layer = config.get("transformer_layer_config") if spec.flavour == "speculators" else config
-    return {k: v for k, v in dict(layer or {}).items() if k not in NOT_LLAMA}
-
-
-def _convert_config(config: dict[str, Any], spec, profile: EngineProfile):
-    changes: list[str] = []
-    refusals: list[str] = []
-    notes: list[str] = []
-    implied = {"norm_before_fc": spec.has_input_norm, "fc_norm": spec.has_fc_norm}
-    wanted = {f: bool(spec.flag(f) or implied.get(f)) for f in FLAG_NAMES}
-    for flag, on in wanted.items():
-        if on and flag not in profile.honoured_flags:
-            refusals.append(f"{flag} is used by this draft but {profile.spec} does not implement it")
-    hf_ids = list(trained_with(spec, None)[0]) or None  # HF indices; None where the trainers' default applied
-    n = spec.draft_vocab_size or spec.lm_head_rows
-    style = profile.config_style
-    carried = config.get("speculators_config") if isinstance(config.get("speculators_config"), dict) else None
-    if style in ("vllm", "speculators") and spec.flavour == "speculators":
-        new = json.loads(json.dumps(config))
-        for flag in FLAG_NAMES:  # engines read some absent flags differently (EngineProfile.flag_defaults)
-            if new.get(flag) is None:
-                new[flag] = spec.flag(flag)
-                readers = _other_defaults(flag, new[flag])
-                changes.append(f"{flag}: {str(new[flag]).lower()} written explicitly (absent"
-                               + (f"; {', '.join(readers)} would read it as {str(not new[flag]).lower()})" if readers
-                                  else ")"))
-        missing = profile.speculators_missing(new)
-        if missing:
-            refusals.append(f"{profile.spec} rejects a speculators config without {', '.join(missing)} "
-                            "(set it in the source config.json first)")
-    elif style == "vllm":
-        new = json.loads(json.dumps(config))
-        if not profile.recognises(new):
-            new["architectures"] = ["LlamaForCausalLMEagle3"]
-            changes.append("architectures -> ['LlamaForCausalLMEagle3']")
-        if hf_ids is not None and spec.aux_ids_source != "top-level":
-            new["eagle_aux_hidden_state_layer_ids"] = hf_ids
-            changes.append(f"top-level eagle_aux_hidden_state_layer_ids {hf_ids} (input-of-layer, read first by vLLM)")
-        if n and "draft_vocab_size" not in new:
-            new["draft_vocab_size"] = n
-    elif style == "speculators":
-        layer = _flat_llama(config, spec)
-        if layer.get("model_type") in LAYER_ARCHITECTURES and "architectures" not in layer:
-            layer["architectures"] = [LAYER_ARCHITECTURES[layer["model_type"]]]
-        block = json.loads(json.dumps(carried)) if carried else {
-            "algorithm": "eagle3", "default_proposal_method": "greedy",
-            "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 3}],
-            "verifier": {"name_or_path": None, "architectures": []}}
-        new = {"architectures": ["Eagle3DraftModel"], "speculators_model_type": "eagle3", "draft_vocab_size": n,
-               "target_hidden_size": spec.target_hidden_size_declared,
-               "eagle_aux_hidden_state_layer_ids": hf_ids,
-               **{flag: on for flag, on in wanted.items()},  # explicit: see EngineProfile.flag_defaults
-               "speculators_config": block, "transformer_layer_config": layer}
-        if carried:
-            changes.append("speculators config built from the flat Llama config; speculators_config (verifier, "
-                           "speculative_tokens) kept from the source")
-        else:
-            changes.append("speculators config built from the flat Llama config; verifier unknown: set "
-                           "speculators_config.verifier.name_or_path (vLLM requires it) and check speculative_tokens (3)")
-    elif style == "sglang":
-        new = {**_flat_llama(config, spec), "architectures": [profile.draft_class], "draft_vocab_size": n,
-               "tie_word_embeddings": False}
-        if spec.target_hidden_size_declared:
-            new["target_hidden_size"] = spec.target_hidden_size_declared
-        if hf_ids is not None:
-            new["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": [i - 1 for i in hf_ids],
-                                   "use_aux_hidden_state": spec.use_aux_hidden_state is not False}
-            changes.append(f"eagle_config.eagle_aux_hidden_state_layer_ids {[i - 1 for i in hf_ids]} "
-                           f"(SGLang output-of-layer convention for HF hidden_states {hf_ids})")
-        changes.append(f"flat config with architectures ['{profile.draft_class}']")
-        _carry(new, carried, changes)
-    else:  # eagle
-        new = {**_flat_llama(config, spec), "architectures": ["LlamaForCausalLM"], "draft_vocab_size": n}
-        changes.append("flat Llama config with architectures ['LlamaForCausalLM'] (EAGLE reference)")
-        _carry(new, carried, changes)
-        if hf_ids is not None:
-            notes.append(f"EAGLE hard-codes aux layers 2, L//2, L-3; this draft was trained on {hf_ids}")
-    if style != "speculators" or spec.flavour != "speculators":
-        for flag, on in wanted.items():
-            if flag in profile.honoured_flags and (on or spec.flags.get(flag) is not None):
-                if new.get(flag) != on:
-                    new[flag] = on
-                    changes.append(f"{flag}: {str(on).lower()}")
-    return new, changes, refusals, notes
-
-
-def _carry(new: dict[str, Any], carried: dict[str, Any] | None, changes: list[str]) -> None:
-    """Keep a speculators source's ``speculators_config`` (verifier, speculative_tokens) in a flat config, which
-    the engines ignore, so that converting back restores it. Only beside a ``model_type``: without one vLLM
-    would take a config holding ``speculators_config`` for a speculators config."""
-    if carried is not None and new.get("model_type"):
-        new["speculators_config"] = json.loads(json.dumps(carried))
-        changes.append("speculators_config kept (ignored by the engine; restored when converting back to speculators)")
-
-
 # -- writing ----------------------------------------------------------------------------------
-def _override_info(name: str, tensor: Any) -> tuple[str, tuple[int, ...]]:
-    try:
-        dtype = st_dtype(tensor.dtype)
-    except ValueError:
-        raise UsageError(f"replacement tensor {name!r}: unsupported dtype {tensor.dtype}") from None
-    return dtype, tuple(tensor.shape)
-
-
 def _write(ckpt: Checkpoint, plan: _Plan, overrides: Mapping[str, Any], tmp: Path, progress: bool,
            side_notes: list[str]) -> None:
     from tqdm import tqdm
@@ -341,10 +228,10 @@ def _write(ckpt: Checkpoint, plan: _Plan, overrides: Mapping[str, Any], tmp: Pat
         for src_file, keys in files.items():
             out_name = out_names[src_file]
             metadata = read_header(src_file).metadata if src_file.suffix == ".safetensors" else {"format": "pt"}
-            _write_file(ckpt, keys, plan.names, overrides, tmp / out_name, metadata, bar)
+            write_file(ckpt, keys, plan.names, overrides, tmp / out_name, metadata, bar)
             weight_map.update({plan.names[k]: out_name for k in keys})
     if ckpt.index is not None or len(ckpt.files) > 1:
-        total_size = sum(_nbytes(ckpt, overrides, k) for keys in files.values() for k in keys)
+        total_size = sum(tensor_nbytes(ckpt, overrides, k) for keys in files.values() for k in keys)
         index = {"metadata": {**index_metadata(ckpt), "total_size": total_size},
                  "weight_map": dict(sorted(weight_map.items()))}
         (tmp / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
@@ -357,92 +244,6 @@ def index_metadata(ckpt: Checkpoint) -> dict[str, Any]:
     """The source index's ``metadata`` object (checked when the index was opened), ``{}`` without one."""
     metadata = (ckpt.index or {}).get("metadata")
     return dict(metadata) if isinstance(metadata, dict) else {}
-
-
-def _nbytes(ckpt: Checkpoint, overrides: Mapping[str, Any], key: str) -> int:
-    if key in overrides:
-        t = overrides[key]
-        return t.numel() * t.element_size()
-    return ckpt.tensors[key].nbytes
-
-
-def _write_file(ckpt: Checkpoint, keys: list[str], names: dict[str, str], overrides: Mapping[str, Any], path: Path,
-                metadata: dict[str, str], bar: Any) -> None:
-    header: dict[str, Any] = {"__metadata__": metadata} if metadata else {}
-    offset = 0
-    for key in keys:
-        if key in overrides:
-            dtype, shape = _override_info(key, overrides[key])
-        else:
-            info: TensorInfo = ckpt.tensors[key]
-            dtype, shape = info.dtype, info.shape
-        size = _nbytes(ckpt, overrides, key)
-        header[names[key]] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + size]}
-        offset += size
-    raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    raw += b" " * _header_padding(len(raw), ckpt.tensors[keys[0]].begin if keys and keys[0] not in overrides else None)
-    with open(path, "wb") as fh:
-        fh.write(struct.pack("<Q", len(raw)))
-        fh.write(raw)
-        for key in keys:
-            if key in overrides:
-                data = _tensor_bytes(overrides[key])
-                fh.write(data)
-                bar.update(len(data))
-                continue
-            _copy_tensor(ckpt, key, fh)
-            bar.update(ckpt.tensors[key].nbytes)
-
-
-def _header_padding(json_len: int, first_begin: int | None) -> int:
-    """Spaces after the header JSON: 8-byte alignment, and the data placed at the same offset within a page as
-    in the source file, so that in-kernel copies of the tensors that follow run page-aligned (about twice as fast)."""
-    pad = -json_len % 8
-    if first_begin is not None and first_begin % 8 == 0:
-        pad += (first_begin - (8 + json_len + pad)) % PAGE
-    return pad
-
-
-def _copy_tensor(ckpt: Checkpoint, key: str, fh: Any) -> None:
-    """Copy one tensor's byte range: in-kernel (copy_file_range) when source and destination offsets sit alike
-    within a page, else (or on another filesystem or an old kernel) through a reused 1 MiB buffer."""
-    info = ckpt.tensors[key]
-    if info.begin is None:  # a pickled tensor
-        for chunk in ckpt.iter_chunks(key, CHUNK):
-            fh.write(chunk)
-        return
-    fh.flush()
-    start = fh.tell()
-    with open(info.file, "rb", buffering=0) as src:
-        if hasattr(os, "copy_file_range") and (start - info.begin) % PAGE == 0:
-            try:
-                done = 0
-                while done < info.nbytes:
-                    n = os.copy_file_range(src.fileno(), fh.fileno(), min(info.nbytes - done, 1 << 30), info.begin + done)
-                    if n <= 0:
-                        raise OSError("copy_file_range made no progress")
-                    done += n
-                fh.seek(start + info.nbytes)
-                return
-            except OSError:  # fall back to plain reads
-                fh.seek(start)
-                fh.truncate()
-        src.seek(info.begin)
-        view = memoryview(bytearray(min(CHUNK, info.nbytes)))
-        left = info.nbytes
-        while left:
-            n = src.readinto(view[:min(left, len(view))])
-            if not n:
-                raise CheckpointError(info.file, f"tensor {key!r}: file ended before its last byte")
-            fh.write(view[:n])
-            left -= n
-
-
-def _tensor_bytes(tensor: Any) -> memoryview:
-    import torch
-
-    t = tensor.detach().to("cpu").contiguous()
-    return memoryview(t.view(-1).view(torch.uint8).numpy()).cast("B") if t.numel() else memoryview(b"")
 
 
 # -- verification -----------------------------------------------------------------------------

@@ -23,6 +23,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -40,42 +41,20 @@ Progress = Callable[[str, str], None]
 MIN_FREE_BYTES = 200 * 1024 * 1024
 REFRESH_S = 2.0  # how often a growing executed notebook is fetched during the run
 LOCAL_GRACE_S = 15.0  # the remote supervisor enforces --timeout; the local side steps in after this grace
-SUPERVISOR = Path(__file__).with_name("remote_supervisor.py")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _TQDM = re.compile(r"Executing:.*?\|\s*(\d+)/(\d+)\s*\[")
 
-# Runs on the remote host as ``PY -c PREFLIGHT WORKDIR``: versions, GPU, free disk, then a private run dir.
-PREFLIGHT = r"""
-import json, os, platform, shutil, subprocess, sys, tempfile
-from importlib import metadata
-def version(name):
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None
-workdir = sys.argv[1] or tempfile.gettempdir()
-out = {"python": platform.python_version(), "executable": sys.executable, "workdir": workdir,
-       "eagle3lens": version("eagle3lens"), "papermill": version("papermill"), "gpu": None, "gpu_source": None}
-try:
-    out["free_bytes"] = shutil.disk_usage(workdir).free
-except OSError as exc:
-    out["free_bytes"] = None
-    out["workdir_error"] = exc.strerror or str(exc)
-smi = shutil.which("nvidia-smi")
-if smi:
-    try:
-        lines = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30).stdout.splitlines()
-        out["gpu"], out["gpu_source"] = [l.strip() for l in lines if l.startswith("GPU ")], "nvidia-smi"
-    except (OSError, subprocess.SubprocessError):
-        pass
-elif version("torch") and any(os.path.exists(p) for p in ("/dev/nvidia0", "/dev/kfd")):
-    import torch
-    out["gpu"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-    out["gpu_source"] = "torch.cuda"
-if out["eagle3lens"] and out["papermill"] and (out["free_bytes"] or 0) >= int(sys.argv[2]):
-    out["run_dir"] = tempfile.mkdtemp(prefix="eagle3lens-run-", dir=workdir)
-print(json.dumps(out))
-"""
+# Programs shipped to the remote host (standard library only), read from the installed package:
+# the pre-flight check runs as ``PY -c PREFLIGHT WORKDIR MIN_FREE``, the supervisor is uploaded into the run dir.
+SUPERVISOR_NAME = "remote_supervisor.py"
+
+
+def _shipped(name: str) -> bytes:
+    """The bytes of a program shipped inside the package (``remote_preflight.py``, ``remote_supervisor.py``)."""
+    return resources.files("eagle3lens").joinpath(name).read_bytes()
+
+
+PREFLIGHT = _shipped("remote_preflight.py").decode("utf-8")
 
 
 @dataclass(frozen=True)
@@ -204,6 +183,27 @@ class _HostWorker:
     def remote(self, *words: str) -> str:
         return " ".join(_q(w) for w in words)
 
+    @property
+    def ssh(self) -> SshConnection:
+        """The open connection (a RemoteError when there is none)."""
+        if self.conn is None:
+            raise RemoteError(f"{self.host}: not connected")
+        return self.conn
+
+    @property
+    def peer(self) -> SshTarget:
+        """The resolved host (set before anything connects)."""
+        if self.target is None:
+            raise RemoteError(f"{self.host}: host not resolved")
+        return self.target
+
+    @property
+    def rd(self) -> str:
+        """The private run directory on the host (made by the pre-flight check)."""
+        if self.run_dir is None:
+            raise RemoteError(f"{self.host}: no run directory on the host")
+        return self.run_dir
+
     # -- steps ---------------------------------------------------------------------------------
     def run(self) -> HostRun:
         started = time.monotonic()
@@ -233,7 +233,7 @@ class _HostWorker:
         return self.result(status, started, preflight=preflight, error=error, exit_code=code, last_cell=cell_text)
 
     def preflight(self) -> Preflight:
-        code, output = self.conn.run(
+        code, output = self.ssh.run(
             [self.remote(self.python, "-c", PREFLIGHT, self.workdir, str(MIN_FREE_BYTES))], timeout=120)
         where = f"{self.host}: remote python {self.python!r}"
         if code == 127:
@@ -267,7 +267,7 @@ class _HostWorker:
 
     def files(self) -> RemoteFiles:
         """SFTP, or bytes over an exec channel of the remote python when the host has no SFTP subsystem."""
-        files = self.conn.files(self.remote(self.python, "-c", EXEC_FILES))
+        files = self.ssh.files(self.remote(self.python, "-c", EXEC_FILES))
         if files.via != "sftp" and not self.said_no_sftp:
             self.said_no_sftp = True
             self.say("note: the host serves no SFTP (no `Subsystem sftp` in its sshd_config); "
@@ -278,7 +278,7 @@ class _HostWorker:
         files = self.files()
         for name, data in ((self.notebook_name, self.notebook.read_bytes()),
                            ("params.json", self.params_json.encode()),
-                           (SUPERVISOR.name, SUPERVISOR.read_bytes())):
+                           (SUPERVISOR_NAME, _shipped(SUPERVISOR_NAME))):
             files.write(f"{self.run_dir}/{name}", data)
         files.mkdir(f"{self.run_dir}/out", 0o700)
 
@@ -290,14 +290,14 @@ class _HostWorker:
         """Run the notebook; return (status, exit code, error)."""
         if self.cancel.is_set():
             return "interrupted", None, "interrupted before the notebook started"
-        rd = self.run_dir
+        rd = self.rd
         command = self.remote(
-            self.python, "-u", f"{rd}/{SUPERVISOR.name}", rd, f"{self.timeout or 0:g}", "--",
+            self.python, "-u", f"{rd}/{SUPERVISOR_NAME}", rd, f"{self.timeout or 0:g}", "--",
             self.python, "-m", "eagle3lens", "notebook", f"{rd}/{self.notebook_name}",
             "--params-file", f"{rd}/params.json", "--out", f"{rd}/out", "--json")
-        channel = self.conn.transport.open_session()
+        channel = self.ssh.transport.open_session()
         channel.exec_command(command)
-        self.say(f"running {self.notebook.name} on {self.target.hostname} in {rd}")
+        self.say(f"running {self.notebook.name} on {self.peer.hostname} in {rd}")
         deadline = time.monotonic() + self.timeout + LOCAL_GRACE_S if self.timeout else None
         next_refresh = time.monotonic() + REFRESH_S
         pending = ""
@@ -314,7 +314,7 @@ class _HostWorker:
                 break  # the command ended or the connection went away
             if channel.exit_status_ready() or channel.closed:
                 break
-            if not self.conn.alive:
+            if not self.ssh.alive:
                 break
             if self.cancel.is_set():
                 self.kill(channel)
@@ -326,7 +326,7 @@ class _HostWorker:
                 self.fetch_partial()
                 next_refresh = time.monotonic() + REFRESH_S
         self.lines(pending + "\n")
-        if not channel.exit_status_ready() and not self.conn.alive:
+        if not channel.exit_status_ready() and not self.ssh.alive:
             return self.after_drop()
         code = channel.recv_exit_status()
         channel.close()
@@ -334,7 +334,7 @@ class _HostWorker:
             return "timeout", code, f"timed out after {self.timeout:g} s; remote process group killed"
         if code == EXIT_KILLED:
             return "interrupted", code, "stopped on the remote host"
-        if code == -1 or not self.conn.alive:
+        if code == -1 or not self.ssh.alive:
             return self.after_drop()
         if code in (0, 1):
             return "ok", code, None
@@ -362,7 +362,7 @@ class _HostWorker:
     def kill(self, channel: Any = None) -> None:
         """Stop the remote run from a second session, then drop our end (the supervisor also sees EOF)."""
         try:
-            self.conn.run([self.remote(self.python, f"{self.run_dir}/{SUPERVISOR.name}", "kill", self.run_dir)],
+            self.ssh.run([self.remote(self.python, f"{self.rd}/{SUPERVISOR_NAME}", "kill", self.rd)],
                           timeout=30)
         except (RemoteError, OSError):
             pass
@@ -372,10 +372,10 @@ class _HostWorker:
     def after_drop(self) -> tuple[str, int | None, str | None]:
         """The connection went away mid-run: try once to reconnect, stop the run and fetch; else keep what we have."""
         where = f" during cell {self.cell[0]} of {self.cell[1]}" if self.cell else ""
-        message = f"connection to {self.target.hostname}:{self.target.port} lost{where}"
-        self.conn.close()
+        message = f"connection to {self.peer.hostname}:{self.peer.port} lost{where}"
+        self.ssh.close()
         try:
-            self.conn = connect(self.target, accept_new_host_key=False, timeout=5)
+            self.conn = connect(self.peer, accept_new_host_key=False, timeout=5)
         except RemoteError:
             self.conn = None
             kept = f"kept {len(self.fetched)} file(s) fetched before the drop" if self.fetched else "nothing fetched"
@@ -543,7 +543,7 @@ def run_remote(notebook: str | Path, parameters: Mapping[str, Any] | None, hosts
     workers = [_HostWorker(h, notebook=path, params_json=params_json, out_dir=out / n, timeout=timeout,
                            remote_python=remote_python, remote_workdir=remote_workdir, known_hosts=known_hosts,
                            ssh_config=ssh_config, accept_new_host_key=accept_new_host_key, progress=progress,
-                           cancel=cancel) for h, n in zip(host_list, names)]
+                           cancel=cancel) for h, n in zip(host_list, names, strict=True)]
     with ThreadPoolExecutor(max_workers=len(workers), thread_name_prefix="eagle3lens-remote") as pool:
         futures = [pool.submit(_guarded, w) for w in workers]
         while True:
@@ -572,9 +572,10 @@ def _guarded(worker: _HostWorker) -> HostRun:
 
 def _chain(target: SshTarget) -> list[SshTarget]:
     chain = []
-    while target is not None:
-        chain.append(target)
-        target = target.via
+    hop: SshTarget | None = target
+    while hop is not None:
+        chain.append(hop)
+        hop = hop.via
     return chain
 
 

@@ -311,3 +311,11 @@ def test_side_files_linked_into_the_cache_blobs_are_copied_others_noted(spec_dir
     assert any(n.startswith("notes.txt not copied") for n in result.notes)  # and the user is told what stayed behind
     assert (tmp_path / "sg" / "tokenizer.json").read_text() == "{}"
     assert (tmp_path / "sg" / "generation_config.json").is_file() and not (tmp_path / "sg" / "notes.txt").exists()
+
+
+def test_every_engine_config_style_has_a_config_writer() -> None:
+    """convert writes a config per style from the registry: each profile's style must have a writer."""
+    from eagle3lens.convert_config import CONFIG_WRITERS
+    from eagle3lens.engines import all_profiles
+
+    assert {p.config_style for p in all_profiles()} <= set(CONFIG_WRITERS)

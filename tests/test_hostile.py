@@ -420,11 +420,12 @@ def test_in_place_killed_at_every_step_is_recovered_by_a_rerun(tmp_path: Path) -
 def test_killed_convert_temp_dirs_are_removed_by_the_next_run_and_live_ones_refuse(draft: Path, tmp_path: Path,
                                                                                  capsys) -> None:
     import eagle3lens.convert as convert_mod
+    import eagle3lens.safetensors_writer as writer_mod
 
     out = tmp_path / "out"
 
     def dies_while_writing() -> None:
-        convert_mod._copy_tensor = lambda *a: os._exit(9)  # type: ignore[assignment]
+        writer_mod.copy_tensor = lambda *a: os._exit(9)  # type: ignore[assignment]
         convert_mod.convert(draft, "sglang==0.5.11", out, progress=False)
 
     pid = os.fork()
@@ -451,11 +452,12 @@ def test_disk_full_names_the_destination(draft: Path, tmp_path: Path, monkeypatc
     import errno
 
     import eagle3lens.convert as convert_mod
+    import eagle3lens.safetensors_writer as writer_mod
 
     def full(*args) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(convert_mod, "_copy_tensor", full)
+    monkeypatch.setattr(writer_mod, "copy_tensor", full)
     with pytest.raises(CheckpointError) as info:
         convert_mod.convert(draft, "sglang==0.5.11", tmp_path / "out", progress=False)
     assert str(info.value).startswith(str(tmp_path / "out")) and "No space left on device" in str(info.value)

@@ -1,0 +1,180 @@
+"""The config.json ``convert`` writes, one writer per engine config style in a registry.
+
+Each writer takes the source config and the draft's :class:`DraftSpec` (in a :class:`ConfigJob`) and returns the
+new config, recording what it changed, what it refuses and what the user should know. Adding a config style is
+adding a writer to :data:`CONFIG_WRITERS` (keyed by ``EngineProfile.config_style``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .checkpoint import FLAG_NAMES, DraftSpec
+from .engines import EngineProfile, all_profiles
+from .probes.aux_layers import trained_with
+
+LAYER_ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM"}  # transformer_layer_config's own
+NOT_LLAMA = {"architectures", "draft_vocab_size", "eagle_config", "target_hidden_size", "eagle_aux_hidden_state_layer_ids",
+             "speculators_model_type", "speculators_config", "transformer_layer_config", "speculators_version",
+             "num_aux_hidden_states", "bias", *FLAG_NAMES}
+
+
+@dataclass
+class ConfigJob:
+    """One config rewrite: the inputs every writer reads and the lists it appends to."""
+
+    config: dict[str, Any]
+    spec: DraftSpec
+    profile: EngineProfile
+    wanted: dict[str, bool]  # each flag's value the draft needs (config, or implied by its tensors)
+    hf_ids: list[int] | None  # aux layers as HF hidden-state indices; None where the trainers' default applied
+    n: int | None  # draft vocab size
+    carried: dict[str, Any] | None  # a speculators source's speculators_config
+    changes: list[str] = field(default_factory=list)
+    refusals: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+ConfigWriter = Callable[[ConfigJob], dict[str, Any]]
+
+
+def convert_config(config: dict[str, Any], spec: DraftSpec,
+                   profile: EngineProfile) -> tuple[dict[str, Any], list[str], list[str], list[str]]:
+    """(new config, changes, refusals, notes) for ``profile``'s config style."""
+    implied = {"norm_before_fc": spec.has_input_norm, "fc_norm": spec.has_fc_norm}
+    job = ConfigJob(config=config, spec=spec, profile=profile,
+                    wanted={f: bool(spec.flag(f) or implied.get(f)) for f in FLAG_NAMES},
+                    hf_ids=list(trained_with(spec, None)[0]) or None,
+                    n=spec.draft_vocab_size or spec.lm_head_rows,
+                    carried=config.get("speculators_config") if isinstance(config.get("speculators_config"), dict)
+                    else None)
+    for flag, on in job.wanted.items():
+        if on and flag not in profile.honoured_flags:
+            job.refusals.append(f"{flag} is used by this draft but {profile.spec} does not implement it")
+    new = CONFIG_WRITERS[profile.config_style](job)
+    return new, job.changes, job.refusals, job.notes
+
+
+# -- the writers ------------------------------------------------------------------------------
+def _vllm(job: ConfigJob) -> dict[str, Any]:
+    """vLLM reads a speculators config as is, and a flat Llama config with its own architecture and ids."""
+    if job.spec.flavour == "speculators":
+        new = _keep_speculators(job)
+    else:
+        new = json.loads(json.dumps(job.config))
+        if not job.profile.recognises(new):
+            new["architectures"] = ["LlamaForCausalLMEagle3"]
+            job.changes.append("architectures -> ['LlamaForCausalLMEagle3']")
+        if job.hf_ids is not None and job.spec.aux_ids_source != "top-level":
+            new["eagle_aux_hidden_state_layer_ids"] = job.hf_ids
+            job.changes.append(f"top-level eagle_aux_hidden_state_layer_ids {job.hf_ids} "
+                               "(input-of-layer, read first by vLLM)")
+        if job.n and "draft_vocab_size" not in new:
+            new["draft_vocab_size"] = job.n
+    return _honoured_flags(job, new)
+
+
+def _speculators(job: ConfigJob) -> dict[str, Any]:
+    """A speculators source is kept (flags made explicit); a flat source is rebuilt as a speculators config."""
+    if job.spec.flavour == "speculators":
+        return _keep_speculators(job)
+    layer = _flat_llama(job.config, job.spec)
+    if layer.get("model_type") in LAYER_ARCHITECTURES and "architectures" not in layer:
+        layer["architectures"] = [LAYER_ARCHITECTURES[layer["model_type"]]]
+    carried = job.carried
+    block = json.loads(json.dumps(carried)) if carried else {
+        "algorithm": "eagle3", "default_proposal_method": "greedy",
+        "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 3}],
+        "verifier": {"name_or_path": None, "architectures": []}}
+    new = {"architectures": ["Eagle3DraftModel"], "speculators_model_type": "eagle3", "draft_vocab_size": job.n,
+           "target_hidden_size": job.spec.target_hidden_size_declared,
+           "eagle_aux_hidden_state_layer_ids": job.hf_ids,
+           **{flag: on for flag, on in job.wanted.items()},  # explicit: see EngineProfile.flag_defaults
+           "speculators_config": block, "transformer_layer_config": layer}
+    if carried:
+        job.changes.append("speculators config built from the flat Llama config; speculators_config (verifier, "
+                           "speculative_tokens) kept from the source")
+    else:
+        job.changes.append("speculators config built from the flat Llama config; verifier unknown: set "
+                           "speculators_config.verifier.name_or_path (vLLM requires it) and check speculative_tokens (3)")
+    return _honoured_flags(job, new)
+
+
+def _sglang(job: ConfigJob) -> dict[str, Any]:
+    """A flat Llama config with SGLang's draft class; aux ids in SGLang's output-of-layer convention."""
+    spec, hf_ids = job.spec, job.hf_ids
+    new = {**_flat_llama(job.config, spec), "architectures": [job.profile.draft_class], "draft_vocab_size": job.n,
+           "tie_word_embeddings": False}
+    if spec.target_hidden_size_declared:
+        new["target_hidden_size"] = spec.target_hidden_size_declared
+    if hf_ids is not None:
+        new["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": [i - 1 for i in hf_ids],
+                               "use_aux_hidden_state": spec.use_aux_hidden_state is not False}
+        job.changes.append(f"eagle_config.eagle_aux_hidden_state_layer_ids {[i - 1 for i in hf_ids]} "
+                           f"(SGLang output-of-layer convention for HF hidden_states {hf_ids})")
+    job.changes.append(f"flat config with architectures ['{job.profile.draft_class}']")
+    _carry(new, job.carried, job.changes)
+    return _honoured_flags(job, new)
+
+
+def _eagle(job: ConfigJob) -> dict[str, Any]:
+    """The EAGLE reference's flat Llama config (it hard-codes the aux layers)."""
+    new = {**_flat_llama(job.config, job.spec), "architectures": ["LlamaForCausalLM"], "draft_vocab_size": job.n}
+    job.changes.append("flat Llama config with architectures ['LlamaForCausalLM'] (EAGLE reference)")
+    _carry(new, job.carried, job.changes)
+    if job.hf_ids is not None:
+        job.notes.append(f"EAGLE hard-codes aux layers 2, L//2, L-3; this draft was trained on {job.hf_ids}")
+    return _honoured_flags(job, new)
+
+
+CONFIG_WRITERS: dict[str, ConfigWriter] = {"vllm": _vllm, "speculators": _speculators, "sglang": _sglang,
+                                           "eagle": _eagle}
+
+
+# -- shared steps -----------------------------------------------------------------------------
+def _keep_speculators(job: ConfigJob) -> dict[str, Any]:
+    """A speculators source as is, each absent flag written explicitly (engines read absent flags differently)."""
+    new = json.loads(json.dumps(job.config))
+    for flag in FLAG_NAMES:  # engines read some absent flags differently (EngineProfile.flag_defaults)
+        if new.get(flag) is None:
+            new[flag] = job.spec.flag(flag)
+            readers = _other_defaults(flag, new[flag])
+            job.changes.append(f"{flag}: {str(new[flag]).lower()} written explicitly (absent"
+                               + (f"; {', '.join(readers)} would read it as {str(not new[flag]).lower()})" if readers
+                                  else ")"))
+    missing = job.profile.speculators_missing(new)
+    if missing:
+        job.refusals.append(f"{job.profile.spec} rejects a speculators config without {', '.join(missing)} "
+                            "(set it in the source config.json first)")
+    return new
+
+
+def _honoured_flags(job: ConfigJob, new: dict[str, Any]) -> dict[str, Any]:
+    """Write each flag the engine honours where the draft needs it on (or its config sets it)."""
+    for flag, on in job.wanted.items():
+        if flag in job.profile.honoured_flags and (on or job.spec.flags.get(flag) is not None):
+            if new.get(flag) != on:
+                new[flag] = on
+                job.changes.append(f"{flag}: {str(on).lower()}")
+    return new
+
+
+def _other_defaults(flag: str, value: bool) -> list[str]:
+    """Engine versions that read ``flag`` as something other than ``value`` when a speculators config omits it."""
+    return [p.spec for p in all_profiles() if p.flag_defaults.get(flag, value) != value]
+
+
+def _flat_llama(config: dict[str, Any], spec: DraftSpec) -> dict[str, Any]:
+    layer = config.get("transformer_layer_config") if spec.flavour == "speculators" else config
+    return {k: v for k, v in dict(layer or {}).items() if k not in NOT_LLAMA}
+
+
+def _carry(new: dict[str, Any], carried: dict[str, Any] | None, changes: list[str]) -> None:
+    """Keep a speculators source's ``speculators_config`` (verifier, speculative_tokens) in a flat config, which
+    the engines ignore, so that converting back restores it. Only beside a ``model_type``: without one vLLM
+    would take a config holding ``speculators_config`` for a speculators config."""
+    if carried is not None and new.get("model_type"):
+        new["speculators_config"] = json.loads(json.dumps(carried))
+        changes.append("speculators_config kept (ignored by the engine; restored when converting back to speculators)")
