@@ -7,6 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from .errors import CheckpointError, Eagle3LensError, UsageError
+from .inputs import MiB, read_regular
+
+MAX_JSON_BYTES = 64 * MiB
+"""Largest JSON file read (a config, a shard index, a parameters file): megabytes at most in practice."""
 
 MAX_INT_DIGITS = 100
 """Longest integer a JSON file may hold: far above any size or id, far below Python's 4,300-digit limit for
@@ -25,12 +29,19 @@ def bounded_int(text: str) -> int:
     return int(text)
 
 
-def read_json(path: str | Path, what: str, error: type[Eagle3LensError] = UsageError) -> Any:
-    """The parsed contents of ``path``; an unreadable file, bad UTF-8, invalid JSON or nesting too deep for the
-    parser raises ``error`` (CheckpointError for checkpoint files, UsageError otherwise) as
-    ``"<path>: <problem with <what>>"``."""
+def read_json(path: str | Path, what: str, error: type[Eagle3LensError] = UsageError,
+              max_bytes: int = MAX_JSON_BYTES) -> Any:
+    """The parsed contents of ``path``; a path that is not a regular file of at most ``max_bytes``, an unreadable
+    file, bad UTF-8, invalid JSON or nesting too deep for the parser raises ``error`` (CheckpointError for
+    checkpoint files, UsageError otherwise) as ``"<path>: <problem with <what>>"``."""
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8"), parse_int=bounded_int)
+        if not Path(path).exists():  # said as before: "cannot read <what> (No such file or directory)"
+            raise FileNotFoundError(2, "No such file or directory", str(path))
+        return json.loads(read_regular(path, max_bytes, what).decode("utf-8"), parse_int=bounded_int)
+    except FileNotFoundError as exc:
+        problem = f"cannot read {what} ({exc.strerror or exc})"
+    except CheckpointError as exc:  # not a regular file, too large or unreadable
+        problem = exc.problem
     except _LongInteger as exc:
         problem = f"invalid {what}: {exc}"
     except OSError as exc:

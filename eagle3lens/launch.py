@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from .errors import UsageError
-from .inputfile import open_text_lines
+from .inputs import GiB, open_regular
 
 MAX_LAUNCH_CHARS = 1 << 20  # a pasted command line or one log line
 _SHELL_OPERATORS = {";", "&&", "||", "|", "&", "(", ")", ";;", "|&"}
@@ -251,7 +251,14 @@ def launch_from_log(path: str | Path) -> Launch | None:
 
 
 def _lines(path: str | Path) -> Iterator[str]:
-    yield from open_text_lines(path, "server log", max_line=MAX_LAUNCH_CHARS)
+    """The log's lines, each cut at :data:`MAX_LAUNCH_CHARS` (the rest of a longer line skipped in bounded reads)."""
+    limit = MAX_LAUNCH_CHARS * 4  # bytes: a UTF-8 character is at most 4
+    with open_regular(path, 2 * GiB, "server log") as handle:
+        while raw := handle.readline(limit):
+            if not raw.endswith(b"\n"):
+                while (rest := handle.readline(limit)) and not rest.endswith(b"\n"):
+                    pass
+            yield raw.decode("utf-8", "replace")[:MAX_LAUNCH_CHARS].rstrip("\r\n")
 
 
 def _call_keywords(text: str) -> dict[str, Any] | None:

@@ -275,3 +275,21 @@ def test_audit_reports_where_a_wheels_capturing_classes_differ_from_the_table(tm
                                                               "KimiK25ForConditionalGeneration")
     new = _fake_wheel(tmp_path / "c" / "sglang-0.5.99-py3-none-any.whl", {"m.py": same + entries}, "x = 1\n")
     assert compare_capture("sglang", "0.5.99", new)[0].status == "added"
+
+
+def test_a_fifo_log_or_config_is_one_line_and_never_blocks(tmp_path):
+    import os
+
+    fifo = tmp_path / "server.log"
+    os.mkfifo(fifo)
+    draft = sparse_eagle3_draft(tmp_path / "d")
+    target = kimi_target_config(tmp_path / "t")
+    base = [sys.executable, "-m", "eagle3lens", "wiring", "--draft", str(draft)]
+    out = subprocess.run(base + ["--target", str(target), "--log", str(fifo)], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "FIFO" in out.stderr
+    (tmp_path / "t2").mkdir()
+    os.mkfifo(tmp_path / "t2" / "config.json")
+    out = subprocess.run(base + ["--target", str(tmp_path / "t2"), "--launch", sglang("EAGLE3")],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "config.json" in out.stderr
