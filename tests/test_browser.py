@@ -126,9 +126,10 @@ def test_findings_table_in_exported_notebook_matches_the_report_layout(demo_dir,
     page.close()
     report = browser.new_page(viewport={"width": 1000, "height": 900})  # the standalone report: the same layout
     from eagle3lens.doctor import diagnose
+    from eagle3lens.render import render_report_html
 
     (tmp_path / "report.html").write_text(
-        diagnose(demo_dir / "speculators", engine="sglang==0.5.11", weights=False).to_html())
+        render_report_html(diagnose(demo_dir / "speculators", engine="sglang==0.5.11", weights=False)))
     report.goto((tmp_path / "report.html").as_uri())
     assert_findings_layout(report)
     report.close()
