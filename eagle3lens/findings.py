@@ -130,19 +130,6 @@ def to_jsonable(value: Any) -> Any:
     if hasattr(value, "item"):
         return to_jsonable(value.item())
     return str(value)
-    if isinstance(value, Mapping):
-        return {str(k): to_jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [to_jsonable(v) for v in value]
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        if hasattr(value, "to_dict"):
-            return to_jsonable(value.to_dict())
-        return to_jsonable(dataclasses.asdict(value))
-    if hasattr(value, "tolist"):  # numpy / torch
-        return to_jsonable(value.tolist())
-    if hasattr(value, "item"):
-        return to_jsonable(value.item())
-    return str(value)
 
 
 @dataclass

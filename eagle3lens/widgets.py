@@ -108,7 +108,7 @@ def acceptance_toggles(result: Any) -> widgets.VBox:
     causes = list(result.toggles)
     out = widgets.Output()
     buttons = widgets.ToggleButtons(options=[(CAUSE_LABELS.get(c, c), c) for c in causes] or [("no cause", None)],
-                                    description="fix alone")
+                                    value=None, description="fix alone")
 
     def redraw(_: Any = None) -> None:
         with out:
@@ -116,5 +116,7 @@ def acceptance_toggles(result: Any) -> widgets.VBox:
             show_figure(toggles_figure(result, selected=buttons.value))
 
     buttons.observe(redraw, names="value")
-    redraw()
-    return widgets.VBox([buttons, out])
+    # nothing is drawn until a cause is chosen (like probe_panel): the static twin in the next cell shows the
+    # first view, and a headless run never routes a figure through an Output widget's captured stream
+    hint = widgets.HTML("<i>choose a cause to see it fixed alone against as served and as trained</i>")
+    return widgets.VBox([hint, buttons, out])
