@@ -21,13 +21,15 @@ def demo_rich(result: DemoBuilt) -> Any:
     table.add_row("target/", f"tiny Llama target, {manifest['target']['num_hidden_layers']} layers")
     for name, variant in manifest["variants"].items():
         codes = ", ".join(variant["expected_findings"]) or "healthy"
-        codes += "".join(f"; {engine}: {', '.join(extra)}" for engine, extra in variant["expected_findings_by_engine"].items())
+        codes += "".join(f"; {engine}: {', '.join(extra) or 'loads cleanly'}"
+                         for engine, extra in variant["expected_findings_by_engine"].items())
         table.add_row(markup(f"{name}/"), markup(codes))
     kimi = manifest["kimi"]
     table.add_row("kimi-target/", f"tiny DeepSeek-V3 (Kimi-like: MLA + MoE), {kimi['target']['num_hidden_layers']} layers")
     for name, variant in kimi["variants"].items():
         codes = ", ".join(variant["expected_findings"]) or "healthy"
-        codes += "".join(f"; {engine}: {', '.join(extra)}" for engine, extra in variant["expected_findings_by_engine"].items())
+        codes += "".join(f"; {engine}: {', '.join(extra) or 'loads cleanly'}"
+                         for engine, extra in variant["expected_findings_by_engine"].items())
         table.add_row(markup(f"{name}/"), markup(codes))
     table.add_row("sglang.log, vllm.log", "logs/zero-acceptance")
     table.add_row("sglang-eagle.log", "eagle/ launched as EAGLE: wiring predicts trace/fc-bypassed")
