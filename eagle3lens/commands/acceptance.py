@@ -8,6 +8,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..findings import Report
+from ..progress import TqdmBars
 from . import add_output_options, example_epilog, finish, positive_int
 
 
@@ -32,38 +33,14 @@ def run(args: argparse.Namespace) -> int:
 
         data, target = live_samples(draft, args.target, args.prompts, args.engine, new_tokens=args.new_tokens,
                                     device=args.device, device_map=args.device_map, limit=args.limit)
-    with _bar(args) as progress:
-        result = estimate_acceptance(draft, data, target=target, engine=args.engine, steps=args.steps,
-                                     scenario=args.scenario, device=args.device, limit=args.limit,
-                                     fixed=not args.no_fixed, progress=progress)
+    progress = TqdmBars(unit="sample") if not args.json and sys.stderr.isatty() else None
+    result = estimate_acceptance(draft, data, target=target, engine=args.engine, steps=args.steps,
+                                 scenario=args.scenario, device=args.device, limit=args.limit,
+                                 fixed=not args.no_fixed, progress=progress)
     report = Report(checkpoint=draft.summary(), engine=result.engine)
     report.add("acceptance", result)
     report.notes.extend(result.notes)
     return finish(report, args)
-
-
-class _bar:
-    """A tqdm bar over samples on stderr (off with --json or when stderr is not a terminal)."""
-
-    def __init__(self, args: argparse.Namespace) -> None:
-        self.enabled = not args.json and sys.stderr.isatty()
-        self.bar: Any = None
-
-    def __enter__(self):
-        if not self.enabled:
-            return None
-        from tqdm import tqdm  # type: ignore[import-untyped]
-
-        def progress(done: int, total: int | None, label: str) -> None:
-            if self.bar is None:
-                self.bar = tqdm(total=total, unit=label.rstrip("s") or "sample", file=sys.stderr, desc="acceptance")
-            self.bar.update(done - self.bar.n)
-
-        return progress
-
-    def __exit__(self, *exc: object) -> None:
-        if self.bar is not None:
-            self.bar.close()
 
 
 def register(sub: argparse._SubParsersAction) -> None:

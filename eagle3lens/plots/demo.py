@@ -9,6 +9,15 @@ from .registry import rich_view
 from .style import markup
 
 
+def _variant_rows(table: Any, variants: dict[str, Any]) -> None:
+    """One row per variant: its own expected findings, then what each engine adds."""
+    for name, variant in variants.items():
+        codes = ", ".join(variant["expected_findings"]) or "healthy"
+        codes += "".join(f"; {engine}: {', '.join(extra) or 'loads cleanly'}"
+                         for engine, extra in variant["expected_findings_by_engine"].items())
+        table.add_row(markup(f"{name}/"), markup(codes))
+
+
 @rich_view.register
 def demo_rich(result: DemoBuilt) -> Any:
     from rich.console import Group
@@ -19,18 +28,10 @@ def demo_rich(result: DemoBuilt) -> Any:
     training = manifest["training"]
     table = Table("made", "what should be found", box=None, padding=(0, 2))
     table.add_row("target/", f"tiny Llama target, {manifest['target']['num_hidden_layers']} layers")
-    for name, variant in manifest["variants"].items():
-        codes = ", ".join(variant["expected_findings"]) or "healthy"
-        codes += "".join(f"; {engine}: {', '.join(extra) or 'loads cleanly'}"
-                         for engine, extra in variant["expected_findings_by_engine"].items())
-        table.add_row(markup(f"{name}/"), markup(codes))
+    _variant_rows(table, manifest["variants"])
     kimi = manifest["kimi"]
     table.add_row("kimi-target/", f"tiny DeepSeek-V3 (Kimi-like: MLA + MoE), {kimi['target']['num_hidden_layers']} layers")
-    for name, variant in kimi["variants"].items():
-        codes = ", ".join(variant["expected_findings"]) or "healthy"
-        codes += "".join(f"; {engine}: {', '.join(extra) or 'loads cleanly'}"
-                         for engine, extra in variant["expected_findings_by_engine"].items())
-        table.add_row(markup(f"{name}/"), markup(codes))
+    _variant_rows(table, kimi["variants"])
     table.add_row("sglang.log, vllm.log", "logs/zero-acceptance")
     table.add_row("sglang-eagle.log", "eagle/ launched as EAGLE: wiring predicts trace/fc-bypassed")
     commands = [Text.from_markup(f"  eagle3lens info {markup(paths.speculators)}", overflow="ignore"),
