@@ -152,16 +152,56 @@ def test_untrained_draft_accepts_nothing_in_any_view(demo_dir: Path) -> None:
 
 
 def test_aux_off_scenario(demo_dir: Path) -> None:
-    """No aux capture: SGLang skips fc and feeds the final state; vLLM's fc assert stops it; capture on restores."""
+    """No aux capture: SGLang's EAGLE algorithm skips fc, feeds the final state and installs the target's embed and
+    head (first N rows from 0.5.4.post2, ids unmapped): the draft accepts next to nothing, as the incident's logs say;
+    capture on restores; vLLM's fc assert stops it."""
     sg = estimate_acceptance(demo_dir / "eagle", demo_dir / "hidden-states", target=demo_dir / "target",
-                             engine=SGLANG, scenario="aux-off", limit=12, fixed=False)
+                             engine=SGLANG, scenario="aux-off", fixed=False)
     served = sg.views["as_served"]
-    assert served.setup["scenario"] == "aux-off" and served.accept_len is not None
+    assert served.setup["scenario"] == "aux-off" and served.accept_len is not None and served.accept_len <= 1.05
+    assert "EAGLE algorithm" in served.setup["weights"] and "first N rows" in served.setup["weights"]
     assert sg.toggles["aux-capture"] == pytest.approx(sg.views["as_trained"].accept_len)
+    assert sg.views["as_trained"].accept_len > 1.3
+    # the speculators draft as SGLang 0.5.11 serves it (decoder dropped) without aux capture: nothing either
+    spec = estimate_acceptance(demo_dir / "speculators", demo_dir / "hidden-states", target=demo_dir / "target",
+                               engine=SGLANG, scenario="aux-off", fixed=False)
+    assert spec.views["as_served"].accept_len is not None and spec.views["as_served"].accept_len <= 1.05
+    # before 0.5.4.post2 the draft's logits span the whole installed head: every target id is proposable
+    old = estimate_acceptance(demo_dir / "eagle", demo_dir / "hidden-states", target=demo_dir / "target",
+                              engine="sglang==0.5.4", scenario="aux-off", fixed=False, limit=8)
+    assert "all of its head" in old.views["as_served"].setup["weights"]
     vl = estimate_acceptance(demo_dir / "speculators", demo_dir / "hidden-states", target=demo_dir / "target",
                              engine="vllm==0.33.0", scenario="aux-off", limit=4, fixed=False)
     assert vl.views["as_served"].accept_len is None and "fc expects 192" in (vl.views["as_served"].error or "")
     assert [f.code for f in vl.findings] == ["acceptance/gap"]
+
+
+def test_never_written_parameters_hold_the_engines_init(demo_dir: Path, capsys) -> None:
+    """SGLang 0.5.11 drops speculators/'s decoder: its linears hold torch.empty memory (noise by default, zeros on
+    request), its norms 1.0; the setup lists them, and either reading leaves the served draft accepting nothing."""
+    views = {}
+    for empty in ("noise", "zeros"):
+        result = estimate_acceptance(demo_dir / "speculators", demo_dir / "hidden-states", target=demo_dir / "target",
+                                     engine=SGLANG, fixed=False, empty_memory=empty, limit=8)
+        views[empty] = result.views["as_served"]
+        never = views[empty].setup["never_written"]
+        assert never["layers.0.self_attn.q_proj.weight"] == f"torch.empty ({empty})"
+        assert never["layers.0.input_layernorm.weight"] == "ones"
+        assert "fc.weight" not in never and "lm_head.weight" not in never  # loaded
+        assert views[empty].accept_len is not None and views[empty].accept_len <= 1.05
+        assert any(f"torch.empty memory, modelled as {empty}" in n for n in result.notes)
+    whole = estimate_acceptance(demo_dir / "eagle", demo_dir / "hidden-states", target=demo_dir / "target",
+                                engine=SGLANG, fixed=False, limit=2)
+    assert whole.views["as_served"].setup["never_written"] == {}  # eagle/ loads whole on SGLang
+    code = cli.main(["acceptance", str(demo_dir / "speculators"), "--data", str(demo_dir / "hidden-states"),
+                     "--target", str(demo_dir / "target"), "--engine", SGLANG, "--steps", "2", "--limit", "2",
+                     "--no-fixed", "--empty-memory", "zeros", "--json"])  # exit 1: the gap is a finding
+    served = json.loads(capsys.readouterr().out)["results"]["acceptance"]["as_served"]
+    assert code == 1 and served["setup"]["never_written"]["layers.0.mlp.down_proj.weight"] == "torch.empty (zeros)"
+    with pytest.raises(SystemExit):
+        cli.main(["acceptance", str(demo_dir / "speculators"), "--data", str(demo_dir / "hidden-states"),
+                  "--target", str(demo_dir / "target"), "--empty-memory", "garbage"])
+    capsys.readouterr()
 
 
 def test_cli_json_contract(demo_dir: Path, capsys) -> None:

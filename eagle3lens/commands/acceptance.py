@@ -8,6 +8,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..findings import Report
+from ..probes.engine_init import EMPTY_MEMORY
 from ..progress import TqdmBars
 from . import add_output_options, example_epilog, finish, positive_int
 
@@ -36,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     progress = TqdmBars(unit="sample") if not args.json and sys.stderr.isatty() else None
     result = estimate_acceptance(draft, data, target=target, engine=args.engine, steps=args.steps,
                                  scenario=args.scenario, device=args.device, limit=args.limit,
-                                 fixed=not args.no_fixed, progress=progress)
+                                 fixed=not args.no_fixed, empty_memory=args.empty_memory, progress=progress)
     report = Report(checkpoint=draft.summary(), engine=result.engine)
     report.add("acceptance", result)
     report.notes.extend(result.notes)
@@ -66,7 +67,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--engine", metavar="E", help="serving engine NAME[==VERSION]: adds the as-served and fixed views")
     p.add_argument("--steps", type=positive_int, metavar="K",
                    help="draft steps per verify step (default: the config's speculative tokens, else 3)")
-    p.add_argument("--scenario", choices=("aux-off",), help="the engine captures no aux states (final state fed)")
+    p.add_argument("--scenario", choices=("aux-off",),
+                   help="the engine captures no aux states (final state fed; on SGLang its EAGLE algorithm, which also "
+                        "installs the target's embed and head)")
+    p.add_argument("--empty-memory", choices=EMPTY_MEMORY, default="noise",
+                   help="what a parameter the engine allocates with torch.empty and never writes holds: noise "
+                        "(default: uninitialised memory carries no trained signal) or zeros (the most favourable case)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where draft and teacher run")
     p.add_argument("--device-map", metavar="MAP", help="live capture: place the target with accelerate (e.g. auto)")
     p.add_argument("--limit", type=positive_int, metavar="N", help="score at most N samples")

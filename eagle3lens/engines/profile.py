@@ -112,6 +112,10 @@ class EngineProfile:
     embed_param: bool = True  # vLLM 0.9.0: embed_tokens exists only with pipeline parallelism
     tie_word_embeddings: bool = False  # honours config.tie_word_embeddings (lm_head = embed_tokens)
     reads_use_aux: bool = True  # the class drops fc when eagle_config.use_aux_hidden_state is false
+    # with no aux capture (SGLang's --speculative-algorithm EAGLE on an EAGLE-3 draft) the worker installs the
+    # target's embed and head and proposes draft ids unmapped; the logits span all V rows ("full") or only the
+    # first draft_vocab_size rows ("first-n": the draft's logits processor is built with vocab_size = N)
+    eagle_mode_vocab: Literal["full", "first-n"] | None = None
     inits: dict[str, str] = field(default_factory=dict)  # role / "linear" / "norm" -> init
     # loader rule
     steps: Steps = ()

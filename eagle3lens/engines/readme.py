@@ -32,10 +32,19 @@ def _sources(p: EngineProfile) -> str:
     return "<br>".join(parts)
 
 
+def _without_aux(p: EngineProfile) -> str:
+    """What the engine does with a draft when no aux states are captured."""
+    if p.eagle_mode_vocab == "full":
+        return "EAGLE algorithm: fc skipped, target embed + head, all V rows, ids unmapped"
+    if p.eagle_mode_vocab == "first-n":
+        return "EAGLE algorithm: fc skipped, target embed + head, first N rows, ids unmapped"
+    return {"always-assert": "fc asserts the width", "width-differs": "fc skipped"}.get(p.fc_gate, p.fc_gate)
+
+
 def engine_table() -> str:
     """Markdown: one row per serving version group (release range, spec, classes, key and config rules, hashes)."""
     head = ("| releases | `--engine` | draft classes | unknown keys | aux ids read from | flags honoured | "
-            "read from (sha256[:12]) |\n|---|---|---|---|---|---|---|")
+            "without aux capture | read from (sha256[:12]) |\n|---|---|---|---|---|---|---|---|")
     rows = []
     for p in all_profiles():
         if p.kind != "serving":
@@ -43,7 +52,7 @@ def engine_table() -> str:
         classes = ", ".join(f"`{c}`" for c in [p.draft_class, *(c.name for c in p.classes)])
         flags = ", ".join(sorted(p.honoured_flags)) or "none"
         rows.append(f"| {p.label} | `{p.spec}` | {classes} | {p.unknown} | {_ids(p)} ({p.aux_id_convention} "
-                    f"convention) | {flags} | {_sources(p)} |")
+                    f"convention) | {flags} | {_without_aux(p)} | {_sources(p)} |")
     return head + "\n" + "\n".join(rows)
 
 

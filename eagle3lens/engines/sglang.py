@@ -114,6 +114,10 @@ ASPECTS = (
                                              "output-of-layer (+1)")})),
         ("0.5.11", dict(aux_ids_sources=("eagle_config",), paths={}, default_path=None, path_notes={})),
     )),
+    Aspect("eagle mode", (  # eagle_worker.py: not is_eagle3() -> set_embed_and_head(target embed, target head)
+        ("0.4.4.post2", dict(eagle_mode_vocab="full")),  # LogitsProcessor(config): config.vocab_size = V
+        ("0.5.4.post2", dict(eagle_mode_vocab="first-n")),  # LogitsProcessor(config_), config_.vocab_size = draft_vocab_size
+    )),
     Aspect("classes", (
         ("0.4.4.post2", dict(classes=())),
         ("0.5.12", dict(classes=(MLA_0_5_12,))),

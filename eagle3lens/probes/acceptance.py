@@ -21,12 +21,14 @@ Views (each over the same samples, ``steps`` = K draft steps):
   accepted when it and every earlier step equal the target's greedy tokens. ``full_acc`` is then the
   per-position acceptance rate, ``cond_acc`` the rate given every earlier position was accepted, and the
   expected accept length per verify step is ``1 + sum(full_acc)`` (the bonus token included).
-  ``as_served`` loads only what the engine loads (``keys.simulate_load``; every parameter it never writes keeps
-  the reference module's init, a deterministic stand-in for ``torch.empty``), shares embed / lm_head from the
-  target where the engine does, reads d2t as the engine does, captures the layers the engine captures (aux-layer
-  resolver, in its convention) and applies its fc gate; ``scenario="aux-off"`` feeds the target's single final
-  (post-norm) hidden state instead. ``fixed`` is ``as_served`` on the checkpoint ``convert --to E`` writes (in a
-  temporary folder), with aux capture on.
+  ``as_served`` loads only what the engine loads (``keys.simulate_load``; every parameter it never writes holds
+  the engine's init, ``torch.empty`` memory modelled as noise or zeros: ``engine_init``), shares embed / lm_head
+  from the target where the engine does, reads d2t as the engine does, captures the layers the engine captures
+  (aux-layer resolver, in its convention) and applies its fc gate; ``scenario="aux-off"`` feeds the target's
+  single final (post-norm) hidden state instead, and on SGLang (whose route there is ``--speculative-algorithm
+  EAGLE``) also installs the target's embed and head as that worker does (``EngineProfile.eagle_mode_vocab``).
+  ``fixed`` is ``as_served`` on the checkpoint ``convert --to E`` writes (in a temporary folder), with aux
+  capture on.
 
 The verified tokens are the target's greedy tokens on the data's own prefix; where the data leaves the
 target's greedy path, a later step is checked against a prefix the server would not have seen
@@ -60,6 +62,7 @@ from ..errors import CheckpointError, UsageError
 from ..findings import Finding, Severity, fix_command
 from .acceptance_result import CAUSE_LABELS, AcceptanceResult, AcceptanceView
 from .data import Sample, describe_dump, iter_samples
+from .engine_init import EMPTY_MEMORY, EmptyMemory, apply_engine_init
 
 Progress = Callable[[int, "int | None", str], None]
 DEFAULT_STEPS = 3  # speculators' ttt_steps default
@@ -79,10 +82,12 @@ class Setup:
     gate: FcGate
     aux_off: bool = False
     weights: str = "as trained"
+    never_written: tuple[tuple[str, str], ...] = ()  # (parameter, the init it holds) the engine never wrote
 
     def describe(self) -> dict[str, Any]:
         return {"weights": self.weights, "layers_hf": list(self.layers), "fc_gate": self.gate,
-                "scenario": "aux-off" if self.aux_off else None}
+                "scenario": "aux-off" if self.aux_off else None,
+                "never_written": dict(self.never_written)}
 
 
 @dataclass
@@ -124,13 +129,17 @@ def estimate_acceptance(draft: str | Path | Checkpoint, data: str | Path | Itera
                         target: str | Path | Checkpoint | Any | None = None,
                         engine: str | EngineProfile | None = None, steps: int | None = None,
                         scenario: str | None = None, device: str = "cpu", limit: int | None = None,
-                        fixed: bool = True, progress: Progress | None = None) -> AcceptanceResult:
+                        fixed: bool = True, empty_memory: EmptyMemory = "noise",
+                        progress: Progress | None = None) -> AcceptanceResult:
     """Acceptance of ``draft`` over ``data`` (a dump path or Samples), as trained and as ``engine`` serves it.
 
     ``target``: the target checkpoint (its final norm and lm_head are the teacher; embed where the engine shares
     it) or a loaded HF model. ``steps``: draft steps K (default: the config's speculative token count, else 3).
     ``scenario="aux-off"``: the engine captures no aux states. ``fixed``: also score ``convert --to engine``.
+    ``empty_memory``: what a ``torch.empty`` parameter the engine never writes holds, ``"noise"`` or ``"zeros"``.
     """
+    if empty_memory not in EMPTY_MEMORY:
+        raise UsageError(f"--empty-memory is one of {', '.join(EMPTY_MEMORY)}, not {empty_memory!r}")
     if scenario not in (None, "aux-off"):
         raise UsageError(f"acceptance models the scenario 'aux-off' only, not {scenario!r}")
     if scenario and engine is None:
@@ -161,12 +170,17 @@ def estimate_acceptance(draft: str | Path | Checkpoint, data: str | Path | Itera
     tmp: tempfile.TemporaryDirectory[str] | None = None
     try:
         if profile is not None:
-            served = _served_setup(ckpt, profile, teacher, L, dev, aux_off=scenario == "aux-off")
-            setups["as_served"] = (served, True)
+            served = _served_setup(ckpt, profile, teacher, L, dev, aux_off=scenario == "aux-off", empty=empty_memory)
             toggles_setups = _toggle_setups(served, trained, ckpt, profile, aux_off=scenario == "aux-off")
+            if served.aux_off and profile.eagle_mode_vocab is not None:
+                served = _eagle_mode(served, teacher, profile)
+                toggles_setups = {name: _eagle_mode(st, teacher, profile) if st.aux_off else st
+                                  for name, st in toggles_setups.items()}
+            setups["as_served"] = (served, True)
+            notes.extend(_never_written_note(served, profile, empty_memory))
             if fixed and profile.kind == "serving":
                 tmp = tempfile.TemporaryDirectory(prefix="eagle3lens-fixed-")
-                fixed_setup, note = _fixed_setup(ckpt, profile, teacher, L, dev, Path(tmp.name))
+                fixed_setup, note = _fixed_setup(ckpt, profile, teacher, L, dev, Path(tmp.name), empty_memory)
                 if fixed_setup is not None:
                     setups["fixed"] = (fixed_setup, True)
                 notes.append(note)
@@ -359,19 +373,62 @@ def _trained_setup(ckpt: Checkpoint, teacher: Teacher, L: int, dev: torch.device
 
 
 def _served_setup(ckpt: Checkpoint, profile: EngineProfile, teacher: Teacher, L: int, dev: torch.device,
-                  aux_off: bool) -> Setup:
+                  aux_off: bool, empty: EmptyMemory) -> Setup:
     from .aux_layers import resolve_aux_layers
     from .keys import simulate_load
 
     load = simulate_load(ckpt, profile)
     module = _reference(ckpt, load.loaded_keys)
     loaded = {canonical_key(k) for k in load.loaded_keys}
+    never_written = apply_engine_init(module, _written(module, ckpt, load.loaded_keys), profile, empty=empty)
     for role, name, table in (("embed", "embed_tokens.weight", teacher.embed),
                               ("lm_head", "lm_head.weight", lambda: teacher.lm_head.cpu())):
-        if profile.shared(role, ckpt.spec) and (name not in loaded or role == "embed"):
-            _install(module, name, table())
+        if profile.shared(role, ckpt.spec) and (name not in loaded or role == "embed") and _install(module, name, table()):
+            never_written.pop(name, None)
     resolution = resolve_aux_layers(ckpt.spec, L, profile, checkpoint=ckpt.path)
-    return Setup(module.to(dev), resolution.captured, profile.fc_gate, aux_off, f"as {profile.spec} loads them")
+    return Setup(module.to(dev), resolution.captured, profile.fc_gate, aux_off, f"as {profile.spec} loads them",
+                 tuple(sorted(never_written.items())))
+
+
+def _never_written_note(served: Setup, profile: EngineProfile, empty: EmptyMemory) -> list[str]:
+    empty_params = [name for name, init in served.never_written if init.startswith("torch.empty")]
+    if not empty_params:
+        return []
+    names = ", ".join(empty_params[:3]) + (f" and {len(empty_params) - 3} more" if len(empty_params) > 3 else "")
+    other = "zeros" if empty == "noise" else "noise"
+    return [f"as served: {len(empty_params)} parameters {profile.spec} never writes hold torch.empty memory, "
+            f"modelled as {empty} (--empty-memory {other} for the other reading): {names}"]
+
+
+def _eagle_mode(served: Setup, teacher: Teacher, profile: EngineProfile) -> Setup:
+    """``served`` as SGLang runs an EAGLE-3 draft without aux capture (``--speculative-algorithm EAGLE``).
+
+    The worker installs the target's embed and head (``set_embed_and_head``); the draft's logits span the head's
+    first N rows (``first-n``) or all V (``full``), and a draft id is proposed as that target id (no
+    ``hot_token_id``): d2t is not read.
+    """
+    cfg = served.draft.cfg
+    vocab = cfg.draft_vocab if profile.eagle_mode_vocab == "first-n" else cfg.vocab
+    module = Eagle3Draft(replace(cfg, draft_vocab=vocab))
+    own = module.state_dict()
+    kept = {k: v for k, v in served.draft.state_dict().items() if k in own and v.shape == own[k].shape
+            and k not in ("lm_head.weight", "d2t")}
+    module.load_state_dict(kept, strict=False)
+    _install(module, "embed_tokens.weight", teacher.embed())
+    _install(module, "lm_head.weight", teacher.lm_head[:vocab].cpu())
+    with torch.no_grad():
+        _d2t(module).zero_()
+    rows = "the first N rows of" if vocab < cfg.vocab else "all of"
+    weights = (f"{served.weights}; no aux capture is {profile.spec}'s EAGLE algorithm: the target's embed and "
+               f"{rows} its head installed, draft ids proposed unmapped (d2t unused)")
+    return replace(served, draft=module.eval().to(next(served.draft.parameters()).device), weights=weights)
+
+
+def _written(module: Eagle3Draft, ckpt: Checkpoint, keys: Iterable[str]) -> set[str]:
+    """The module's parameters the engine's load wrote (a key of the wrong shape writes nothing)."""
+    own = module.state_dict()
+    return {canonical_key(k) for k in keys
+            if canonical_key(k) in own and tuple(ckpt.tensors[k].shape) == tuple(own[canonical_key(k)].shape)}
 
 
 def _toggle_setups(served: Setup, trained: Setup, ckpt: Checkpoint, profile: EngineProfile,
@@ -406,7 +463,7 @@ def _toggle_setups(served: Setup, trained: Setup, ckpt: Checkpoint, profile: Eng
 
 
 def _fixed_setup(ckpt: Checkpoint, profile: EngineProfile, teacher: Teacher, L: int, dev: torch.device,
-                 tmp: Path) -> tuple[Setup | None, str]:
+                 tmp: Path, empty: EmptyMemory) -> tuple[Setup | None, str]:
     from ..convert import convert
     from ..errors import ConversionRefused
 
@@ -415,7 +472,7 @@ def _fixed_setup(ckpt: Checkpoint, profile: EngineProfile, teacher: Teacher, L: 
         convert(ckpt.path, profile.spec, out, progress=False)
     except (ConversionRefused, UsageError) as exc:
         return None, f"fixed: not scored, convert --to {profile.spec} refused ({str(exc)[:160]})"
-    setup = _served_setup(Checkpoint.open(out), profile, teacher, L, dev, aux_off=False)
+    setup = _served_setup(Checkpoint.open(out), profile, teacher, L, dev, aux_off=False, empty=empty)
     return replace(setup, weights=f"after convert --to {profile.spec}, as it loads them"), \
         f"fixed: the checkpoint `eagle3lens convert --to {profile.spec}` writes, served with aux capture on"
 
@@ -426,11 +483,14 @@ def _clone(module: Eagle3Draft) -> Eagle3Draft:
     return copy.eval()
 
 
-def _install(module: Eagle3Draft, name: str, table: torch.Tensor | None) -> None:
+def _install(module: Eagle3Draft, name: str, table: torch.Tensor | None) -> bool:
+    """Copy ``table`` into parameter ``name`` when it fits; whether it did."""
     own = module.state_dict()[name]
-    if table is not None and tuple(table.shape) == tuple(own.shape):
-        with torch.no_grad():
-            own.copy_(table.to(own.device, own.dtype))
+    if table is None or tuple(table.shape) != tuple(own.shape):
+        return False
+    with torch.no_grad():
+        own.copy_(table.to(own.device, own.dtype))
+    return True
 
 
 def _draft_rows(module: Eagle3Draft) -> torch.Tensor | None:
