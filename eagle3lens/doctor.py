@@ -223,8 +223,11 @@ def diagnose(
         run("logs", parse_log, log, engine=log_engine, num_draft_tokens=num_draft_tokens, baseline_tps=baseline_tps)
     else:
         skipped["logs"] = "no --log given: acceptance not read"
+    _predict(report, run, ckpt, tgt or config_target, profile, launch, log)
     if (data is not None or prompts is not None) and tgt is not None and ckpt.config is not None:
         from .probes.acceptance import doctor_acceptance
+
+        scenario = scenario or (_launch_scenario(report) if profile is not None else None)
 
         logs = report.results.get("logs")
         logged = logs.summary.mean_accept_len if logs is not None else None
@@ -242,13 +245,22 @@ def diagnose(
     elif data is not None:
         skipped["provenance"] = "needs --target: the dump's states are matched against the target's layers"
 
-    _predict(report, run, ckpt, tgt or config_target, profile, launch, log)
-
     # the log probe's own fix is "run the doctor": here the causes above are the fix
     report.findings = rank_findings([replace(f, fix=None) if f.area == "logs" else f for f in report.findings])
     triage = Triage(rank_causes(report.findings), tuple(ran), skipped)
     report.results = {"doctor": triage, **report.results}
     return report
+
+
+def _launch_scenario(report: Report) -> str | None:
+    """``aux-off`` when the launch's predicted wiring captures no aux states and the draft still runs (fc bypassed):
+    the offline acceptance then scores the draft as that launch serves it."""
+    prediction = report.results.get("prediction")
+    if prediction is None or prediction.aux_capture or prediction.outcome != "fc-bypassed":
+        return None
+    report.notes.append(f"acceptance scored under the aux-off scenario: the launch ({prediction.launch.source}) "
+                        "captures no aux states")
+    return "aux-off"
 
 
 def _predict(report: Report, run: Any, ckpt: Any, tgt: Any, profile: EngineProfile | None,

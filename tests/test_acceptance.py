@@ -338,6 +338,22 @@ def test_doctor_holds_the_estimate_against_the_log(demo_dir: Path, tmp_path: Pat
     assert not any("explained by" in n for n in differ.notes)
 
 
+def test_doctor_scores_an_eagle_launch_as_aux_off(demo_dir: Path) -> None:
+    """sglang-eagle.log records an EAGLE (not EAGLE3) launch: the doctor's acceptance follows the predicted wiring
+    (no aux capture), agrees with that log's 1.00 and names the launch flag as the fix."""
+    from eagle3lens.doctor import diagnose
+
+    report = diagnose(demo_dir / "eagle", engine=SGLANG, target=demo_dir / "target", data=demo_dir / "hidden-states",
+                      log=demo_dir / "sglang-eagle.log", weights=False)
+    served = report.results["acceptance"].views["as_served"]
+    assert served.setup["scenario"] == "aux-off" and served.accept_len is not None and served.accept_len <= 1.05
+    assert any("aux-off scenario: the launch" in n for n in report.notes)
+    assert any("explained by the causes above" in n for n in report.notes)
+    assert "acceptance/served-vs-log-mismatch" not in [f.code for f in report.findings]
+    (gap,) = [f for f in report.findings if f.code == "acceptance/gap"]
+    assert "EAGLE3" in (gap.fix or "") and "convert" not in (gap.fix or "")
+
+
 def test_aux_ids_in_the_other_convention(demo_dir: Path, tmp_path: Path) -> None:
     """vLLM's V1 runner reads eagle/'s SGLang-convention ids raw (the default V2 runner ignores them): live capture scores it and the aux-ids toggle restores it;
     a dump without those layers leaves as served unscored (a note, no finding)."""

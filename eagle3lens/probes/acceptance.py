@@ -775,13 +775,26 @@ def gap_findings(result: AcceptanceResult, ckpt: Checkpoint) -> list[Finding]:
                         for c, v in result.toggles.items())
     title = (f"as served by {result.engine}: accept len {served:.2f}; as trained: {trained:.2f}"
              + (f"; after convert: {fixed:.2f}" if fixed is not None else ""))
-    restores = fixed is not None and abs(fixed - trained) <= max(0.05, 0.05 * trained)
     return [Finding("acceptance/gap", severity, title,
                     f"Offline, on {result.samples} samples with K = {result.steps}: the draft as {result.engine} loads "
                     f"and wires it accepts {served:.2f} tokens per verify step, as trained {trained:.2f}."
                     + (f" Each cause fixed alone: {toggles}." if toggles else ""),
-                    evidence=_evidence(result),
-                    fix=fix_command("convert", ckpt.path, "--to", result.engine, "OUT") if restores else None)]
+                    evidence=_evidence(result), fix=_gap_fix(result, ckpt, trained, fixed))]
+
+
+def _gap_fix(result: AcceptanceResult, ckpt: Checkpoint, trained: float, fixed: float | None) -> str | None:
+    """convert when it restores as trained; with aux capture off, switching capture on (and convert if needed)."""
+    def restores(value: float | None) -> bool:
+        return value is not None and abs(value - trained) <= max(0.05, 0.05 * trained)
+
+    convert = fix_command("convert", ckpt.path, "--to", result.engine or "", "OUT")
+    view = result.views.get("as_served")
+    if view is not None and view.setup.get("scenario") == "aux-off":
+        capture = "switch aux hidden-state capture on (SGLang: --speculative-algorithm EAGLE3)"
+        if restores(result.toggles.get("aux-capture")):
+            return capture
+        return f"{capture}, and {convert}" if restores(fixed) else None
+    return convert if restores(fixed) else None
 
 
 def _evidence(result: AcceptanceResult) -> dict[str, Any]:
