@@ -595,6 +595,7 @@ Try:
     eagle3lens weights broken-untrained --target target
     eagle3lens trace --target kimi-target --draft kimi-mla --engine sglang==0.5.23
     eagle3lens acceptance speculators --data hidden-states --target target --engine sglang==0.5.11
+    eagle3lens doctor eagle --engine sglang==0.5.11 --target target --data hidden-states --log sglang-eagle.log
 
 `hidden-states/` holds the held-out sequences' aux and last hidden states in speculators' offline format
 (`hs_{{i}}.safetensors`), so `eagle3lens acceptance` (and notebook 06) run here out of the box.
