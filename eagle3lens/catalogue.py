@@ -155,6 +155,9 @@ CODES: tuple[Code, ...] = (
     Code("acceptance/gap", owner="acceptance", severity="critical", rank=215,
          meaning="offline: the draft as the engine serves it accepts less than as trained (every view and per-cause "
                  "toggle in `evidence`; a measurement of the causes above, never ranked as a cause)"),
+    Code("acceptance/not-restored", owner="acceptance", severity="critical", rank=215,
+         meaning="`convert --data`: offline, the converted draft as the engine serves it still accepts less than "
+                 "the draft as trained"),
     Code("acceptance/served-vs-log-mismatch", owner="acceptance", severity="warning", rank=215,
          meaning="the offline as-served estimate disagrees with the accept len the server logged: something outside "
                  "the checkpoint differs (sampling, tree width, a wiring path not modelled)"),

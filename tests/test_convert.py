@@ -319,3 +319,37 @@ def test_every_engine_config_style_has_a_config_writer() -> None:
     from eagle3lens.engines import all_profiles
 
     assert {p.config_style for p in all_profiles()} <= set(CONFIG_WRITERS)
+
+
+def test_convert_data_verifies_acceptance_as_served(demo_dir, tmp_path, capsys):
+    """--data: the output as the engine serves it is scored against the source as trained (offline)."""
+    out = tmp_path / "fixed"
+    code = main(["convert", str(demo_dir / "speculators"), "--to", "sglang==0.5.11", str(out), "--data",
+                 str(demo_dir / "hidden-states"), "--target", str(demo_dir / "target"), "--limit", "6", "--json"])
+    data = json.loads(capsys.readouterr().out)
+    views = data["results"]["acceptance"]
+    assert code == 0 and not data["findings"]
+    assert views["fixed"]["accept_len"] == pytest.approx(views["as_trained"]["accept_len"], abs=1e-9)
+    assert views["as_served"]["accept_len"] <= 1.05  # the source as SGLang 0.5.11 serves it: why convert
+    assert views["fixed"]["setup"]["weights"].startswith(str(out))
+    assert any(n.startswith("acceptance verified") for n in data["notes"])
+
+
+def test_convert_data_catches_an_output_that_lost_the_training(demo_dir):
+    from eagle3lens.probes.acceptance import verify_conversion
+
+    result = verify_conversion(demo_dir / "speculators", demo_dir / "broken-untrained", demo_dir / "hidden-states",
+                               target=demo_dir / "target", engine="sglang==0.5.11", limit=6)
+    (finding,) = result.findings
+    assert finding.code == "acceptance/not-restored" and finding.severity.value == "critical"
+    assert result.accept_len("fixed") < result.accept_len("as_trained") - 0.1
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--data", "D"], "needs --to E and --target T"),
+    (["--to", "sglang==0.5.11", "--data", "D"], "needs --to E and --target T"),
+    (["--to", "sglang==0.5.11", "--target", "T"], "--target serves --repair-d2t"),
+])
+def test_convert_data_usage_errors(demo_dir, tmp_path, capsys, extra, message):
+    code = main(["convert", str(demo_dir / "speculators"), str(tmp_path / "out"), *extra])
+    assert code == 2 and message in capsys.readouterr().err and not (tmp_path / "out").exists()

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from ..checkpoint import Checkpoint
 from ..errors import UsageError
 from ..findings import Report
-from . import add_output_options, example_epilog, finish
+from . import add_output_options, example_epilog, finish, positive_int
 
 
 def _repair_tensors(path: str, target: str | None) -> dict:
@@ -24,8 +25,11 @@ def run(args: argparse.Namespace) -> int:
     args.checkpoint, args.out = args.paths[0], (args.paths[1] if len(args.paths) == 2 else None)
     if args.in_place == (args.out is not None):
         raise UsageError("give either OUT or --in-place (exactly one)")
-    if args.target and not args.repair_d2t:
-        raise UsageError("--target only serves --repair-d2t (its lm_head rows can prove the repair)")
+    if args.target and not (args.repair_d2t or args.data):
+        raise UsageError("--target serves --repair-d2t (its lm_head rows can prove the repair) and --data (its final "
+                         "norm and lm_head are the teacher)")
+    if args.data and not (args.to and args.target):
+        raise UsageError("--data verifies acceptance as engine E serves the output: it needs --to E and --target T")
     overrides = _repair_tensors(args.checkpoint, args.target) if args.repair_d2t else None
     result = convert(args.checkpoint, args.to, None if args.in_place else args.out, in_place=args.in_place,
                      force=args.force, tensor_overrides=overrides, progress=not args.json)
@@ -33,7 +37,24 @@ def run(args: argparse.Namespace) -> int:
     report.add("convert", result)
     if result.load is not None:
         report.add("keys", result.load)
+    if args.data:
+        verified = _verify(args, result)
+        report.add("acceptance", verified)
+        report.notes.extend(verified.notes)
     return finish(report, args)
+
+
+def _verify(args: argparse.Namespace, result: Any) -> Any:
+    """Acceptance of the output as the engine serves it, against the source as trained (``--data``)."""
+    import sys
+
+    from ..probes.acceptance import verify_conversion
+    from ..progress import TqdmBars
+
+    source = result.backup if args.in_place else args.checkpoint  # in place: the original is kept as CKPT.orig
+    progress = TqdmBars(unit="sample") if not args.json and sys.stderr.isatty() else None
+    return verify_conversion(source, result.out, args.data, target=args.target, engine=result.engine,
+                             limit=args.limit, progress=progress)
 
 
 def _intermixed(parser: argparse.ArgumentParser) -> None:
@@ -53,21 +74,26 @@ def _intermixed(parser: argparse.ArgumentParser) -> None:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("convert", usage="eagle3lens convert CKPT (OUT | --in-place) [--to E] [--repair-d2t [--target T]] "
-                                        "[--force] [--json] [--fail-on SEVERITY]",
+    p = sub.add_parser("convert", usage="eagle3lens convert CKPT (OUT | --in-place) [--to E] [--repair-d2t] [--target T] "
+                                        "[--data D [--limit N]] [--force] [--json] [--fail-on SEVERITY]",
                        help="rename keys / rewrite config for an engine, safely (temp, verify, rename)",
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        epilog=example_epilog("eagle3lens convert demo/speculators --to sglang==0.5.11 fixed/",
                                              "eagle3lens convert demo/speculators --to sglang==0.5.11 --in-place   # keeps .orig",
                                              "eagle3lens convert demo/broken-d2t-double-subtracted --repair-d2t fixed/",
-                                             "eagle3lens convert demo/broken-d2t-missing --repair-d2t --target demo/target fixed/"))
+                                             "eagle3lens convert demo/broken-d2t-missing --repair-d2t --target demo/target fixed/",
+                                             "eagle3lens convert demo/speculators --to sglang==0.5.11 fixed/ --data demo/hidden-states "
+                                             "--target demo/target"))
     p.add_argument("paths", metavar="CKPT [OUT]", nargs="+", help="source checkpoint, then the new directory (must not exist)")
     p.add_argument("--to", metavar="E", help="target engine NAME[==VERSION]; omit with --repair-d2t to keep the layout")
     p.add_argument("--in-place", action="store_true", help="replace the CKPT directory, keeping the original as CKPT.orig (not for a single file)")
     p.add_argument("--force", action="store_true", help="write even what the engine will not use faithfully (a convert/forced warning per item)")
     p.add_argument("--repair-d2t", action="store_true", help="also write the d2t repair the vocab probe proves")
-    p.add_argument("--target", metavar="T", help="with --repair-d2t: target model whose lm_head rows the draft copies "
-                                                 "(proves repairs that t2d alone cannot)")
+    p.add_argument("--target", metavar="T", help="target model: with --repair-d2t, whose lm_head rows the draft copies "
+                                                 "(proves repairs that t2d alone cannot); with --data, the teacher")
+    p.add_argument("--data", metavar="D", help="hidden-state dump: verify offline that the output, as engine E serves "
+                                               "it, accepts what the draft accepts as trained (needs --to, --target)")
+    p.add_argument("--limit", type=positive_int, metavar="N", help="with --data: score at most N samples")
     add_output_options(p)
     p.set_defaults(func=run)
     _intermixed(p)

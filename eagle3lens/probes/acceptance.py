@@ -129,13 +129,14 @@ def estimate_acceptance(draft: str | Path | Checkpoint, data: str | Path | Itera
                         target: str | Path | Checkpoint | Any | None = None,
                         engine: str | EngineProfile | None = None, steps: int | None = None,
                         scenario: str | None = None, device: str = "cpu", limit: int | None = None,
-                        fixed: bool = True, empty_memory: EmptyMemory = "noise",
+                        fixed: bool | str | Path = True, empty_memory: EmptyMemory = "noise",
                         progress: Progress | None = None) -> AcceptanceResult:
     """Acceptance of ``draft`` over ``data`` (a dump path or Samples), as trained and as ``engine`` serves it.
 
     ``target``: the target checkpoint (its final norm and lm_head are the teacher; embed where the engine shares
     it) or a loaded HF model. ``steps``: draft steps K (default: the config's speculative token count, else 3).
-    ``scenario="aux-off"``: the engine captures no aux states. ``fixed``: also score ``convert --to engine``.
+    ``scenario="aux-off"``: the engine captures no aux states. ``fixed``: also score ``convert --to engine`` (a
+    path: score that checkpoint, one ``convert`` already wrote, as the fixed view).
     ``empty_memory``: what a ``torch.empty`` parameter the engine never writes holds, ``"noise"`` or ``"zeros"``.
     """
     if empty_memory not in EMPTY_MEMORY:
@@ -178,7 +179,12 @@ def estimate_acceptance(draft: str | Path | Checkpoint, data: str | Path | Itera
                                   for name, st in toggles_setups.items()}
             setups["as_served"] = (served, True)
             notes.extend(_never_written_note(served, profile, empty_memory))
-            if fixed and profile.kind == "serving":
+            if isinstance(fixed, (str, Path)):  # a checkpoint convert already wrote: scored as the fixed view
+                converted = Checkpoint.open(fixed).require_draft()
+                setup = _served_setup(converted, profile, teacher, L, dev, aux_off=False, empty=empty_memory)
+                setups["fixed"] = (replace(setup, weights=f"{converted.path} as {profile.spec} loads it"), True)
+                notes.append(f"fixed: {converted.path}, served by {profile.spec} with aux capture on")
+            elif fixed and profile.kind == "serving":
                 tmp = tempfile.TemporaryDirectory(prefix="eagle3lens-fixed-")
                 fixed_setup, note = _fixed_setup(ckpt, profile, teacher, L, dev, Path(tmp.name), empty_memory)
                 if fixed_setup is not None:
@@ -782,10 +788,48 @@ def gap_findings(result: AcceptanceResult, ckpt: Checkpoint) -> list[Finding]:
                     evidence=_evidence(result), fix=_gap_fix(result, ckpt, trained, fixed))]
 
 
+def restored(result: AcceptanceResult) -> bool | None:
+    """Whether the fixed view accepts what the draft accepts as trained, within noise (None: not both scored)."""
+    trained, fixed = result.accept_len("as_trained"), result.accept_len("fixed")
+    if trained is None or fixed is None:
+        return None
+    return _within_noise(fixed, trained)
+
+
+def _within_noise(value: float | None, trained: float) -> bool:
+    return value is not None and abs(value - trained) <= max(0.05, 0.05 * trained)
+
+
+def verify_conversion(source: str | Path, out: str | Path, data: str | Path, *, target: str | Path,
+                      engine: str | EngineProfile, steps: int | None = None, device: str = "cpu",
+                      limit: int | None = None, progress: Progress | None = None) -> AcceptanceResult:
+    """``convert --data``: the source as trained and as ``engine`` serves it, beside ``out`` (what convert wrote)
+    as ``engine`` serves it; ``acceptance/not-restored`` when ``out`` falls short of as trained."""
+    result = estimate_acceptance(source, data, target=target, engine=engine, steps=steps, device=device,
+                                 limit=limit, fixed=out, progress=progress)
+    trained, fixed = result.accept_len("as_trained"), result.accept_len("fixed")
+    view = result.views.get("fixed")
+    if fixed is None and view is not None and view.unavailable:  # the data lacks a layer the engine captures
+        return replace(result, findings=(), notes=(*result.notes, f"acceptance not verified: {view.unavailable}"))
+    if restored(result):
+        note = (f"acceptance verified: {out} as served by {result.engine} accepts {fixed:.2f}, as trained "
+                f"{trained:.2f}")
+        return replace(result, findings=(), notes=(*result.notes, note))
+    shown = "not scored" if fixed is None else f"{fixed:.2f}"
+    finding = Finding("acceptance/not-restored", Severity.CRITICAL,
+                      f"after convert, as served by {result.engine}: accept len {shown}; as trained: "
+                      + ("-" if trained is None else f"{trained:.2f}"),
+                      f"Offline, on {result.samples} samples with K = {result.steps}: {out} as {result.engine} loads "
+                      "and wires it does not accept what the draft accepts as trained. Something convert does not "
+                      "change still differs (aux layers, the launch, the engine release).",
+                      evidence=_evidence(result))
+    return replace(result, findings=(finding,))
+
+
 def _gap_fix(result: AcceptanceResult, ckpt: Checkpoint, trained: float, fixed: float | None) -> str | None:
     """convert when it restores as trained; with aux capture off, switching capture on (and convert if needed)."""
     def restores(value: float | None) -> bool:
-        return value is not None and abs(value - trained) <= max(0.05, 0.05 * trained)
+        return _within_noise(value, trained)
 
     convert = fix_command("convert", ckpt.path, "--to", result.engine or "", "OUT")
     view = result.views.get("as_served")
