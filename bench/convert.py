@@ -26,7 +26,7 @@ from _fullsize import make_sparse_draft  # noqa: E402
 
 COPY = "import shutil, sys, time; t=time.perf_counter(); shutil.copytree(sys.argv[1], sys.argv[2]); print('WALL', time.perf_counter()-t)"
 CONVERT = ("import sys, time; from eagle3lens.convert import convert; t=time.perf_counter(); "
-           "convert(sys.argv[1], 'sglang==0.5.11', sys.argv[2], progress=False); print('WALL', time.perf_counter()-t)")
+           "convert(sys.argv[1], 'sglang==0.5.11', sys.argv[2]); print('WALL', time.perf_counter()-t)")
 
 
 def run(code: str, src: Path, dst: Path) -> tuple[float, float]:

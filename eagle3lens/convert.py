@@ -15,7 +15,6 @@ the two renames would leave new weights under an old config). OUT may not be the
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
@@ -25,6 +24,7 @@ from .convert_config import convert_config
 from .engines import EngineProfile, resolve
 from .errors import ConversionRefused, Eagle3LensError, UsageError
 from .findings import Finding, Severity, to_jsonable
+from .progress import Counter, Progress
 from .safetensors_header import read_header
 from .safetensors_writer import tensor_nbytes, write_file
 from .safewrite import copy_side_files, recover, replace_dir
@@ -75,7 +75,7 @@ class _Plan:
 
 
 def convert(ckpt_path: str | Path, to: str | None, out: str | Path | None, in_place: bool = False, force: bool = False,
-            tensor_overrides: Mapping[str, Any] | None = None, progress: bool = True) -> ConvertResult:
+            tensor_overrides: Mapping[str, Any] | None = None, progress: Progress | None = None) -> ConvertResult:
     """Rewrite ``ckpt_path`` so engine ``to`` loads every tensor (``to=None``: same layout, overrides only)."""
     recovered: list[str] = []
     if in_place:  # an earlier --in-place run killed between its renames left CKPT as CKPT.orig: roll it back first
@@ -211,10 +211,8 @@ def _plan(ckpt: Checkpoint, profile: EngineProfile) -> _Plan:
 
 
 # -- writing ----------------------------------------------------------------------------------
-def _write(ckpt: Checkpoint, plan: _Plan, overrides: Mapping[str, Any], tmp: Path, progress: bool,
+def _write(ckpt: Checkpoint, plan: _Plan, overrides: Mapping[str, Any], tmp: Path, progress: Progress | None,
            side_notes: list[str]) -> None:
-    from tqdm import tqdm
-
     files: dict[Path, list[str]] = {f: [] for f in ckpt.files}
     for key, info in sorted(ckpt.tensors.items(), key=lambda kv: (kv[1].begin or 0)):
         if key in plan.names:
@@ -224,12 +222,12 @@ def _write(ckpt: Checkpoint, plan: _Plan, overrides: Mapping[str, Any], tmp: Pat
     total = sum(ckpt.tensors[k].nbytes for keys in files.values() for k in keys if k in ckpt.tensors)
     weight_map: dict[str, str] = {}
     out_names = _output_names(ckpt)
-    with tqdm(total=total, unit="B", unit_scale=True, disable=not progress, file=sys.stderr, desc="writing") as bar:
-        for src_file, keys in files.items():
-            out_name = out_names[src_file]
-            metadata = read_header(src_file).metadata if src_file.suffix == ".safetensors" else {"format": "pt"}
-            write_file(ckpt, keys, plan.names, overrides, tmp / out_name, metadata, bar)
-            weight_map.update({plan.names[k]: out_name for k in keys})
+    written = Counter(progress, total, "writing")
+    for src_file, keys in files.items():
+        out_name = out_names[src_file]
+        metadata = read_header(src_file).metadata if src_file.suffix == ".safetensors" else {"format": "pt"}
+        write_file(ckpt, keys, plan.names, overrides, tmp / out_name, metadata, written)
+        weight_map.update({plan.names[k]: out_name for k in keys})
     if ckpt.index is not None or len(ckpt.files) > 1:
         total_size = sum(tensor_nbytes(ckpt, overrides, k) for keys in files.values() for k in keys)
         index = {"metadata": {**index_metadata(ckpt), "total_size": total_size},

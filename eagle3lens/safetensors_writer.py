@@ -13,6 +13,7 @@ from typing import Any, Mapping
 
 from .checkpoint import Checkpoint, TensorInfo
 from .errors import CheckpointError, UsageError
+from .progress import Counter
 from .safetensors_header import st_dtype
 
 CHUNK = 1 << 20  # userspace copies: a buffer that stays in L2
@@ -36,9 +37,9 @@ def tensor_nbytes(ckpt: Checkpoint, overrides: Mapping[str, Any], key: str) -> i
 
 
 def write_file(ckpt: Checkpoint, keys: list[str], names: dict[str, str], overrides: Mapping[str, Any], path: Path,
-               metadata: dict[str, str], bar: Any) -> None:
+               metadata: dict[str, str], written: Counter) -> None:
     """Write ``keys`` of ``ckpt`` (renamed by ``names``; ``overrides`` replace tensors or add new ones) as one
-    safetensors file at ``path``, advancing ``bar`` by the bytes written."""
+    safetensors file at ``path``, adding the bytes written to ``written``."""
     header: dict[str, Any] = {"__metadata__": metadata} if metadata else {}
     offset = 0
     for key in keys:
@@ -59,10 +60,10 @@ def write_file(ckpt: Checkpoint, keys: list[str], names: dict[str, str], overrid
             if key in overrides:
                 data = tensor_bytes(overrides[key])
                 fh.write(data)
-                bar.update(len(data))
+                written.add(len(data))
                 continue
             copy_tensor(ckpt, key, fh)
-            bar.update(ckpt.tensors[key].nbytes)
+            written.add(ckpt.tensors[key].nbytes)
 
 
 def header_padding(json_len: int, first_begin: int | None) -> int:

@@ -31,7 +31,7 @@ def spec_dir(tmp_path):
 
 def test_speculators_to_sglang_0_5_11_round_trip(spec_dir, tmp_path):
     before = _snapshot(spec_dir)
-    result = convert(spec_dir, "sglang==0.5.11", tmp_path / "sg", progress=False)
+    result = convert(spec_dir, "sglang==0.5.11", tmp_path / "sg")
     assert _snapshot(spec_dir) == before  # source untouched
     out = Checkpoint.open(tmp_path / "sg")
     load = simulate_load(out, "sglang==0.5.11", num_target_layers=10)
@@ -42,7 +42,7 @@ def test_speculators_to_sglang_0_5_11_round_trip(spec_dir, tmp_path):
     assert cfg["architectures"] == ["LlamaForCausalLMEagle3"] and cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [1, 4, 6]
     assert (tmp_path / "sg" / "model.safetensors.index.json").exists() and (tmp_path / "sg" / "tokenizer.json").exists()
     assert len(result.renamed) == 10
-    convert(tmp_path / "sg", "speculators", tmp_path / "back", progress=False)
+    convert(tmp_path / "sg", "speculators", tmp_path / "back")
     back = Checkpoint.open(tmp_path / "back")
     rt = diff(Checkpoint.open(spec_dir), back)
     assert rt.renames_only and rt.renamed == () and len(rt.identical) == len(back.tensors)
@@ -52,41 +52,41 @@ def test_speculators_to_sglang_0_5_11_round_trip(spec_dir, tmp_path):
 
 def test_in_place_keeps_backup_and_refuses_second(spec_dir):
     original = {k: Checkpoint.open(spec_dir).read(k) for k in Checkpoint.open(spec_dir).tensors}
-    result = convert(spec_dir, "sglang==0.5.11", None, in_place=True, progress=False)
+    result = convert(spec_dir, "sglang==0.5.11", None, in_place=True)
     backup = spec_dir.with_name("spec.orig")
     assert result.backup == str(backup) and backup.is_dir()
     orig = Checkpoint.open(backup)
     assert all(torch.equal(orig.read(k), v) for k, v in original.items())
     assert Checkpoint.open(spec_dir).spec.decoder_prefix == "midlayer."
     with pytest.raises(ConversionRefused, match="backup already exists"):
-        convert(spec_dir, "sglang==0.5.12", None, in_place=True, progress=False)
+        convert(spec_dir, "sglang==0.5.12", None, in_place=True)
 
 
 def test_refuses_unfaithful_and_force(tmp_path):
     cfg = {**speculators_config(), "norm_before_residual": True}
     src = write(tmp_path / "nbr", draft_tensors("layers.0."), cfg)
     with pytest.raises(ConversionRefused, match="norm_before_residual"):
-        convert(src, "sglang==0.5.11", tmp_path / "o", progress=False)
+        convert(src, "sglang==0.5.11", tmp_path / "o")
     assert not (tmp_path / "o").exists()
-    convert(src, "sglang==0.5.11", tmp_path / "o", force=True, progress=False)
+    convert(src, "sglang==0.5.11", tmp_path / "o", force=True)
     assert (tmp_path / "o" / "config.json").exists()
     norm_src = write(tmp_path / "inorm", draft_tensors("layers.0.", extra={"input_norm.weight": torch.ones(48)}),
                      speculators_config(norm_before_fc=True))
     with pytest.raises(ConversionRefused, match="norm_before_fc"):
-        convert(norm_src, "sglang==0.5.12", tmp_path / "o2", progress=False)
-    convert(norm_src, "sglang==0.5.23", tmp_path / "o3", progress=False)
+        convert(norm_src, "sglang==0.5.12", tmp_path / "o2")
+    convert(norm_src, "sglang==0.5.23", tmp_path / "o3")
     assert json.loads((tmp_path / "o3" / "config.json").read_text())["norm_before_fc"] is True
 
 
 def test_existing_out_is_never_overwritten(spec_dir, tmp_path):
     (tmp_path / "taken").mkdir()
     with pytest.raises(CheckpointError, match="already exists"):
-        convert(spec_dir, "sglang==0.5.11", tmp_path / "taken", progress=False)
+        convert(spec_dir, "sglang==0.5.11", tmp_path / "taken")
 
 
 def test_sglang_to_vllm_moves_ids(tmp_path):
     src = write(tmp_path / "sg", draft_tensors("midlayer."), sglang_config(ids=(1, 4, 6)))
-    convert(src, "vllm==0.33.0", tmp_path / "v", progress=False)
+    convert(src, "vllm==0.33.0", tmp_path / "v")
     out = Checkpoint.open(tmp_path / "v")
     assert out.config["eagle_aux_hidden_state_layer_ids"] == [2, 5, 7]
     assert not [f for f in simulate_load(out, "vllm==0.33.0", num_target_layers=10).findings if f.severity.value != "info"]
@@ -95,7 +95,7 @@ def test_sglang_to_vllm_moves_ids(tmp_path):
 def test_overrides_change_only_those_bytes(spec_dir, tmp_path):
     ckpt = Checkpoint.open(spec_dir)
     new_d2t = ckpt.read("d2t") + 1
-    result = convert(spec_dir, None, tmp_path / "fixed", tensor_overrides={"d2t": new_d2t}, progress=False)
+    result = convert(spec_dir, None, tmp_path / "fixed", tensor_overrides={"d2t": new_d2t})
     out = Checkpoint.open(tmp_path / "fixed")
     assert result.overridden == ("d2t",) and torch.equal(out.read("d2t"), new_d2t)
     d = diff(ckpt, out)
@@ -113,12 +113,12 @@ def test_cli_convert_and_repair_flag(spec_dir, tmp_path, capsys):
 def test_demo_convert(demo_dir, tmp_path):
     src = demo_dir / "speculators"
     before = _snapshot(src)
-    convert(src, "sglang==0.5.11", tmp_path / "sg", progress=False)
+    convert(src, "sglang==0.5.11", tmp_path / "sg")
     assert _snapshot(src) == before
     out = Checkpoint.open(tmp_path / "sg")
     assert simulate_load(out, "sglang==0.5.11").dropped == ()
     assert diff(Checkpoint.open(src), out).renames_only
-    convert(tmp_path / "sg", "speculators", tmp_path / "back", progress=False)
+    convert(tmp_path / "sg", "speculators", tmp_path / "back")
     rt = diff(Checkpoint.open(src), Checkpoint.open(tmp_path / "back"))
     assert rt.renames_only and rt.renamed == ()
     fixed = tmp_path / "fixed"
@@ -137,7 +137,7 @@ def test_single_file_source_copies_only_its_config_and_tokenizer(tmp_path):
     (models / "notes.txt").write_text("unrelated")
     (models / "other-model").mkdir()
     (models / "other-model" / "weights.bin").write_bytes(b"x" * 10)
-    convert(models / "draft.safetensors", "sglang==0.5.11", tmp_path / "out", progress=False)
+    convert(models / "draft.safetensors", "sglang==0.5.11", tmp_path / "out")
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
         "config.json", "draft.safetensors", "generation_config.json", "tokenizer.json"]
     assert simulate_load(Checkpoint.open(tmp_path / "out"), "sglang==0.5.11").dropped == ()
@@ -147,14 +147,14 @@ def test_in_place_on_a_single_file_is_refused_and_changes_nothing(tmp_path):
     models = write(tmp_path / "models", draft_tensors("layers.0."), speculators_config())
     before = _snapshot(models)
     with pytest.raises(UsageError, match="--in-place needs a checkpoint directory"):
-        convert(models / "model.safetensors", "sglang==0.5.11", None, in_place=True, progress=False)
+        convert(models / "model.safetensors", "sglang==0.5.11", None, in_place=True)
     assert _snapshot(models) == before and sorted(p.name for p in tmp_path.iterdir()) == ["models"]
     assert main(["convert", str(models / "model.safetensors"), "--to", "sglang==0.5.11", "--in-place"]) == 2
 
 
 def test_in_place_on_dot(spec_dir, monkeypatch):
     monkeypatch.chdir(spec_dir)
-    result = convert(".", "sglang==0.5.11", None, in_place=True, progress=False)
+    result = convert(".", "sglang==0.5.11", None, in_place=True)
     assert result.backup == str(spec_dir.resolve().with_name("spec.orig"))
     assert Checkpoint.open(spec_dir).spec.decoder_prefix == "midlayer."
     assert Checkpoint.open(spec_dir.with_name("spec.orig")).spec.decoder_prefix == "layers.0."
@@ -172,7 +172,7 @@ def test_cli_in_place_on_dot_reports_the_new_checkpoint(spec_dir, monkeypatch, c
 def test_out_inside_or_equal_to_source_is_refused(spec_dir, where, capsys):
     before = _snapshot(spec_dir)
     with pytest.raises(UsageError, match="outside the source"):
-        convert(spec_dir, "sglang==0.5.11", spec_dir / where, progress=False)
+        convert(spec_dir, "sglang==0.5.11", spec_dir / where)
     assert _snapshot(spec_dir) == before
     assert main(["convert", str(spec_dir), "--to", "sglang==0.5.11", str(spec_dir / where)]) == 2
     assert "outside the source" in capsys.readouterr().err
@@ -181,7 +181,7 @@ def test_out_inside_or_equal_to_source_is_refused(spec_dir, where, capsys):
 def test_force_is_reported_as_a_warning_per_forced_item(tmp_path, capsys):
     cfg = {**speculators_config(), "norm_before_residual": True}
     src = write(tmp_path / "nbr", draft_tensors("layers.0."), cfg)
-    result = convert(src, "sglang==0.5.11", tmp_path / "o", force=True, progress=False)
+    result = convert(src, "sglang==0.5.11", tmp_path / "o", force=True)
     forced = [f for f in result.findings if f.code == "convert/forced"]
     assert len(forced) == len(result.forced) == 1 and forced[0].severity.value == "warning"
     assert "norm_before_residual" in forced[0].title
@@ -213,8 +213,8 @@ def _vllm_view(cfg):
 
 def test_demo_speculators_sglang_speculators_round_trip_keeps_what_vllm_reads(demo_dir, tmp_path):
     src = demo_dir / "speculators"
-    convert(src, "sglang==0.5.11", tmp_path / "sg", progress=False)
-    convert(tmp_path / "sg", "speculators", tmp_path / "back", progress=False)
+    convert(src, "sglang==0.5.11", tmp_path / "sg")
+    convert(tmp_path / "sg", "speculators", tmp_path / "back")
     original = json.loads((src / "config.json").read_text())
     back = json.loads((tmp_path / "back" / "config.json").read_text())
     assert _vllm_view(back) == _vllm_view(original)
@@ -225,7 +225,7 @@ def test_demo_speculators_sglang_speculators_round_trip_keeps_what_vllm_reads(de
 
 def test_to_speculators_writes_every_flag_and_marks_a_missing_verifier(tmp_path):
     src = write(tmp_path / "sg", draft_tensors("midlayer."), sglang_config())  # no flags, no verifier
-    convert(src, "speculators", tmp_path / "spec", progress=False)
+    convert(src, "speculators", tmp_path / "spec")
     cfg = json.loads((tmp_path / "spec" / "config.json").read_text())
     assert {f: cfg[f] for f in ("norm_before_residual", "norm_before_fc", "fc_norm", "norm_output")} == dict.fromkeys(
         ("norm_before_residual", "norm_before_fc", "fc_norm", "norm_output"), False)
@@ -238,7 +238,7 @@ def test_to_speculators_writes_every_flag_and_marks_a_missing_verifier(tmp_path)
     src2 = write(tmp_path / "bare", draft_tensors("layers.0."), bare)
     assert [f.code for f in simulate_load(Checkpoint.open(src2), "vllm==0.33.0", num_target_layers=10).findings] \
         == ["config/flag-ignored"]
-    convert(src2, "vllm==0.33.0", tmp_path / "v", progress=False)
+    convert(src2, "vllm==0.33.0", tmp_path / "v")
     assert simulate_load(Checkpoint.open(tmp_path / "v"), "vllm==0.33.0", num_target_layers=10).findings == ()
 
 
@@ -247,8 +247,8 @@ def test_speculators_without_verifier_to_vllm_is_refused_unless_forced(tmp_path)
     cfg["speculators_config"]["verifier"]["name_or_path"] = None
     src = write(tmp_path / "nover", draft_tensors("layers.0."), cfg)
     with pytest.raises(ConversionRefused, match=r"verifier\.name_or_path"):
-        convert(src, "vllm==0.33.0", tmp_path / "v", progress=False)
-    result = convert(src, "vllm==0.33.0", tmp_path / "v", force=True, progress=False)
+        convert(src, "vllm==0.33.0", tmp_path / "v")
+    result = convert(src, "vllm==0.33.0", tmp_path / "v", force=True)
     assert [f.code for f in result.findings] == ["convert/forced"]
 
 
@@ -257,7 +257,7 @@ def test_rich_table_keeps_bracketed_names(spec_dir, tmp_path):
     from rich.console import Console
 
     out = tmp_path / "out [v2]"
-    result = convert(spec_dir, "sglang==0.5.11", out, progress=False)
+    result = convert(spec_dir, "sglang==0.5.11", out)
     console = Console(width=300, record=True)
     console.print(rich_view(result))
     assert "[v2]" in console.export_text()
@@ -307,7 +307,7 @@ def test_side_files_linked_into_the_cache_blobs_are_copied_others_noted(spec_dir
     assert not (dst / "notes.txt").exists() and not (dst / "dangling.json").exists()
     assert any(n.startswith("notes.txt not copied") and "outside" in n for n in notes)
     assert any(n.startswith("dangling.json not copied") for n in notes)
-    result = convert(snap, "sglang==0.5.11", tmp_path / "sg", progress=False)  # end to end: the tokenizer comes along
+    result = convert(snap, "sglang==0.5.11", tmp_path / "sg")  # end to end: the tokenizer comes along
     assert any(n.startswith("notes.txt not copied") for n in result.notes)  # and the user is told what stayed behind
     assert (tmp_path / "sg" / "tokenizer.json").read_text() == "{}"
     assert (tmp_path / "sg" / "generation_config.json").is_file() and not (tmp_path / "sg" / "notes.txt").exists()
@@ -353,3 +353,13 @@ def test_convert_data_catches_an_output_that_lost_the_training(demo_dir):
 def test_convert_data_usage_errors(demo_dir, tmp_path, capsys, extra, message):
     code = main(["convert", str(demo_dir / "speculators"), str(tmp_path / "out"), *extra])
     assert code == 2 and message in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
+def test_convert_reports_its_bytes_to_a_progress_callback(spec_dir, tmp_path):
+    """The library never draws a bar: it reports the bytes it writes; the CLI passes a tqdm callback."""
+    calls: list[tuple[int, int | None, str]] = []
+    convert(spec_dir, "sglang==0.5.11", tmp_path / "sg", progress=lambda done, total, label: calls.append(
+        (done, total, label)))
+    total = sum(t.nbytes for t in Checkpoint.open(spec_dir).tensors.values())
+    assert calls[0] == (0, total, "writing") and calls[-1] == (total, total, "writing")
+    assert [done for done, _, _ in calls] == sorted(done for done, _, _ in calls)

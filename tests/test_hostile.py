@@ -108,7 +108,7 @@ def test_notebook_outputs_onto_a_fifo_are_refused_before_running(tmp_path: Path)
     out.mkdir()
     fifo = _fifo(out / "05_serving_logs.ipynb")
     with pytest.raises(UsageError, match="not a regular file"):
-        run_notebook(walkthroughs()["05_serving_logs"], {}, out, progress=False)
+        run_notebook(walkthroughs()["05_serving_logs"], {}, out)
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
 
 
@@ -136,7 +136,7 @@ def test_a_snapshots_folder_outside_an_hf_cache_does_not_widen_containment(draft
     secret.parent.mkdir()
     secret.write_text("PRIVATE KEY")
     (snap / "tokenizer.model").symlink_to("../../.ssh/id_rsa")
-    result = convert(snap, "sglang==0.5.11", tmp_path / "out", progress=False)
+    result = convert(snap, "sglang==0.5.11", tmp_path / "out")
     assert not (tmp_path / "out" / "tokenizer.model").exists()
     assert any(n.startswith("tokenizer.model not copied") and "outside" in n for n in result.notes)
     # info: a shard linked out of the snapshot is refused
@@ -150,7 +150,7 @@ def test_a_snapshots_folder_outside_an_hf_cache_does_not_widen_containment(draft
     (tmp_path / "models--org--draft" / "blobs").mkdir()
     (tmp_path / "models--org--draft" / "elsewhere").write_text("not a blob")
     (real / "tokenizer.model").symlink_to("../../elsewhere")
-    result = convert(real, "sglang==0.5.11", tmp_path / "out2", progress=False)
+    result = convert(real, "sglang==0.5.11", tmp_path / "out2")
     assert not (tmp_path / "out2" / "tokenizer.model").exists()
     assert any(n.startswith("tokenizer.model not copied") for n in result.notes)
 
@@ -167,7 +167,7 @@ def test_convert_copies_only_regular_files_and_notes_what_it_skipped(draft: Path
     _fifo(draft / "top-pipe")
     if os.geteuid() == 0:
         os.mknod(sub / "zero-node", stat.S_IFCHR | 0o600, os.makedev(1, 5))
-    result = convert(draft, "sglang==0.5.11", tmp_path / "out", progress=False)
+    result = convert(draft, "sglang==0.5.11", tmp_path / "out")
     out = tmp_path / "out"
     assert (out / "extras" / "deeper" / "notes.txt").read_text() == "kept"
     assert not (out / "extras" / "pipe").exists() and not (out / "top-pipe").exists()
@@ -398,7 +398,7 @@ def test_in_place_killed_at_every_step_is_recovered_by_a_rerun(tmp_path: Path) -
     while True:
         parent = tmp_path / f"step{step}"
         src = write(parent / "ckpt", original, speculators_config())
-        code = _killed_at(step, lambda src=src: convert(src, "sglang==0.5.11", None, in_place=True, progress=False))
+        code = _killed_at(step, lambda src=src: convert(src, "sglang==0.5.11", None, in_place=True))
         assert code in (0, 9)
         # nothing lost whatever the step: the source is at CKPT or at CKPT.orig
         assert src.is_dir() or (parent / "ckpt.orig").is_dir()
@@ -407,7 +407,7 @@ def test_in_place_killed_at_every_step_is_recovered_by_a_rerun(tmp_path: Path) -
         if not src.exists():  # killed between the renames: other commands say how to get it back
             with pytest.raises(CheckpointError, match="interrupted convert"):
                 Checkpoint.open(src)
-        result = convert(src, "sglang==0.5.11", None, in_place=True, progress=False)  # the rerun completes
+        result = convert(src, "sglang==0.5.11", None, in_place=True)  # the rerun completes
         assert Checkpoint.open(src).layout == "eagle" and result.backup == str(parent / "ckpt.orig")
         backup = Checkpoint.open(parent / "ckpt.orig")
         assert all(torch.equal(backup.read(k), v) for k, v in original.items())
@@ -426,7 +426,7 @@ def test_killed_convert_temp_dirs_are_removed_by_the_next_run_and_live_ones_refu
 
     def dies_while_writing() -> None:
         writer_mod.copy_tensor = lambda *a: os._exit(9)  # type: ignore[assignment]
-        convert_mod.convert(draft, "sglang==0.5.11", out, progress=False)
+        convert_mod.convert(draft, "sglang==0.5.11", out)
 
     pid = os.fork()
     if pid == 0:  # pragma: no cover - child
@@ -436,7 +436,7 @@ def test_killed_convert_temp_dirs_are_removed_by_the_next_run_and_live_ones_refu
             os._exit(3)
     assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 9
     assert any(".out.tmp-" in n for n in _hidden_leftovers(tmp_path))  # a dead run's temp dir and journal
-    result = convert_mod.convert(draft, "sglang==0.5.11", tmp_path / "elsewhere", progress=False)  # same folder
+    result = convert_mod.convert(draft, "sglang==0.5.11", tmp_path / "elsewhere")  # same folder
     assert any("interrupted run" in n for n in result.notes) and _hidden_leftovers(tmp_path) == []
     # a journal whose owner is alive: another convert is writing OUT
     from eagle3lens.safewrite import _owner, journal_path
@@ -459,7 +459,7 @@ def test_disk_full_names_the_destination(draft: Path, tmp_path: Path, monkeypatc
 
     monkeypatch.setattr(writer_mod, "copy_tensor", full)
     with pytest.raises(CheckpointError) as info:
-        convert_mod.convert(draft, "sglang==0.5.11", tmp_path / "out", progress=False)
+        convert_mod.convert(draft, "sglang==0.5.11", tmp_path / "out")
     assert str(info.value).startswith(str(tmp_path / "out")) and "No space left on device" in str(info.value)
     assert _hidden_leftovers(tmp_path) == [] and not (tmp_path / "out").exists()
 
@@ -478,7 +478,7 @@ def test_out_created_meanwhile_is_said_plainly(draft: Path, tmp_path: Path, monk
 
     monkeypatch.setattr(convert_mod, "_verify", verify_then_someone_writes)
     with pytest.raises(CheckpointError, match="created by someone else while converting"):
-        convert_mod.convert(draft, "sglang==0.5.11", out, progress=False)
+        convert_mod.convert(draft, "sglang==0.5.11", out)
     assert (out / "theirs").read_text() == "x" and _hidden_leftovers(tmp_path) == []
 
 

@@ -290,7 +290,7 @@ def test_converted_draft_keeps_its_head_confirmed_as_a_target_copy(demo_dir, tmp
     """After `convert --to sglang` the layout is SGLang's, but the head is still the target's rows: say so."""
     from eagle3lens.convert import convert
 
-    convert(demo_dir / "speculators", "sglang==0.5.11", tmp_path / "sg", progress=False)
+    convert(demo_dir / "speculators", "sglang==0.5.11", tmp_path / "sg")
     result = weight_stats(Checkpoint.open(tmp_path / "sg"), target=Checkpoint.open(demo_dir / "target"))
     head = next(c for c in result.copies if c.draft == "lm_head.weight")
     assert head.matches and not head.required

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from ..checkpoint import Checkpoint
 from ..errors import UsageError
 from ..findings import Report
+from ..progress import TqdmBars, bars
 from . import add_output_options, example_epilog, finish, positive_int
 
 
@@ -32,7 +34,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--data verifies acceptance as engine E serves the output: it needs --to E and --target T")
     overrides = _repair_tensors(args.checkpoint, args.target) if args.repair_d2t else None
     result = convert(args.checkpoint, args.to, None if args.in_place else args.out, in_place=args.in_place,
-                     force=args.force, tensor_overrides=overrides, progress=not args.json)
+                     force=args.force, tensor_overrides=overrides,
+                     progress=bars(not args.json and sys.stderr.isatty(), min_total=0))
     report = Report(checkpoint=Checkpoint.open(result.out).summary(), engine=result.engine)
     report.add("convert", result)
     if result.load is not None:
@@ -46,10 +49,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _verify(args: argparse.Namespace, result: Any) -> Any:
     """Acceptance of the output as the engine serves it, against the source as trained (``--data``)."""
-    import sys
-
     from ..probes.acceptance import verify_conversion
-    from ..progress import TqdmBars
 
     source = result.backup if args.in_place else args.checkpoint  # in place: the original is kept as CKPT.orig
     progress = TqdmBars(unit="sample") if not args.json and sys.stderr.isatty() else None

@@ -475,7 +475,7 @@ def _fixed_setup(ckpt: Checkpoint, profile: EngineProfile, teacher: Teacher, L: 
 
     out = tmp / "converted"
     try:
-        convert(ckpt.path, profile.spec, out, progress=False)
+        convert(ckpt.path, profile.spec, out)
     except (ConversionRefused, UsageError) as exc:
         return None, f"fixed: not scored, convert --to {profile.spec} refused ({str(exc)[:160]})"
     setup = _served_setup(Checkpoint.open(out), profile, teacher, L, dev, aux_off=False, empty=empty)
