@@ -363,3 +363,16 @@ def test_convert_reports_its_bytes_to_a_progress_callback(spec_dir, tmp_path):
     total = sum(t.nbytes for t in Checkpoint.open(spec_dir).tensors.values())
     assert calls[0] == (0, total, "writing") and calls[-1] == (total, total, "writing")
     assert [done for done, _, _ in calls] == sorted(done for done, _, _ in calls)
+
+
+def test_convert_data_that_does_not_fit_stops_before_writing(demo_dir, tmp_path, capsys):
+    from eagle3lens.probes.data import write_speculators_sample
+
+    dump = tmp_path / "narrow"
+    dump.mkdir()
+    write_speculators_sample(dump / "hs_0.safetensors", torch.arange(12), [torch.randn(12, 32)] * 3, torch.randn(12, 32))
+    code = main(["convert", str(demo_dir / "speculators"), "--to", "sglang==0.5.11", str(tmp_path / "out"),
+                 "--data", str(dump), "--target", str(demo_dir / "target")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and str(dump / "hs_0.safetensors") in err and "32" in err
+    assert not (tmp_path / "out").exists()

@@ -32,6 +32,10 @@ def run(args: argparse.Namespace) -> int:
                          "norm and lm_head are the teacher)")
     if args.data and not (args.to and args.target):
         raise UsageError("--data verifies acceptance as engine E serves the output: it needs --to E and --target T")
+    if args.data:  # a dump that does not fit stops here, before anything is written
+        from ..probes.acceptance import check_data
+
+        check_data(args.checkpoint, args.data, target=args.target)
     overrides = _repair_tensors(args.checkpoint, args.target) if args.repair_d2t else None
     result = convert(args.checkpoint, args.to, None if args.in_place else args.out, in_place=args.in_place,
                      force=args.force, tensor_overrides=overrides,

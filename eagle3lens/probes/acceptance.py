@@ -800,6 +800,17 @@ def _within_noise(value: float | None, trained: float) -> bool:
     return value is not None and abs(value - trained) <= max(0.05, 0.05 * trained)
 
 
+def check_data(draft: str | Path | Checkpoint, data: str | Path, *, target: str | Path) -> None:
+    """The checks ``estimate_acceptance`` makes of each sample, on the dump's first one (``convert --data`` runs
+    them before it writes anything): one error naming the file and both widths when the dump does not fit."""
+    ckpt = (draft if isinstance(draft, Checkpoint) else Checkpoint.open(draft)).require_draft()
+    cpu = torch.device("cpu")
+    teacher = Teacher.open(target, cpu)
+    trained = _trained_setup(ckpt, teacher, teacher.num_layers, cpu)
+    for _ in _checked(iter_samples(data, limit=1), ckpt, teacher, trained):
+        pass
+
+
 def verify_conversion(source: str | Path, out: str | Path, data: str | Path, *, target: str | Path,
                       engine: str | EngineProfile, steps: int | None = None, device: str = "cpu",
                       limit: int | None = None, progress: Progress | None = None) -> AcceptanceResult:
