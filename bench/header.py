@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from eagle3lens.checkpoint import Checkpoint
-from eagle3lens.safetensors_header import read_header
+from eagle3lens.io.safetensors_header import read_header
 
 TARGET_RATIO = 5.0
 

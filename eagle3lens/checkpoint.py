@@ -20,8 +20,8 @@ from typing import Any, Iterator, Union, overload
 from .draft_spec import (DECODER_KEY, DECODER_PREFIXES, FLAG_NAMES, LAYER_ID_LIMIT, MLA_FIELDS, SIZE_FIELDS,
                          TOP_LEVEL_FIELDS, DraftSpec, build_spec, config_values, detect_flavour)
 from .errors import CheckpointError
-from .jsonio import read_json
-from .safetensors_header import DTYPE_BITS, read_header, st_dtype, torch_dtype
+from .io.jsonio import read_json
+from .io.safetensors_header import DTYPE_BITS, read_header, st_dtype, torch_dtype
 from .tensor_info import TensorInfo
 
 INDEX_NAMES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")

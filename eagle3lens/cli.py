@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from . import __version__, commands
 from .errors import Eagle3LensError
-from .textsafe import printable
+from .io.textsafe import printable
 
 EXIT_BAD_INPUT = 2
 

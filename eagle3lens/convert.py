@@ -25,9 +25,9 @@ from .engines import EngineProfile, resolve
 from .errors import ConversionRefused, Eagle3LensError, UsageError
 from .findings import Finding, Severity, to_jsonable
 from .progress import Counter, Progress
-from .safetensors_header import read_header
-from .safetensors_writer import tensor_nbytes, write_file
-from .safewrite import copy_side_files, recover, replace_dir
+from .io.safetensors_header import read_header
+from .io.safetensors_writer import tensor_nbytes, write_file
+from .io.safewrite import copy_side_files, recover, replace_dir
 
 # what goes with a single-file source into OUT (besides the config.json convert writes)
 FILE_SIDE_FILES = frozenset({"generation_config.json", "tokenizer.json", "tokenizer_config.json", "tokenizer.model",

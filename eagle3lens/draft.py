@@ -37,7 +37,7 @@ from torch import nn
 
 from .errors import CheckpointError
 from .mla_config import MLAConfig, YarnScaling, is_mla, read_mla
-from .safetensors_header import torch_dtype
+from .io.safetensors_header import torch_dtype
 
 if TYPE_CHECKING:
     from pathlib import Path

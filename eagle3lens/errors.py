@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .textsafe import clip
+from .io.textsafe import clip
 
 
 class Eagle3LensError(Exception):

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from .errors import UsageError
-from .inputs import GiB, open_regular
+from .io.inputs import GiB, open_regular
 
 MAX_LAUNCH_CHARS = 1 << 20  # a pasted command line or one log line
 _SHELL_OPERATORS = {";", "&&", "||", "|", "&", "(", ")", ";;", "|&"}

@@ -3,7 +3,7 @@
 A :class:`Report` is data; drawing it is this module's job. Probe results contribute through the view
 registry (:mod:`eagle3lens.plots.registry`): ``rich_view`` for a terminal section, ``html_view`` for an HTML
 fragment and ``figures`` for plotly figures. Every piece of text that came from data (paths, names, finding
-titles quoting them) is passed through :func:`eagle3lens.textsafe.printable` before it is printed.
+titles quoting them) is passed through :func:`eagle3lens.io.textsafe.printable` before it is printed.
 """
 
 from __future__ import annotations

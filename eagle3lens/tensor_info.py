@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .safetensors_header import DTYPE_BITS
+from .io.safetensors_header import DTYPE_BITS
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from eagle3lens.notebook_runner import run_notebook, walkthroughs
+from eagle3lens.notebook.runner import run_notebook, walkthroughs
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -114,7 +114,7 @@ def test_findings_table_in_exported_notebook_matches_the_report_layout(demo_dir,
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nb.cells = [nbformat.v4.new_code_cell(
-        "from eagle3lens import notebook as nb\nfrom eagle3lens.doctor import diagnose\n"
+        "from eagle3lens.notebook import kernel as nb\nfrom eagle3lens.doctor import diagnose\n"
         f"nb.show(diagnose({str(demo_dir / 'speculators')!r}, engine='sglang==0.5.11', weights=False))")]
     nbformat.write(nb, tmp_path / "findings.ipynb")
     run = run_notebook(tmp_path / "findings.ipynb", {}, tmp_path / "out", progress=False)

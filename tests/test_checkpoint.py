@@ -300,7 +300,7 @@ def test_unreadable_output_paths_are_one_line_errors(tmp_path: Path, capsys: pyt
 
 def test_one_dtype_table_covers_every_format_dtype(tmp_path: Path) -> None:
     """Every safetensors dtype torch has round-trips, sizes agree, and a hand-written FNUZ tensor reads back."""
-    from eagle3lens.safetensors_header import DTYPE_BITS, st_dtype, torch_dtype
+    from eagle3lens.io.safetensors_header import DTYPE_BITS, st_dtype, torch_dtype
 
     for name, bits in DTYPE_BITS.items():
         dtype = torch_dtype(name)

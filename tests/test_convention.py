@@ -12,7 +12,7 @@ from eagle3lens.checkpoint import Checkpoint, as_checkpoint
 from eagle3lens.doctor import diagnose
 from eagle3lens.engines import EngineProfile, as_profile, own_loader, resolve
 from eagle3lens.errors import UsageError
-from eagle3lens.notebook import codes
+from eagle3lens.notebook.kernel import codes
 from eagle3lens.probes.aux_layers import resolve_aux_layers
 from eagle3lens.probes.diff import diff
 from eagle3lens.probes.keys import compare_engines, simulate_load

@@ -264,7 +264,7 @@ def test_rich_table_keeps_bracketed_names(spec_dir, tmp_path):
 
 
 def test_atomic_write_replaces_whole_or_leaves_the_old_file(tmp_path):
-    from eagle3lens.safewrite import replacing, write_text_atomic
+    from eagle3lens.io.safewrite import replacing, write_text_atomic
 
     target = tmp_path / "report.html"
     target.write_text("old")
@@ -289,7 +289,7 @@ def _hf_cache_snapshot(tmp_path, src):
 
 
 def test_side_files_linked_into_the_cache_blobs_are_copied_others_noted(spec_dir, tmp_path):
-    from eagle3lens.safewrite import copy_side_files
+    from eagle3lens.io.safewrite import copy_side_files
 
     (spec_dir / "generation_config.json").write_text('{"do_sample": false}')
     snap = _hf_cache_snapshot(tmp_path, spec_dir)

@@ -18,7 +18,7 @@ IPython = pytest.importorskip("IPython")
 def shell():
     from IPython.core.interactiveshell import InteractiveShell
 
-    from eagle3lens import notebook as nb
+    from eagle3lens.notebook import kernel as nb
 
     sh = InteractiveShell.instance()
     nb.init()

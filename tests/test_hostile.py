@@ -69,7 +69,7 @@ def _rewrite_tensor(file: Path, name: str, dtype: str, shape: list[int], data: b
 
 # -- 10: never replace a device node, FIFO or socket by a file -------------------------------------
 def test_atomic_writes_refuse_a_destination_that_is_not_a_regular_file(tmp_path: Path) -> None:
-    from eagle3lens.safewrite import replacing, write_text_atomic
+    from eagle3lens.io.safewrite import replacing, write_text_atomic
 
     fifo = _fifo(tmp_path / "report.html")
     sock, listener = _socket(tmp_path / "s.html")
@@ -102,7 +102,7 @@ def test_doctor_html_onto_a_fifo_is_one_line_and_keeps_the_fifo(draft: Path, tmp
 
 
 def test_notebook_outputs_onto_a_fifo_are_refused_before_running(tmp_path: Path) -> None:
-    from eagle3lens.notebook_runner import run_notebook, walkthroughs
+    from eagle3lens.notebook.runner import run_notebook, walkthroughs
 
     out = tmp_path / "out"
     out.mkdir()
@@ -113,10 +113,10 @@ def test_notebook_outputs_onto_a_fifo_are_refused_before_running(tmp_path: Path)
 
 
 def test_remote_manifest_goes_through_the_regular_file_check(tmp_path: Path) -> None:
-    from eagle3lens import remote
+    from eagle3lens.remote import runs as remote
 
-    assert remote.write_text_atomic.__module__ == "eagle3lens.safewrite"  # remote.json and fetched files
-    assert remote.replacing.__module__ == "eagle3lens.safewrite"
+    assert remote.write_text_atomic.__module__ == "eagle3lens.io.safewrite"  # remote.json and fetched files
+    assert remote.replacing.__module__ == "eagle3lens.io.safewrite"
 
 
 # -- 11: containment widened only for a real Hugging Face cache --------------------------------------
@@ -322,7 +322,7 @@ def test_a_100k_tensor_header_is_read_correctly(tmp_path: Path) -> None:
 
 # -- 19: malformed user notebooks and path-like parameters -----------------------------------------------
 def test_malformed_notebooks_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from eagle3lens.notebook_runner import notebook_parameters, walkthroughs
+    from eagle3lens.notebook.runner import notebook_parameters, walkthroughs
 
     (tmp_path / "text.ipynb").write_text("not json at all")
     nb = json.loads(walkthroughs()["05_serving_logs"].read_text())
@@ -420,7 +420,7 @@ def test_in_place_killed_at_every_step_is_recovered_by_a_rerun(tmp_path: Path) -
 def test_killed_convert_temp_dirs_are_removed_by_the_next_run_and_live_ones_refuse(draft: Path, tmp_path: Path,
                                                                                  capsys) -> None:
     import eagle3lens.convert as convert_mod
-    import eagle3lens.safetensors_writer as writer_mod
+    import eagle3lens.io.safetensors_writer as writer_mod
 
     out = tmp_path / "out"
 
@@ -439,7 +439,7 @@ def test_killed_convert_temp_dirs_are_removed_by_the_next_run_and_live_ones_refu
     result = convert_mod.convert(draft, "sglang==0.5.11", tmp_path / "elsewhere")  # same folder
     assert any("interrupted run" in n for n in result.notes) and _hidden_leftovers(tmp_path) == []
     # a journal whose owner is alive: another convert is writing OUT
-    from eagle3lens.safewrite import _owner, journal_path
+    from eagle3lens.io.safewrite import _owner, journal_path
 
     journal_path(tmp_path / "busy").write_text(json.dumps({**_owner(), "tmp": ".busy.tmp-1234", "state": "building"}))
     assert main(["convert", str(draft), "--to", "sglang==0.5.11", str(tmp_path / "busy")]) == 2
@@ -452,7 +452,7 @@ def test_disk_full_names_the_destination(draft: Path, tmp_path: Path, monkeypatc
     import errno
 
     import eagle3lens.convert as convert_mod
-    import eagle3lens.safetensors_writer as writer_mod
+    import eagle3lens.io.safetensors_writer as writer_mod
 
     def full(*args) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")

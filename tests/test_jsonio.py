@@ -10,7 +10,7 @@ import torch
 
 from eagle3lens.cli import main
 from eagle3lens.errors import CheckpointError, UsageError
-from eagle3lens.jsonio import read_json
+from eagle3lens.io.jsonio import read_json
 
 from _builders import build_mapping, write_draft
 

@@ -16,7 +16,7 @@ from _builders import speculators_draft
 
 from eagle3lens.cli import main
 from eagle3lens.errors import CheckpointError, UsageError
-from eagle3lens.inputs import open_regular, read_regular
+from eagle3lens.io.inputs import open_regular, read_regular
 from eagle3lens.probes import logs as logs_probe
 from eagle3lens.probes.logs import LogFileError, clean_text, parse_log
 

@@ -16,7 +16,7 @@ from eagle3lens import cli
 from eagle3lens.commands.notebook import parse_value, read_params_file
 from eagle3lens.errors import Eagle3LensError, NotebookCellError, UsageError
 from eagle3lens.findings import Finding
-from eagle3lens.notebook_runner import (FINDINGS_MIME, collect_findings, export_html, findings_of, resolve,
+from eagle3lens.notebook.runner import (FINDINGS_MIME, collect_findings, export_html, findings_of, resolve,
                                         run_notebook, walkthroughs)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,7 +43,7 @@ def probe_notebook(tmp_path_factory) -> Path:
     torch.manual_seed(0)
     write(root, {"fc.weight": torch.randn(4, 12)})
     nb = new_notebook([
-        code("from eagle3lens import notebook as nb\nnb.init()"),
+        code("from eagle3lens.notebook import kernel as nb\nnb.init()"),
         code(f"checkpoint = {str(root / 'model.safetensors')!r}\nseverity = 'warning'", tags=["parameters"]),
         code("from eagle3lens.checkpoint import Checkpoint\nckpt = Checkpoint.open(checkpoint)\nckpt.summary()"),
         code("import plotly.graph_objects as go\n"
@@ -245,7 +245,7 @@ def test_cli_list(capsys):
 
 
 def test_probe_panel_reruns_the_probe_with_control_values(tmp_path, capsys):
-    from eagle3lens import widgets
+    from eagle3lens.notebook import widgets
 
     torch.manual_seed(0)
     save_file({"a": torch.zeros(2), "b": torch.ones(3)}, str(tmp_path / "m.safetensors"))
@@ -356,7 +356,7 @@ def failing_notebook(tmp_path_factory) -> Path:
     """Markdown between code cells (so papermill's indices differ from code-cell numbers); fails on request."""
     nb = new_notebook([
         nbformat.v4.new_markdown_cell("# A notebook that fails on request"),
-        code("from eagle3lens import notebook as nb\nnb.init()"),
+        code("from eagle3lens.notebook import kernel as nb\nnb.init()"),
         code("seconds = 0\nmode = 'ok'", tags=["parameters"]),
         nbformat.v4.new_markdown_cell("## The slow cell"),
         code("import time\ntime.sleep(seconds)"),
@@ -436,7 +436,7 @@ def test_runner_imports_nbformat_without_the_iri_grammars(probe_notebook):
     import subprocess
     import sys
 
-    code_ = (f"import sys\nfrom eagle3lens.notebook_runner import notebook_parameters\n"
+    code_ = (f"import sys\nfrom eagle3lens.notebook.runner import notebook_parameters\n"
              f"assert notebook_parameters({str(probe_notebook)!r}) == ('checkpoint', 'severity')\n"
              "assert 'jsonschema' in sys.modules and 'rfc3987_syntax' not in sys.modules\n"
              "import rfc3987_syntax  # still importable afterwards")
@@ -459,12 +459,12 @@ def test_relative_path_parameters_are_read_from_where_the_command_runs(tmp_path,
 
 
 def test_walkthroughs_use_the_checkouts_demo_when_make_demo_built_it(monkeypatch, tmp_path):
-    import eagle3lens.notebook as notebook_module
+    import eagle3lens.notebook.kernel as notebook_module
 
     monkeypatch.delenv("EAGLE3LENS_DEMO_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     checkout = tmp_path / "checkout"
-    monkeypatch.setattr(notebook_module, "__file__", str(checkout / "eagle3lens" / "notebook.py"))
+    monkeypatch.setattr(notebook_module, "__file__", str(checkout / "eagle3lens" / "notebook" / "kernel.py"))
     assert notebook_module.default_demo_dir() == tmp_path / "cache" / "eagle3lens" / "demo"  # no demo/ there
     (checkout / "demo").mkdir(parents=True)
     (checkout / "demo" / "manifest.json").write_text('{"name": "something else"}')

@@ -21,9 +21,9 @@ from _sshd import make_sshd, ssh_host, sshd_missing_reason, write_ed25519_key
 
 from eagle3lens.commands.notebook import run_from_args
 from eagle3lens.errors import HostKeyError, RemoteError
-from eagle3lens.remote import REFRESH_S, RemoteRun, describe_progress, run_remote
-from eagle3lens.remote_ssh import connect, load_ssh_config, resolve_host
-from eagle3lens.remote_supervisor import MARKER
+from eagle3lens.remote.runs import REFRESH_S, RemoteRun, describe_progress, run_remote
+from eagle3lens.remote.ssh import connect, load_ssh_config, resolve_host
+from eagle3lens.remote.supervisor import MARKER
 
 pytestmark = [pytest.mark.ssh,
               pytest.mark.skipif(sshd_missing_reason() is not None, reason=str(sshd_missing_reason()))]
@@ -145,7 +145,7 @@ def test_describe_progress_names_last_and_failed_cell(tmp_path: Path) -> None:
 
 
 def test_fetched_names_cannot_leave_the_output_folder(tmp_path: Path) -> None:
-    from eagle3lens.remote import local_path
+    from eagle3lens.remote.runs import local_path
 
     out = tmp_path / "out" / "gpu1"
     out.mkdir(parents=True)
@@ -162,7 +162,7 @@ def test_fetched_names_cannot_leave_the_output_folder(tmp_path: Path) -> None:
 def test_describe_progress_and_failed_cell_number_cells_alike(tmp_path: Path) -> None:
     """The injected parameters cell is never counted, a running cell is marked, and the local error names the
     same cell as the remote progress line."""
-    from eagle3lens.notebook_runner import failed_cell
+    from eagle3lens.notebook.runner import failed_cell
 
     nb = nbformat.v4.new_notebook()
     injected = code("x = 1", papermill={"status": "completed", "start_time": "t"})
@@ -288,7 +288,7 @@ def test_two_hosts_alias_and_proxyjump_run_with_verbatim_parameters(lab: Lab, tm
     notebook = write_notebook(tmp_path / "probe.ipynb", [
         code("evil = 'default'\nseverity = 'warning'", tags=["parameters"]),
         code("import json\nprint('EVIL=' + json.dumps(evil))"),
-        code("from eagle3lens import notebook as nb\nfrom eagle3lens.findings import Finding\n"
+        code("from eagle3lens.notebook import kernel as nb\nfrom eagle3lens.findings import Finding\n"
              "nb.record_findings([Finding('weights/init-like', severity, 'fc looks untrained')])"),
     ])
     lines: list[tuple[str, str]] = []
@@ -408,7 +408,7 @@ def test_cancel_stops_the_run_and_fetches_the_partial_notebook(lab: Lab, tmp_pat
 
 def require_partial_notebook(host, name: str) -> None:
     """The remote ``eagle3lens notebook`` saves after every cell, so a stopped run leaves a partial notebook."""
-    assert name in host.files, ("no partial notebook fetched: does eagle3lens.notebook.run_notebook still save "
+    assert name in host.files, ("no partial notebook fetched: does eagle3lens.notebook.kernel.run_notebook still save "
                                 f"after every cell (papermill request_save_on_cell_execute)? {host}")
 
 
@@ -461,7 +461,7 @@ def test_sshd_killed_mid_run_keeps_what_was_fetched(lab: Lab, tmp_path: Path) ->
 
 @pytest.mark.slow
 def test_triage_walkthrough_on_demo(lab: Lab, tmp_path: Path, demo_dir: Path) -> None:
-    from eagle3lens.notebook_runner import walkthroughs
+    from eagle3lens.notebook.runner import walkthroughs
 
     if "00_triage" not in walkthroughs():
         pytest.fail("notebooks/00_triage.ipynb is missing")
@@ -470,7 +470,7 @@ def test_triage_walkthrough_on_demo(lab: Lab, tmp_path: Path, demo_dir: Path) ->
     (host,) = result.hosts
     assert host.status == "ok", host.error
     assert {"00_triage.ipynb", "00_triage.html", "00_triage.findings.json"} <= set(host.files)
-    from eagle3lens.notebook_runner import collect_findings
+    from eagle3lens.notebook.runner import collect_findings
 
     out = tmp_path / "out" / "e3l-target"
     assert list(host.findings) == collect_findings(out / "00_triage.ipynb")  # what the notebook recorded

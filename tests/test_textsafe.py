@@ -19,7 +19,7 @@ import pytest
 import torch
 from _builders import draft_tensors, speculators_config, write
 
-from eagle3lens.textsafe import printable
+from eagle3lens.io.textsafe import printable
 
 HOSTILE = ("evil\x1b[2J.weight", "link\x1b]8;;http://x\x1b\\.weight", "title\x1b]0;pwned\x07.weight",
            "c1\x9b31m.weight", "x\neagle3lens: error: forged.weight", "abc\u202edcba.weight")

@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from ..textsafe import printable
+from ..io.textsafe import printable
 from . import example_epilog
 
 

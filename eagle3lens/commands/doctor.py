@@ -9,8 +9,8 @@ from ..doctor import diagnose
 from ..errors import UsageError
 from ..progress import bars
 from ..render import render_report_html
-from ..safewrite import write_text_atomic
-from ..textsafe import printable
+from ..io.safewrite import write_text_atomic
+from ..io.textsafe import printable
 from . import add_output_options, example_epilog, finish, positive_float, positive_int
 from .trace import DTYPE_NAMES, SCENARIO_NAMES
 

@@ -13,9 +13,9 @@ from typing import Any, Mapping
 
 from ..errors import CheckpointError, UsageError
 from ..findings import Report, Severity
-from ..inputs import MiB, open_regular
-from ..jsonio import read_json
-from ..textsafe import printable
+from ..io.inputs import MiB, open_regular
+from ..io.jsonio import read_json
+from ..io.textsafe import printable
 from . import add_output_options, example_epilog, finish
 
 MAX_PARAMS_BYTES = 16 * MiB  # a parameters file is a small JSON object
@@ -74,7 +74,7 @@ def absolute_paths(parameters: dict[str, Any], base: Path) -> dict[str, Any]:
 
 
 def list_walkthroughs() -> int:
-    from ..notebook_runner import walkthrough_title, walkthroughs
+    from ..notebook.runner import walkthrough_title, walkthroughs
 
     for name, path in walkthroughs().items():
         print(printable(f"{name:20s} {walkthrough_title(path)}"))
@@ -82,7 +82,7 @@ def list_walkthroughs() -> int:
 
 
 def add_remote_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--host`` and the remote-run options (``eagle3lens.remote.run_from_args`` reads them; paramiko loads only then)."""
+    """``--host`` and the remote-run options (``eagle3lens.remote.runs.run_from_args`` reads them; paramiko loads only then)."""
     group = parser.add_argument_group("remote run (over SSH, honouring ~/.ssh/config)")
     options: list[tuple[tuple[str, ...], dict[str, Any]]] = [
         (("--host",), dict(action="append", dest="host", metavar="HOST",
@@ -107,7 +107,7 @@ def add_remote_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_from_args(args: argparse.Namespace, notebook_name: str | Path, parameters: Mapping[str, Any]) -> int:
     """Run ``notebook_name`` on every ``--host`` with the remote options; the hosts' lines reach stderr escaped."""
-    from ..remote import run_remote
+    from ..remote.runs import run_remote
     from ..render import print_renderable
 
     lock = threading.Lock()
@@ -134,7 +134,7 @@ def run_from_args(args: argparse.Namespace, notebook_name: str | Path, parameter
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..notebook_runner import run_notebook
+    from ..notebook.runner import run_notebook
 
     if args.list:
         return list_walkthroughs()

@@ -93,7 +93,7 @@ def detect_remote(host: str, table: Table | None = None, *, python: str = "pytho
                   paths: Sequence[str] | None = None) -> Detection:
     """The same probe on ``host`` over SSH: ``python3 -c PROGRAM FILES [PATH...]``, every word shlex-quoted
     (nothing the user typed reaches the remote shell unquoted)."""
-    from ..remote_ssh import connect, load_ssh_config, resolve_host
+    from ..remote.ssh import connect, load_ssh_config, resolve_host
 
     table = table if table is not None else default_table()
     files = json.dumps({n: [f.path for f in fs] for n, fs in table.items()})

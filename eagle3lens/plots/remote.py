@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..findings import Severity
-from ..remote import RemoteRun
+from ..remote.runs import RemoteRun
 from .registry import rich_view
 from .style import markup
 

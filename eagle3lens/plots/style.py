@@ -12,7 +12,7 @@ import html
 from rich.markup import escape as _markup_escape
 
 from ..findings import Severity
-from ..textsafe import printable
+from ..io.textsafe import printable
 
 SEVERITY_STYLE = {Severity.CRITICAL: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 SEVERITY_COLOR = {Severity.CRITICAL: "#c62828", Severity.WARNING: "#b26a00", Severity.INFO: "#1565c0"}

@@ -197,7 +197,7 @@ def _check_file(file: Path, cap: int) -> None:
 
 
 def _safetensors_keys(file: Path) -> set[str]:
-    from ..safetensors_header import read_header
+    from ..io.safetensors_header import read_header
 
     return {entry.name for entry in read_header(file).entries}
 

@@ -16,7 +16,7 @@ from ..checkpoint import Checkpoint, CheckpointLike, _from_bytes, as_checkpoint
 from ..errors import CheckpointError
 from ..findings import Finding, to_jsonable
 from ..progress import Counter, Progress
-from ..safetensors_header import DTYPE_BITS
+from ..io.safetensors_header import DTYPE_BITS
 from .stats import as_float64
 
 CHUNK = 16 << 20  # hashing unpaired tensors

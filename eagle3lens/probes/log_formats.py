@@ -17,7 +17,7 @@ from typing import Any
 
 from packaging.version import Version
 
-from ..textsafe import clean_text
+from ..io.textsafe import clean_text
 
 _MAX_K = 16
 _MAX_POSITIONS = 64

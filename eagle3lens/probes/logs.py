@@ -49,8 +49,8 @@ from packaging.version import InvalidVersion, Version
 from ..engines import EngineProfile
 from ..errors import CheckpointError, LogFileError, UsageError
 from ..findings import Finding, Severity, fix_command, to_jsonable
-from ..inputs import GiB, open_regular
-from ..textsafe import clean_text, strip_escapes
+from ..io.inputs import GiB, open_regular
+from ..io.textsafe import clean_text, strip_escapes
 from .log_formats import (
     ENGINES,
     FORMAT_DESCRIPTIONS,

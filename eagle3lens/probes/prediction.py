@@ -22,7 +22,7 @@ from ..engines import EngineProfile, resolve
 from ..engines.target_support import CaptureSupport, capture_support
 from ..errors import UsageError
 from ..findings import Finding, Severity, to_jsonable
-from ..jsonio import read_json
+from ..io.jsonio import read_json
 from ..launch import Launch
 from .aux_layers import AuxResolution, resolve_aux_layers
 

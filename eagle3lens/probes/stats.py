@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from ..checkpoint import Checkpoint
-from ..safetensors_header import DTYPE_BITS, torch_dtype
+from ..io.safetensors_header import DTYPE_BITS, torch_dtype
 
 DEFAULT_CHUNK_BYTES = 1048576
 HIST_SAMPLES_PER_CHUNK = 1 << 12

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from ..findings import Finding, Severity
-from ..safetensors_header import st_dtype
+from ..io.safetensors_header import st_dtype
 
 Include = str | type | Callable[[str, nn.Module], bool]
 

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from ..errors import UsageError
-from ..jsonio import read_json
+from ..io.jsonio import read_json
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import torch
 
 from ..checkpoint import Checkpoint, TensorInfo
 from ..findings import Finding, Severity
-from ..safetensors_header import torch_dtype
+from ..io.safetensors_header import torch_dtype
 
 SHOW = 5  # offending indices quoted in evidence
 HEAD_BLOCK_ROWS = 4096  # target lm_head rows read at a time

@@ -27,7 +27,7 @@ from ..checkpoint import (
 from ..errors import UsageError
 from ..findings import Finding, Severity, to_jsonable
 from ..progress import Counter, Progress
-from ..safetensors_header import DTYPE_BITS, torch_dtype
+from ..io.safetensors_header import DTYPE_BITS, torch_dtype
 from .stats import (
     DEFAULT_CHUNK_BYTES,
     TensorStats,

@@ -21,7 +21,7 @@ from ..draft import Eagle3Draft, canonical_key, map_to_target
 from ..engines import EngineProfile, own_loader, resolve
 from ..errors import CheckpointError, MetaTraceUnsupported, UsageError
 from ..findings import Finding, Severity, to_jsonable
-from ..jsonio import read_json
+from ..io.jsonio import read_json
 from .aux_layers import AuxResolution, describe_layer, resolve_aux_layers
 from .trace import TensorMeta, Tracer, first_tensor, input_embeddings, meta_of
 

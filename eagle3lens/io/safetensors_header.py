@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from .errors import CheckpointError
+from ..errors import CheckpointError
 
 MAX_HEADER_BYTES = 100_000_000
 

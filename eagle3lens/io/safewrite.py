@@ -26,8 +26,8 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from .checkpoint import _inside
-from .errors import CheckpointError, ConversionRefused, Eagle3LensError, UsageError
+from ..checkpoint import _inside
+from ..errors import CheckpointError, ConversionRefused, Eagle3LensError, UsageError
 
 JOURNAL_SUFFIX = ".eagle3lens-convert.json"
 

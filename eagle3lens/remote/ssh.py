@@ -19,8 +19,8 @@ from typing import NoReturn
 
 import paramiko
 
-from .errors import HostKeyError, RemoteError
-from .remote_files import RemoteFiles, open_files
+from ..errors import HostKeyError, RemoteError
+from .files import RemoteFiles, open_files
 
 DEFAULT_SSH_CONFIG = Path("~/.ssh/config")
 DEFAULT_KNOWN_HOSTS = Path("~/.ssh/known_hosts")

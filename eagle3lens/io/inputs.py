@@ -13,7 +13,7 @@ import stat
 from pathlib import Path
 from typing import BinaryIO
 
-from .errors import CheckpointError
+from ..errors import CheckpointError
 
 GiB = 1 << 30
 MiB = 1 << 20

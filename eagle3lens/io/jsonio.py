@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .errors import CheckpointError, Eagle3LensError, UsageError
+from ..errors import CheckpointError, Eagle3LensError, UsageError
 from .inputs import MiB, read_regular
 
 MAX_JSON_BYTES = 64 * MiB

@@ -11,9 +11,9 @@ import struct
 from pathlib import Path
 from typing import Any, Mapping
 
-from .checkpoint import Checkpoint, TensorInfo
-from .errors import CheckpointError, UsageError
-from .progress import Counter
+from ..checkpoint import Checkpoint, TensorInfo
+from ..errors import CheckpointError, UsageError
+from ..progress import Counter
 from .safetensors_header import st_dtype
 
 CHUNK = 1 << 20  # userspace copies: a buffer that stays in L2

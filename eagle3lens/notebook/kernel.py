@@ -1,4 +1,4 @@
-"""Kernel side of the walkthroughs: what a notebook imports (``from eagle3lens import notebook as nb``).
+"""Kernel side of the walkthroughs: what a notebook imports (``from eagle3lens.notebook import kernel as nb``).
 
 :func:`init` makes eagle3lens errors show as their one-line message and registers IPython display
 formatters, so a cell ending in a probe result or a :class:`Report` shows it as HTML with its figures
@@ -6,7 +6,7 @@ formatters, so a cell ending in a probe result or a :class:`Report` shows it as 
 :func:`show` displays a result or report with its figures (plotly.js inlined once so exported HTML draws
 offline); :func:`show_table` shows summary rows; :func:`codes` lists finding codes; :func:`record_findings` stores the findings as a JSON output with the mimetype
 :data:`FINDINGS_MIME`; :func:`demo` builds the demo incident on first use. Running notebooks headless is
-:mod:`eagle3lens.notebook_runner`.
+:mod:`eagle3lens.notebook.runner`.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .errors import Eagle3LensError
-from .findings import Report
-from .notebook_runner import FINDINGS_MIME, findings_of
-from .plots.registry import VIEWS, figures, html_view, rich_view
-from .textsafe import printable
+from ..errors import Eagle3LensError
+from ..findings import Report
+from .runner import FINDINGS_MIME, findings_of
+from ..plots.registry import VIEWS, figures, html_view, rich_view
+from ..io.textsafe import printable
 
 __all__ = ["FINDINGS_MIME", "codes", "demo", "default_demo_dir", "findings_of", "init", "record_findings", "show",
            "show_figure"]
@@ -87,7 +87,7 @@ def to_html(obj: Any) -> str | None:
     :class:`Report`, the verdict and findings, then each probe's result under a heading."""
     if not isinstance(obj, Report):
         return _result_html(obj)
-    from .render import render_report_fragment
+    from ..render import render_report_fragment
 
     parts = [render_report_fragment(obj)]
     for name, result in obj.results.items():
@@ -111,7 +111,7 @@ def show(obj: Any) -> None:
     from IPython.display import HTML, display
 
     if isinstance(obj, Report):
-        from .render import render_report_fragment
+        from ..render import render_report_fragment
 
         display(HTML(render_report_fragment(obj)))
         for name, result in obj.results.items():
@@ -136,7 +136,7 @@ def record_findings(*objs: Any) -> None:
     """Store the findings of ``objs`` in the notebook as a JSON output eagle3lens reads back."""
     from IPython.display import display
 
-    from .render import verdict
+    from ..render import verdict
 
     findings = findings_of(*objs)
     summary = verdict(Report(checkpoint={}, findings=findings))
@@ -174,11 +174,11 @@ def show_table(rows: Sequence[Mapping[str, Any]]) -> None:
 def default_demo_dir() -> Path:
     """Where walkthroughs find or build the demo incident when no ``demo_dir`` is given: ``$EAGLE3LENS_DEMO_DIR``,
     else the checkout's ``demo/`` when ``make demo`` built it there, else the user's cache."""
-    from .demo import is_demo
+    from ..demo import is_demo
 
     if os.environ.get("EAGLE3LENS_DEMO_DIR"):
         return Path(os.environ["EAGLE3LENS_DEMO_DIR"])
-    checkout_demo = Path(__file__).resolve().parent.parent / "demo"
+    checkout_demo = Path(__file__).resolve().parents[2] / "demo"
     if is_demo(checkout_demo / "manifest.json"):
         return checkout_demo
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
@@ -187,6 +187,6 @@ def default_demo_dir() -> Path:
 
 def demo(demo_dir: str | Path = "") -> Any:
     """The demo incident's paths, building it on first use (into :func:`default_demo_dir` by default)."""
-    from .demo import build_demo
+    from ..demo import build_demo
 
     return build_demo(Path(demo_dir) if demo_dir else default_demo_dir())

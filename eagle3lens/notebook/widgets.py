@@ -11,9 +11,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 import ipywidgets as widgets
 
-from .errors import Eagle3LensError
-from .notebook import show
-from .textsafe import printable
+from ..errors import Eagle3LensError
+from .kernel import show
+from ..io.textsafe import printable
 
 _WIDE = widgets.Layout(width="60%")
 
@@ -32,7 +32,7 @@ def log_file(value: str | Path = "") -> widgets.Text:
 def engine_dropdown(value: str | None = None, options: Sequence[str] | None = None) -> widgets.Dropdown:
     """Engine and version (``sglang==0.5.11``...); options default to every known engine profile."""
     if options is None:
-        from .engines import all_profiles
+        from ..engines import all_profiles
 
         options = [p.spec for p in all_profiles()]
     options = list(options)
@@ -43,7 +43,7 @@ def engine_dropdown(value: str | None = None, options: Sequence[str] | None = No
 
 def tensor_names(checkpoint: str | Path) -> list[str]:
     """Tensor names of a checkpoint, from its headers (empty when it cannot be opened)."""
-    from .checkpoint import Checkpoint
+    from ..checkpoint import Checkpoint
 
     try:
         return list(Checkpoint.open(checkpoint).tensors)
@@ -101,9 +101,9 @@ def acceptance_toggles(result: Any) -> widgets.VBox:
 
     Its static twin (for headless runs) is ``plots.acceptance.toggles_figure(result)``.
     """
-    from .notebook import show_figure
-    from .plots.acceptance import toggles_figure
-    from .probes.acceptance_result import CAUSE_LABELS
+    from .kernel import show_figure
+    from ..plots.acceptance import toggles_figure
+    from ..probes.acceptance_result import CAUSE_LABELS
 
     causes = list(result.toggles)
     out = widgets.Output()

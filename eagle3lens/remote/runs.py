@@ -27,14 +27,14 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from . import __version__
-from .errors import RemoteError, UsageError
-from .findings import Finding, Severity, to_jsonable
-from .notebook_runner import cell_failed, cell_label, code_cells, first_line, is_injected, papermill_state
-from .remote_files import EXEC_FILES, RemoteFiles
-from .remote_ssh import SshConnection, SshTarget, connect, load_ssh_config, resolve_host
-from .remote_supervisor import EXIT_KILLED, EXIT_TIMEOUT
-from .safewrite import replacing, write_text_atomic
+from .. import __version__
+from ..errors import RemoteError, UsageError
+from ..findings import Finding, Severity, to_jsonable
+from ..notebook.runner import cell_failed, cell_label, code_cells, first_line, is_injected, papermill_state
+from .files import EXEC_FILES, RemoteFiles
+from .ssh import SshConnection, SshTarget, connect, load_ssh_config, resolve_host
+from .supervisor import EXIT_KILLED, EXIT_TIMEOUT
+from ..io.safewrite import replacing, write_text_atomic
 
 Progress = Callable[[str, str], None]
 
@@ -50,11 +50,11 @@ SUPERVISOR_NAME = "remote_supervisor.py"
 
 
 def _shipped(name: str) -> bytes:
-    """The bytes of a program shipped inside the package (``remote_preflight.py``, ``remote_supervisor.py``)."""
-    return resources.files("eagle3lens").joinpath(name).read_bytes()
+    """The bytes of a program shipped inside this package (``preflight.py``, ``supervisor.py``)."""
+    return resources.files("eagle3lens.remote").joinpath(name).read_bytes()
 
 
-PREFLIGHT = _shipped("remote_preflight.py").decode("utf-8")
+PREFLIGHT = _shipped("preflight.py").decode("utf-8")
 
 
 @dataclass(frozen=True)
@@ -278,7 +278,7 @@ class _HostWorker:
         files = self.files()
         for name, data in ((self.notebook_name, self.notebook.read_bytes()),
                            ("params.json", self.params_json.encode()),
-                           (SUPERVISOR_NAME, _shipped(SUPERVISOR_NAME))):
+                           (SUPERVISOR_NAME, _shipped("supervisor.py"))):
             files.write(f"{self.run_dir}/{name}", data)
         files.mkdir(f"{self.run_dir}/out", 0o700)
 
@@ -523,7 +523,7 @@ def run_remote(notebook: str | Path, parameters: Mapping[str, Any] | None, hosts
     ``progress(host, line)`` receives progress lines. Ctrl-C (or setting ``cancel``) stops every
     remote run, fetches what exists and returns with status ``interrupted``.
     """
-    from .notebook_runner import resolve
+    from ..notebook.runner import resolve
 
     path = resolve(notebook)
     host_list = [hosts] if isinstance(hosts, str) else list(hosts)

@@ -16,7 +16,7 @@ from typing import Protocol
 
 import paramiko
 
-from .errors import RemoteError
+from ..errors import RemoteError
 
 # Runs on the host as ``PY -c EXEC_FILES OP PATH [MODE]``: put (stdin -> file), get (file -> stdout),
 # mkdir, list (JSON [[name, lstat mode, size, mtime], ...]). An OSError exits 3 with its strerror on stderr.

@@ -2,7 +2,7 @@
 
 :func:`run_notebook` executes a walkthrough with papermill and writes the executed ``.ipynb``, a
 self-contained ``.html`` and ``<name>.findings.json``; :func:`collect_findings` reads the findings back
-from an executed notebook (:mod:`eagle3lens.notebook` is the kernel side the notebooks themselves import).
+from an executed notebook (:mod:`eagle3lens.notebook.kernel` is the kernel side the notebooks themselves import).
 Nothing here draws: a :class:`NotebookRun` is data, its view is in :mod:`eagle3lens.plots.notebook`.
 """
 
@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
-from .errors import NotebookCellError, UsageError
-from .findings import Finding, to_jsonable
-from .safewrite import check_destination, write_text_atomic
-from .textsafe import clip
+from ..errors import NotebookCellError, UsageError
+from ..findings import Finding, to_jsonable
+from ..io.safewrite import check_destination, write_text_atomic
+from ..io.textsafe import clip
 
 FINDINGS_MIME = "application/vnd.eagle3lens.findings+json"
 """Mimetype of the display output that carries a walkthrough's findings."""
@@ -85,7 +85,7 @@ def _nbformat() -> Any:
 
 def notebooks_dir() -> Path:
     """The walkthroughs: ``notebooks/`` of a source checkout, or ``share/eagle3lens/notebooks`` when installed."""
-    candidates = [Path(__file__).resolve().parent.parent / "notebooks",
+    candidates = [Path(__file__).resolve().parents[2] / "notebooks",
                   Path(sys.prefix) / "share" / "eagle3lens" / "notebooks"]
     for candidate in candidates:
         if any(candidate.glob("[0-9][0-9]_*.ipynb")):
@@ -246,7 +246,7 @@ def _check_kernel(kernel_name: str) -> None:
         raise UsageError(f"no Jupyter kernel named {kernel_name!r} (available: {', '.join(sorted(specs)) or 'none'})")
 
 
-# Cell helpers over plain dicts (a NotebookNode is one), shared with eagle3lens.remote which reads JSON.
+# Cell helpers over plain dicts (a NotebookNode is one), shared with eagle3lens.remote.runs which reads JSON.
 def code_cells(nb: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     """The code cells of an executed notebook, papermill's injected parameters cell included."""
     return [c for c in nb.get("cells", []) if c.get("cell_type") == "code"]
