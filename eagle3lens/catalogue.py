@@ -29,7 +29,7 @@ PROBES: dict[str, tuple[str, ...]] = {
               "probes/vocab_coverage.py"),
     "weights": ("probes/weights.py",),
     # the aux-layer resolver is the wiring check's static half, the launch-based prediction its predictive one
-    "wiring": ("probes/wiring.py", "probes/aux_layers.py", "probes/prediction.py"),
+    "wiring": ("probes/wiring.py", "probes/aux_layers.py", "probes/prediction.py", "served/draft.py"),
     "trace": ("probes/trace.py",),
     "logs": ("probes/logs.py",),
     "doctor": ("doctor.py",),

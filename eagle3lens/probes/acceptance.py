@@ -83,10 +83,13 @@ class Setup:
     aux_off: bool = False
     weights: str = "as trained"
     never_written: tuple[tuple[str, str], ...] = ()  # (parameter, the init it holds) the engine never wrote
+    # "stored": the data's own aux states, as the draft was trained on them; "layers": the target's states at
+    # ``layers`` (from the data where it records them, else captured again from the target)
+    feed: str = "layers"
 
     def describe(self) -> dict[str, Any]:
         return {"weights": self.weights, "layers_hf": list(self.layers), "fc_gate": self.gate,
-                "scenario": "aux-off" if self.aux_off else None,
+                "scenario": "aux-off" if self.aux_off else None, "feed": self.feed,
                 "never_written": dict(self.never_written)}
 
 
@@ -196,8 +199,12 @@ def estimate_acceptance(draft: str | Path | Checkpoint, data: str | Path | Itera
         agree = [0.0, 0.0]
         total = _count(data, limit)
         done = 0
+        capture = tuple(sorted({k for st, serving in setups.values() for k in st.layers
+                                if serving and st.feed == "layers" and not st.aux_off}
+                               | {k for st in toggles_setups.values() for k in st.layers if not st.aux_off}))
+        origin = _Origin()
         for sample in _checked(samples, ckpt, teacher, trained):
-            prepared = _prepare(sample, teacher, trained, dev)
+            prepared = _prepare(sample, teacher, trained, dev, capture, origin)
             agree[0] += prepared.agree
             agree[1] += prepared.agree_total
             scored: set[int] = set()  # setups that run alike share one _Counts: score it once per sample
@@ -227,8 +234,17 @@ def estimate_acceptance(draft: str | Path | Checkpoint, data: str | Path | Itera
     if agreement is not None and agreement < 0.99:
         notes.append(f"the data follows the target's greedy path at {agreement:.1%} of positions: steps after a "
                      "departure are checked against a prefix the server would not have seen (approximate)")
+    if origin.checked:
+        notes.append(f"as served: the target was run again on each sample's tokens to capture hidden_states "
+                     f"{list(capture)}, the layers the engine captures")
     result = AcceptanceResult(str(ckpt.path), data_name, label, K, done, views, toggles, agreement, notes=tuple(notes))
-    return replace(result, findings=tuple(gap_findings(result, ckpt)))
+    findings = gap_findings(result, ckpt)
+    if origin.foreign:
+        from .provenance import not_from_target
+
+        findings.insert(0, not_from_target(origin.foreign, origin.checked, origin.worst, origin.first_foreign or "",
+                                           teacher.source))
+    return replace(result, findings=tuple(findings))
 
 
 def _shared_counts(setups: dict[str, Setup], K: int,
@@ -246,7 +262,7 @@ def _shared_counts(setups: dict[str, Setup], K: int,
 
 
 def _runs_alike(a: Setup, b: Setup) -> bool:
-    if (a.layers, a.aux_off) != (b.layers, b.aux_off) or _effective_gate(a) != _effective_gate(b):
+    if (a.layers, a.aux_off, a.feed) != (b.layers, b.aux_off, b.feed) or _effective_gate(a) != _effective_gate(b):
         return False
     sa, sb = a.draft.state_dict(), b.draft.state_dict()
     return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa if k != "t2d")
@@ -307,6 +323,26 @@ class Teacher:
         head = ckpt.read(head_key).float().to(device)
         return cls(ckpt.read(norm_key).float().to(device), float(config.get("rms_norm_eps") or 1e-6), head,
                    num_layers, int(head.shape[1]), str(ckpt.path), ckpt=ckpt)
+
+    @property
+    def runnable(self) -> bool:
+        """The whole target is at hand (a loaded model, or a checkpoint holding every decoder layer's weights)."""
+        if self.model is not None:
+            return True
+        keys = self.ckpt.tensors if self.ckpt is not None else {}
+        return all(any(f"layers.{i}." in k for k in keys) for i in range(self.num_layers))
+
+    def states(self, ids: torch.Tensor, layers: tuple[int, ...]) -> tuple[dict[int, torch.Tensor], torch.Tensor,
+                                                                          torch.Tensor]:
+        """The target run on ``ids`` [T]: the inputs of decoder layers ``layers`` (HF indices) as the engine captures
+        them, and the final norm's input and output, each [T, H] (the target is loaded on first use)."""
+        from .data import target_states
+        from .wiring import input_device, load_target
+
+        if self.model is None:
+            self.model = load_target(self.ckpt, "cpu")
+        feats, pre, post = target_states(self.model, ids[None].to(input_device(self.model)), layers)
+        return ({k: f[0].float() for k, f in zip(layers, feats, strict=True)}, pre[0].float(), post[0].float())
 
     def _rows(self, rows: torch.Tensor | None) -> torch.Tensor:
         """The verifier lm_head rows of the draft vocab (gathered once per mapping, not per sample)."""
@@ -375,24 +411,25 @@ def _trained_setup(ckpt: Checkpoint, teacher: Teacher, L: int, dev: torch.device
     if "lm_head.weight" not in {canonical_key(k) for k in ckpt.tensors} and t2d_rows is not None:
         _install(module, "lm_head.weight", teacher.lm_head[t2d_rows.to(teacher.lm_head.device)].cpu())
     layers, _ = trained_with(ckpt.spec, L)
-    return Setup(module.to(dev), tuple(sorted(set(layers))), "always")
+    return Setup(module.to(dev), tuple(sorted(set(layers))), "always", feed="stored")
 
 
 def _served_setup(ckpt: Checkpoint, profile: EngineProfile, teacher: Teacher, L: int, dev: torch.device,
                   aux_off: bool, empty: EmptyMemory) -> Setup:
-    from .aux_layers import resolve_aux_layers
-    from .keys import simulate_load
+    """The draft as :func:`~eagle3lens.served.serve_draft` says ``profile`` serves it: the keys it loads, the init
+    of every parameter it never writes, the tables it shares from the target, the layers it captures, its fc gate."""
+    from ..served import serve_draft
 
-    load = simulate_load(ckpt, profile)
-    module = _reference(ckpt, load.loaded_keys)
-    loaded = {canonical_key(k) for k in load.loaded_keys}
-    never_written = apply_engine_init(module, _written(module, ckpt, load.loaded_keys), profile, empty=empty)
-    for role, name, table in (("embed", "embed_tokens.weight", teacher.embed),
-                              ("lm_head", "lm_head.weight", lambda: teacher.lm_head.cpu())):
-        if profile.shared(role, ckpt.spec) and (name not in loaded or role == "embed") and _install(module, name, table()):
-            never_written.pop(name, None)
-    resolution = resolve_aux_layers(ckpt.spec, L, profile, checkpoint=ckpt.path)
-    return Setup(module.to(dev), resolution.captured, profile.fc_gate, aux_off, f"as {profile.spec} loads them",
+    served = serve_draft(ckpt, engine=profile, num_target_layers=L)
+    module = _reference(ckpt, served.loaded_keys)
+    never_written = apply_engine_init(module, _written(module, ckpt, served.loaded_keys), profile, empty=empty)
+    tables = {"embed": ("embed_tokens.weight", teacher.embed), "lm_head": ("lm_head.weight", lambda: teacher.lm_head.cpu())}
+    for param in served.params:
+        if param.source == "target" and param.role in tables:
+            name, table = tables[param.role]
+            if _install(module, name, table()):
+                never_written.pop(name, None)
+    return Setup(module.to(dev), served.captured, profile.fc_gate, aux_off, f"as {profile.spec} loads them",
                  tuple(sorted(never_written.items())))
 
 
@@ -461,8 +498,8 @@ def _toggle_setups(served: Setup, trained: Setup, ckpt: Checkpoint, profile: Eng
             for key in keys:
                 module.state_dict()[key].copy_(t_state[key])
         out[cause] = replace(served, draft=module, weights=f"{served.weights}, {cause} as trained")
-    if served.layers != trained.layers and not aux_off:
-        out["aux-ids"] = replace(served, layers=trained.layers)
+    if not aux_off:  # the engine's weights fed the features the draft was trained on (the data's own)
+        out["aux-ids"] = replace(served, layers=trained.layers, feed="stored")
     if aux_off:
         out["aux-capture"] = replace(served, aux_off=False)
     return out
@@ -523,7 +560,9 @@ def _config_steps(ckpt: Checkpoint) -> int | None:
 @dataclass
 class _Prepared:
     ids: torch.Tensor  # [T'] token i+1 at position i (speculators' shift_batch)
-    feats: dict[int, torch.Tensor]  # HF index -> [T', H] aux state of position i
+    stored: torch.Tensor | None  # [T', n_aux * H] the data's own aux states of position i (the training features)
+    feats: dict[int, torch.Tensor]  # HF index -> [T', H] aux state of position i (recorded, or captured again)
+    recorded: tuple[int, ...] | None  # the HF layers the data records for its chunks
     final: torch.Tensor | None  # [T', H] the target's final post-norm state (aux-off feed)
     mask: torch.Tensor  # [T'] loss mask of position i (that of token i+1)
     teacher_full: torch.Tensor  # [T'] target greedy token after position i+1 (full vocab)
@@ -549,30 +588,69 @@ def _checked(samples: Iterator[Sample], ckpt: Checkpoint, teacher: Teacher, trai
                                             f"{cfg.num_aux} x {H_t} = {cfg.num_aux * H_t} ({ckpt.path})")
         if s.last is None:
             raise CheckpointError(s.source, "the dump holds no last hidden state: the teacher cannot be computed")
+        for name, values in (("aux hidden states", s.aux), ("last hidden state", s.last)):
+            bad = (~torch.isfinite(values)).nonzero()
+            if bad.numel():
+                raise CheckpointError(s.source, f"non-finite values in the {name} (first at position "
+                                                f"{int(bad[0][0])}): the dump is not usable")
         if int(s.token_ids.max()) >= teacher.lm_head.shape[0] or int(s.token_ids.min()) < 0:
             raise CheckpointError(s.source, f"token id {int(s.token_ids.max())} outside the target's vocabulary "
                                             f"of {teacher.lm_head.shape[0]}")
         yield s
 
 
-def _prepare(s: Sample, teacher: Teacher, trained: Setup, dev: torch.device) -> _Prepared:
-    """speculators' shift_batch (position i: token i+1, aux state of i, last hidden of i+1) and the teacher."""
+def _prepare(s: Sample, teacher: Teacher, trained: Setup, dev: torch.device, capture: tuple[int, ...],
+             origin: _Origin) -> _Prepared:
+    """speculators' shift_batch (position i: token i+1, aux state of i, last hidden of i+1) and the teacher; the
+    target's states at ``capture`` (HF indices the served setups read) taken from the data where it records them,
+    else captured again by running the target on the sample's tokens (when it can run here)."""
     module = trained.draft
-    chunks = s.aux.split(module.cfg.target_hidden, dim=-1)
-    # a dump that does not name its layers holds the ones the draft's config says it was trained with
-    layers = s.layers if s.layers is not None else trained.layers
-    if len(layers) != len(chunks):
+    H_t = module.cfg.target_hidden
+    chunks = s.aux.split(H_t, dim=-1)
+    feats: dict[int, torch.Tensor] = {}
+    if s.layers is not None:
+        if len(s.layers) != len(chunks):
+            raise CheckpointError(s.source, f"the dump holds {len(chunks)} aux layers but records {len(s.layers)} "
+                                            f"({list(s.layers)})")
+        feats = {k: c[:-1].to(dev, torch.float32) for k, c in zip(sorted(s.layers), chunks, strict=True)}
+    stored = s.aux[:-1].to(dev, torch.float32) if s.aux.shape[-1] == module.cfg.num_aux * H_t else None
+    if stored is None and not all(k in feats for k in trained.layers):
         raise CheckpointError(s.source, f"the dump holds {len(chunks)} aux layers, the draft was trained with "
-                                        f"{len(layers)} ({list(layers)})")
-    feats = {k: c[:-1].to(dev, torch.float32) for k, c in zip(sorted(layers), chunks, strict=True)}
+                              f"{module.cfg.num_aux} ({list(trained.layers)})")
     assert s.last is not None
+    missing = tuple(k for k in capture if k not in feats)
+    if missing and teacher.runnable:
+        captured, pre, post = teacher.states(s.token_ids, missing)
+        feats.update({k: v[:-1].to(dev) for k, v in captured.items()})
+        origin.check(s, pre, post)
     normed = s.last.to(dev, torch.float32) if s.last_normed else teacher.final_norm(s.last.to(dev))
     rows = _draft_rows(module)
     full, draft = teacher.greedy(normed[1:], rows.to(dev) if rows is not None else None)
     ids = s.token_ids.to(dev)
     mask = s.loss_mask.to(dev)[1:]
     follows = (ids[2:] == full[:-1]) & mask[:-1]
-    return _Prepared(ids[1:], feats, normed[:-1], mask, full, draft, float(follows.sum()), float(mask[:-1].sum()))
+    return _Prepared(ids[1:], stored, feats, s.layers, normed[:-1], mask, full, draft, float(follows.sum()),
+                     float(mask[:-1].sum()))
+
+
+class _Origin:
+    """Whether the data's last hidden states are this target's own (checked wherever the target is run again)."""
+
+    def __init__(self) -> None:
+        self.checked = self.foreign = 0
+        self.worst = 0.0
+        self.first_foreign: str | None = None
+
+    def check(self, s: Sample, pre: torch.Tensor, post: torch.Tensor) -> None:
+        from .provenance import MATCH_TOLERANCE, relative_error
+
+        assert s.last is not None
+        error = min(relative_error(s.last, pre), relative_error(s.last, post))
+        self.checked += 1
+        self.worst = max(self.worst, error)
+        if error > MATCH_TOLERANCE:
+            self.foreign += 1
+            self.first_foreign = self.first_foreign or s.source
 
 
 # -- scoring ----------------------------------------------------------------------------------------
@@ -581,16 +659,21 @@ def _feature(setup: Setup, p: _Prepared) -> torch.Tensor:
         if p.final is None:
             raise UsageError("aux-off needs the target's final hidden state")
         return p.final
+    if setup.feed == "stored" and p.stored is not None:  # as wide as fc reads: the training features as stored
+        return p.stored
     missing = [k for k in setup.layers if k not in p.feats]
     if missing:
-        raise _MissingLayers(missing, sorted(p.feats))
+        raise _MissingLayers(setup.layers, p.recorded)
     return torch.cat([p.feats[k] for k in setup.layers], dim=-1)
 
 
 class _MissingLayers(Exception):
-    def __init__(self, missing: list[int], have: list[int]) -> None:
-        super().__init__(f"the data holds aux layers {have} (HF indices), this setup captures {missing} too: "
-                         "give --target T --prompts F to capture them live")
+    def __init__(self, wanted: tuple[int, ...], recorded: tuple[int, ...] | None) -> None:
+        held = (f"the dump holds {list(recorded)}" if recorded is not None else
+                "the dump does not record which layers it holds")
+        super().__init__(f"the engine captures hidden_states {list(wanted)}, {held}, and the target cannot be run "
+                         "here to capture them (its checkpoint lacks decoder weights): give a full target, or "
+                         "--target T --prompts F")
 
 
 def _score(setup: Setup, p: _Prepared, K: int, counts: _Counts, serving: bool) -> None:

@@ -382,6 +382,25 @@ def _findings(layers: tuple[int | None, ...], matches: list[ChunkMatch], last_hi
     return out
 
 
+def relative_error(stored: torch.Tensor, reference: torch.Tensor) -> float:
+    """||stored - reference|| / ||reference|| over a whole sequence (float64)."""
+    a, b = stored.double().cpu(), reference.double().cpu()
+    return float((a - b).norm() / b.norm().clamp_min(1e-30))
+
+
+def not_from_target(foreign: int, checked: int, worst: float, first: str, target: str) -> Finding:
+    """The data's last hidden states are not what ``target`` computes on the data's own tokens."""
+    return Finding(
+        "data/not-from-target", Severity.CRITICAL,
+        f"{foreign} of {checked} samples were not produced by this target",
+        f"Run on each sample's own token ids, {target} computes other last hidden states than the dump holds "
+        f"(relative error up to {worst:.3f}; a stored copy of the same state stays under {MATCH_TOLERANCE}; first: "
+        f"{first}): the data comes from another model or another revision of it, and no acceptance figure on it "
+        "says anything about this target.",
+        evidence={"samples_checked": checked, "samples_foreign": foreign, "worst_rel_error": round(worst, 6),
+                  "first": first, "target": target})
+
+
 def _name(target: Any) -> str:
     if isinstance(target, nn.Module):
         return type(target).__name__
