@@ -96,11 +96,15 @@ def _class_attribute(path: Path, class_name: str, attribute: str) -> Any:
     for node in tree.body if tree is not None else ():
         if isinstance(node, ast.ClassDef) and node.name == class_name:
             for item in node.body:
-                targets = item.targets if isinstance(item, ast.Assign) else \
-                    [item.target] if isinstance(item, ast.AnnAssign) and item.value is not None else []
+                if isinstance(item, ast.Assign):
+                    targets, value = item.targets, item.value
+                elif isinstance(item, ast.AnnAssign) and item.value is not None:
+                    targets, value = [item.target], item.value
+                else:
+                    continue
                 if any(isinstance(t, ast.Name) and t.id == attribute for t in targets):
                     try:
-                        return ast.literal_eval(item.value)  # type: ignore[union-attr, arg-type]
+                        return ast.literal_eval(value)
                     except ValueError:
                         return None
     return None

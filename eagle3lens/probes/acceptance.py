@@ -60,7 +60,7 @@ from ..draft import (
 from ..engines import EngineProfile, resolve
 from ..errors import CheckpointError, UsageError
 from ..findings import Finding, Severity, fix_command
-from .acceptance_result import CAUSE_LABELS, AcceptanceResult, AcceptanceView
+from .acceptance_result import CAUSE_LABELS, AcceptanceResult, AcceptanceView, within_noise
 from .data import Sample, describe_dump, iter_samples
 from .engine_init import EMPTY_MEMORY, EmptyMemory, apply_engine_init
 
@@ -876,11 +876,7 @@ def restored(result: AcceptanceResult) -> bool | None:
     trained, fixed = result.accept_len("as_trained"), result.accept_len("fixed")
     if trained is None or fixed is None:
         return None
-    return _within_noise(fixed, trained)
-
-
-def _within_noise(value: float | None, trained: float) -> bool:
-    return value is not None and abs(value - trained) <= max(0.05, 0.05 * trained)
+    return within_noise(fixed, trained)
 
 
 def check_data(draft: str | Path | Checkpoint, data: str | Path, *, target: str | Path) -> None:
@@ -898,16 +894,28 @@ def verify_conversion(source: str | Path, out: str | Path, data: str | Path, *, 
                       engine: str | EngineProfile, steps: int | None = None, device: str = "cpu",
                       limit: int | None = None, progress: Progress | None = None) -> AcceptanceResult:
     """``convert --data``: the source as trained and as ``engine`` serves it, beside ``out`` (what convert wrote)
-    as ``engine`` serves it; ``acceptance/not-restored`` when ``out`` falls short of as trained."""
+    as ``engine`` serves it, fed the layers the engine captures. "Verified" needs both: ``out`` restores as trained
+    within noise, and provenance of the data against ``out`` and ``engine`` is clean (the engine feeds the layers
+    the data came from); ``acceptance/not-restored`` when ``out`` falls short of as trained."""
+    from .provenance import trace_provenance
+
     result = estimate_acceptance(source, data, target=target, engine=engine, steps=steps, device=device,
                                  limit=limit, fixed=out, progress=progress)
     trained, fixed = result.accept_len("as_trained"), result.accept_len("fixed")
     view = result.views.get("fixed")
-    if fixed is None and view is not None and view.unavailable:  # the data lacks a layer the engine captures
+    foreign = [f for f in result.findings if f.code == "data/not-from-target"]
+    if foreign:
+        return replace(result, notes=(*result.notes, f"acceptance not verified: {foreign[0].title}"))
+    if fixed is None and view is not None and view.unavailable:  # the engine's layers could not be fed
         return replace(result, findings=(), notes=(*result.notes, f"acceptance not verified: {view.unavailable}"))
     if restored(result):
+        provenance = trace_provenance(data, target, draft=out, engine=engine, device=device)
+        bad = [f for f in provenance.findings if f.severity.rank >= Severity.WARNING.rank]
+        if bad:
+            return replace(result, findings=tuple(bad), notes=(
+                *result.notes, f"acceptance not verified: provenance of the data against {out}: {bad[0].title}"))
         note = (f"acceptance verified: {out} as served by {result.engine} accepts {fixed:.2f}, as trained "
-                f"{trained:.2f}")
+                f"{trained:.2f}; the engine feeds the layers the data came from")
         return replace(result, findings=(), notes=(*result.notes, note))
     shown = "not scored" if fixed is None else f"{fixed:.2f}"
     finding = Finding("acceptance/not-restored", Severity.CRITICAL,
@@ -923,7 +931,7 @@ def verify_conversion(source: str | Path, out: str | Path, data: str | Path, *, 
 def _gap_fix(result: AcceptanceResult, ckpt: Checkpoint, trained: float, fixed: float | None) -> str | None:
     """convert when it restores as trained; with aux capture off, switching capture on (and convert if needed)."""
     def restores(value: float | None) -> bool:
-        return _within_noise(value, trained)
+        return within_noise(value, trained)
 
     convert = fix_command("convert", ckpt.path, "--to", result.engine or "", "OUT")
     view = result.views.get("as_served")
@@ -970,12 +978,13 @@ def _count(data: Any, limit: int | None) -> int | None:
 def needed_layers(draft: str | Path | Checkpoint, num_target_layers: int,
                   engine: str | EngineProfile | None = None) -> tuple[int, ...]:
     """HF hidden_states indices a live capture must keep: the trained layers and those ``engine`` captures."""
-    from .aux_layers import resolve_aux_layers, trained_with
+    from ..served import serve_draft
+    from .aux_layers import trained_with
 
     ckpt = draft if isinstance(draft, Checkpoint) else Checkpoint.open(draft)
     layers = set(trained_with(ckpt.spec, num_target_layers)[0])
     if engine is not None:
-        layers |= set(resolve_aux_layers(ckpt.spec, num_target_layers, resolve(engine), checkpoint=ckpt.path).captured)
+        layers |= set(serve_draft(ckpt, engine=engine, num_target_layers=num_target_layers).captured)
     return tuple(sorted(k for k in layers if 0 <= k < num_target_layers))
 
 

@@ -58,3 +58,8 @@ class AcceptanceResult:
         out.update(toggles=dict(self.toggles), draft=self.draft, data=self.data, engine=self.engine, steps=self.steps,
                    samples=self.samples, greedy_agreement=self.greedy_agreement, notes=list(self.notes))
         return to_jsonable(out)
+
+
+def within_noise(value: float | None, trained: float) -> bool:
+    """Two accept lengths that offline estimation cannot tell apart (0.05 or 5 %, the larger)."""
+    return value is not None and abs(value - trained) <= max(0.05, 0.05 * trained)

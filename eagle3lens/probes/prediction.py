@@ -23,7 +23,7 @@ from ..engines.target_support import CaptureSupport, capture_support
 from ..findings import Finding, to_jsonable
 from ..launch import Launch
 from ..served import ServedDraft, serve_draft
-from ..served.target import TargetShape
+from ..engines.target_shape import TargetShape
 from .aux_layers import AuxResolution
 
 @dataclass(frozen=True)

@@ -22,7 +22,8 @@ from ..engines import EngineProfile, own_loader, resolve
 from ..errors import CheckpointError, MetaTraceUnsupported, UsageError
 from ..findings import Finding, Severity, to_jsonable
 from ..io.jsonio import read_json
-from .aux_layers import AuxResolution, describe_layer, resolve_aux_layers
+from ..served import serve_draft
+from .aux_layers import AuxResolution, describe_layer
 from .trace import TensorMeta, Tracer, first_tensor, input_embeddings, meta_of
 
 SCENARIOS = ("aux-off", "ids-shifted", "ids-ignored")
@@ -238,11 +239,8 @@ def load_draft_as(ckpt: Checkpoint, engine: EngineProfile | str | None = None, s
 
 
 def loaded_keys(ckpt: Checkpoint, engine: EngineProfile | str) -> list[str]:
-    """Checkpoint keys the engine writes into a parameter (``simulate_load(...).mapping``)."""
-    from .keys import simulate_load
-
-    mapping = simulate_load(ckpt, engine).mapping
-    return [key for key in ckpt.tensors if key in mapping]
+    """Checkpoint keys the engine writes into a parameter, as the served derivation says."""
+    return list(serve_draft(ckpt, engine=engine).loaded_keys)
 
 
 def _share_embedding(module: Eagle3Draft, model: nn.Module, ckpt: Checkpoint, profile: EngineProfile) -> None:
@@ -280,7 +278,9 @@ def check_wiring(draft: CheckpointLike, *, target: Any = None, engine: EnginePro
     profile = own_loader(ckpt.spec.flavour) if engine is None else resolve(engine)
     model = load_target(target, device, device_map=device_map, dtype=dtype)
     _, layers = find_decoder_layers(model)
-    resolution = resolve_aux_layers(ckpt, len(layers), profile)
+    served = serve_draft(ckpt, engine=profile, num_target_layers=len(layers))
+    assert served.aux is not None  # no launch: EAGLE-3, aux capture on
+    resolution = served.aux
     module = load_draft_as(ckpt, profile).to(draft_device(model))
     if not is_shape_only(model):
         _share_embedding(module, model, ckpt, profile)

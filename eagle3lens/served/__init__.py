@@ -7,7 +7,7 @@ aux layers it captures (HF ``hidden_states`` indices), what fc does, the vocabul
 doctor read it; none of them derives any part of it again.
 """
 
+from ..engines.stops import ServerStop
 from .draft import ServedDraft, ServedParam, serve_draft
-from .stops import ServerStop
 
 __all__ = ["ServedDraft", "ServedParam", "ServerStop", "serve_draft"]

@@ -24,8 +24,8 @@ from ..findings import Finding, Severity, to_jsonable
 from ..launch import Launch
 from ..probes.aux_layers import AuxResolution, resolve_aux_layers, trained_with
 from ..probes.keys import LoadResult, simulate_load
-from .stops import ServerStop, class_absent, config_gate, target_capture
-from .target import TargetShape, read_target_shape
+from ..engines.stops import ServerStop, class_absent, config_gate, target_capture
+from ..engines.target_shape import TargetShape, read_target_shape
 
 FcOutcome = Literal["runs", "bypassed", "asserts", "fails", "unknown"]
 # SGLang: NEXTN is EAGLE (server_args); only EAGLE3 switches on aux capture (model_runner / spec_aux_hidden_state)
@@ -145,8 +145,8 @@ def serve_draft(draft: CheckpointLike, *, engine: str | EngineProfile, target: s
             "launch/speculation-off", Severity.WARNING, "the launch runs no speculative decoding",
             f"The {launch.source} names no speculative algorithm, so the draft is never loaded.",
             evidence={"launch": launch.to_dict()}))
-    stop = _stop(profile, spec, load, shape, capture and algorithm is not None or launch is None, notes)
-    if stop is not None and profile.kind == "serving":
+    stop = _stop(profile, spec, load, shape, capture and algorithm is not None or launch is None, algorithm, notes)
+    if stop is not None and profile.kind == "serving" and (stop.stage != "class-absent" or launch is not None):
         findings.append(_stop_finding(profile, stop, shape, launch))
     H_t = shape.hidden_size if shape is not None else spec.target_hidden_size
     aux = resolve_aux_layers(spec, L, profile, checkpoint=ckpt.path) if capture else None
@@ -176,7 +176,12 @@ def serve_draft(draft: CheckpointLike, *, engine: str | EngineProfile, target: s
 
 # -- the steps ----------------------------------------------------------------------------------
 def _stop(profile: EngineProfile, spec: Any, load: LoadResult, shape: TargetShape | None, capture: bool,
-          notes: list[str]) -> ServerStop | None:
+          algorithm: str | None, notes: list[str]) -> ServerStop | None:
+    archs = tuple(spec.architectures)
+    if profile.name == "vllm" and algorithm == "eagle" and archs and not archs[0].startswith("Eagle"):
+        # vLLM's EagleConfig prefixes 'Eagle' for method eagle: no such class
+        return ServerStop("config-gate", f"ValueError: Model architectures ['Eagle{archs[0]}'] are not supported "
+                                         "for now.")
     # in the order a server meets them: the speculative config is validated at start-up, the target loads (and is
     # asked to capture aux states), then the draft worker resolves the draft's class and loads it
     stop = config_gate(profile, shape) if shape is not None and capture else None
@@ -220,9 +225,6 @@ def _fc(profile: EngineProfile, spec: Any, capture: bool, width: int | None, alg
         return "unknown", None
     if not capture:
         if profile.name == "vllm":
-            archs = tuple(spec.architectures)
-            if algorithm == "eagle" and archs and not archs[0].startswith("Eagle"):
-                return "fails", f"ValueError: Model architectures ['Eagle{archs[0]}'] are not supported for now."
             if H != width:
                 return "asserts", "AssertionError: hidden_states and input_embeds must have the same last dimension"
             notes.append("vLLM runs combine_hidden_states (fc) only for method eagle3 (v1/spec_decode, vllm 0.33.0)")
@@ -269,7 +271,7 @@ def _stop_finding(profile: EngineProfile, stop: ServerStop, shape: TargetShape |
     return Finding(
         "launch/server-fails", Severity.CRITICAL, f"{'predicted: ' if launch else ''}the server stops at start: {what}",
         f"{profile.spec} stops before the draft runs: {stop.error}",
-        evidence={"error": stop.error, "stage": stop.stage, "engine": profile.spec, "predicted": True,
+        evidence={**stop.details, "error": stop.error, "stage": stop.stage, "engine": profile.spec, "predicted": True,
                   "architecture": shape.architecture if shape else None,
                   "launch_source": launch.source if launch else None},
         fix=stop.remedy)

@@ -6,14 +6,14 @@ None. Headers and configs only.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Mapping
 
 from ..draft_spec import DraftSpec
-from ..engines.gates import eagle3_target_gate
-from ..engines.profile import EngineProfile
-from ..engines.target_support import capture_support
-from .target import TargetShape
+from .gates import eagle3_target_gate
+from .profile import EngineProfile
+from .target_support import capture_support
+from .target_shape import TargetShape
 
 
 @dataclass(frozen=True)
@@ -23,14 +23,15 @@ class ServerStop:
     stage: str  # "class-absent" | "config-gate" | "target-capture" | "load"
     error: str
     remedy: str | None = None
+    details: Mapping[str, Any] = field(default_factory=dict)  # what the rule read (release row, class, list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"stage": self.stage, "error": self.error, "remedy": self.remedy}
+        return {"stage": self.stage, "error": self.error, "remedy": self.remedy, **self.details}
 
 
 def class_absent(profile: EngineProfile, spec: DraftSpec) -> ServerStop | None:
     """The draft's architecture is an EAGLE-3 class of a later release of this engine, not shipped by this one."""
-    from ..engines import all_profiles
+    from .registry import all_profiles
 
     arch = spec.architectures[0] if spec.architectures else None
     if arch is None or spec.flavour == "speculators" or profile.any_architecture or arch in profile.all_architectures():
@@ -67,7 +68,9 @@ def target_capture(profile: EngineProfile, shape: TargetShape, notes: list[str])
         return None
     remedy = (f"serve with {profile.name}>={support.first_capture}"
               if support.first_capture and support.served_by == shape.architecture else None)
-    return ServerStop("target-capture", support.error or "", remedy)
+    return ServerStop("target-capture", support.error or "", remedy,
+                      {"served_by": support.served_by, "release": support.release,
+                       "first_capture": support.first_capture})
 
 
 def config_gate(profile: EngineProfile, shape: TargetShape) -> ServerStop | None:
@@ -77,4 +80,5 @@ def config_gate(profile: EngineProfile, shape: TargetShape) -> ServerStop | None
     gate = eagle3_target_gate(profile.name, profile.release)
     if gate is None or gate.admits(shape.model_type):
         return None
-    return ServerStop("config-gate", gate.message(shape.model_type), gate.remedy)
+    return ServerStop("config-gate", gate.message(shape.model_type), gate.remedy,
+                      {"model_type": shape.model_type, "admitted": list(gate.allowed), "file": gate.file})
