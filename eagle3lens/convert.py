@@ -285,7 +285,7 @@ def index_metadata(ckpt: Checkpoint) -> dict[str, Any]:
 def _verify(ckpt: Checkpoint, tmp: Path, plan: _Plan, profile: EngineProfile | None, overrides: Mapping[str, Any],
             force: bool) -> dict[str, Any]:
     from .probes.diff import diff
-    from .probes.keys import simulate_load
+    from .probes.keys import simulate_load, suppliable
 
     out = Checkpoint.open(tmp)
     problems: list[str] = []
@@ -297,8 +297,10 @@ def _verify(ckpt: Checkpoint, tmp: Path, plan: _Plan, profile: EngineProfile | N
         bad = [f.key for f in load.fates if f.fate in ("dropped", "raises") or f.shape_mismatch]
         if bad and not force:
             problems.append(f"{profile.spec} would not load {bad}")
-        if load.left_at_init and not force:
-            problems.append(f"{profile.spec} would leave {list(load.left_at_init)} at init")
+        # a parameter no source tensor can fill is the checkpoint's gap, not the conversion's (keys says so)
+        unfilled = [p for p in load.left_at_init if p in suppliable(ckpt, profile, ckpt.spec)]
+        if unfilled and not force:
+            problems.append(f"{profile.spec} would leave {unfilled} at init")
     pairs = {k: plan.names[k] for k in ckpt.tensors if k in plan.names}
     result = diff(ckpt, out, values=False, pairs=pairs)
     changed = {c.name for c in result.changed} | {c.name for c in result.layout_changes}

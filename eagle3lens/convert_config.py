@@ -82,13 +82,23 @@ def rewrite_aux_ids(config: dict[str, Any], spec: DraftSpec, hf_ids: list[int]) 
 # -- the writers ------------------------------------------------------------------------------
 def _vllm(job: ConfigJob) -> dict[str, Any]:
     """vLLM reads a speculators config as is, and a flat Llama config with its own architecture and ids."""
-    if job.spec.flavour == "speculators":
+    if job.spec.flavour == "speculators" and job.profile.speculators_types:
         new = _keep_speculators(job)
+    elif job.spec.flavour == "speculators":  # a release before vLLM read speculators configs: a flat one
+        new = {**_flat_llama(job.config, job.spec), "architectures": [_vllm_architecture(job.profile)],
+               "draft_vocab_size": job.n}
+        if job.spec.target_hidden_size_declared:
+            new["target_hidden_size"] = job.spec.target_hidden_size_declared
+        if job.hf_ids is not None:
+            new["eagle_aux_hidden_state_layer_ids"] = job.hf_ids
+        job.changes.append(f"flat Llama config with architectures {new['architectures']} ({job.profile.spec} "
+                           "reads no speculators config)")
+        _carry(new, job.carried, job.changes)
     else:
         new = json.loads(json.dumps(job.config))
         if not job.profile.recognises(new):
-            new["architectures"] = ["LlamaForCausalLMEagle3"]
-            job.changes.append("architectures -> ['LlamaForCausalLMEagle3']")
+            new["architectures"] = [_vllm_architecture(job.profile)]
+            job.changes.append(f"architectures -> {new['architectures']}")
         if job.hf_ids is not None and (job.spec.aux_ids_source != "top-level" or job.explicit):
             new["eagle_aux_hidden_state_layer_ids"] = job.hf_ids
             job.changes.append(f"top-level eagle_aux_hidden_state_layer_ids {job.hf_ids} "
@@ -96,6 +106,13 @@ def _vllm(job: ConfigJob) -> dict[str, Any]:
         if job.n and "draft_vocab_size" not in new:
             new["draft_vocab_size"] = job.n
     return _honoured_flags(job, new)
+
+
+def _vllm_architecture(profile: EngineProfile) -> str:
+    """The architecture name this vLLM release maps to its Llama EAGLE-3 class (before 0.10.2 it prefixes
+    'Eagle3' to the written name: ``LlamaForCausalLM``)."""
+    names = ("LlamaForCausalLMEagle3", "LlamaForCausalLM")
+    return next((n for n in names if profile.recognises({"architectures": [n]})), names[0])
 
 
 def _speculators(job: ConfigJob) -> dict[str, Any]:

@@ -90,8 +90,8 @@ VARIANTS = {  # directory -> (what it is, findings on their own, findings added 
 KIMI_VARIANTS: dict[str, tuple[str, list[str], dict[str, list[str]]]] = {
     "kimi-mla": (("MLA drafter of kimi-target/ (Eagle3DeepseekV2ForCausalLM, layers.0.* keys with DeepSeek attention "
                   "names q_a_proj/kv_a_proj_with_mqa/kv_b_proj, eagle_config ids [1, 3, 4] in SGLang's convention); "
-                  "SGLang loads it from 0.5.12 on, earlier releases do not know the class"),
-                 [], {"sglang==0.5.11": ["config/unrecognized", "keys/dropped", "keys/left-at-init"],
+                  "SGLang loads it from 0.5.12 on; earlier releases do not ship the class and the server stops"),
+                 [], {"sglang==0.5.11": ["config/unrecognized"],
                       "sglang==0.5.23": [], "vllm==0.33.0": ["config/aux-ids-ignored"]}),
 }
 

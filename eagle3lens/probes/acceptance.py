@@ -332,17 +332,46 @@ class Teacher:
         keys = self.ckpt.tensors if self.ckpt is not None else {}
         return all(any(f"layers.{i}." in k for k in keys) for i in range(self.num_layers))
 
-    def states(self, ids: torch.Tensor, layers: tuple[int, ...]) -> tuple[dict[int, torch.Tensor], torch.Tensor,
-                                                                          torch.Tensor]:
+    def states(self, ids: torch.Tensor, layers: tuple[int, ...],
+               full: bool) -> tuple[dict[int, torch.Tensor], torch.Tensor | None, torch.Tensor | None]:
         """The target run on ``ids`` [T]: the inputs of decoder layers ``layers`` (HF indices) as the engine captures
-        them, and the final norm's input and output, each [T, H] (the target is loaded on first use)."""
-        from .data import target_states
-        from .wiring import input_device, load_target
+        them, each [T, H]; with ``full`` also the final norm's input and output (else the forward stops after the
+        deepest layer asked for). The target is loaded on first use."""
+        from .wiring import find_decoder_layers, input_device, load_target
 
         if self.model is None:
             self.model = load_target(self.ckpt, "cpu")
-        feats, pre, post = target_states(self.model, ids[None].to(input_device(self.model)), layers)
-        return ({k: f[0].float() for k, f in zip(layers, feats, strict=True)}, pre[0].float(), post[0].float())
+        model = self.model
+        decoder_path, decoder = find_decoder_layers(model)
+        seen: dict[Any, torch.Tensor] = {}
+
+        def grab(key: Any) -> Callable[..., None]:
+            def hook(_module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+                seen[key] = (args[0] if args else kwargs["hidden_states"])[0].detach().float()
+            return hook
+
+        def enough(_module: Any, _args: Any, _kwargs: Any) -> None:
+            raise _Enough
+
+        hooks = [decoder[k].register_forward_pre_hook(grab(k), with_kwargs=True) for k in layers]
+        deepest = max(layers) + 1
+        norm = None
+        if full:
+            parent = decoder_path.rsplit(".", 1)[0] if "." in decoder_path else ""
+            norm = model.get_submodule(f"{parent}.norm" if parent else "norm")
+            hooks.append(norm.register_forward_pre_hook(grab("pre"), with_kwargs=True))
+            hooks.append(norm.register_forward_hook(lambda _m, _a, out: seen.__setitem__("post", out[0].float())))
+        elif deepest < len(decoder):
+            hooks.append(decoder[deepest].register_forward_pre_hook(enough, with_kwargs=True))
+        try:
+            with torch.no_grad():
+                model(input_ids=ids[None].to(input_device(model)), use_cache=False)
+        except _Enough:
+            pass
+        finally:
+            for handle in hooks:
+                handle.remove()
+        return {k: seen[k] for k in layers}, seen.get("pre"), seen.get("post")
 
     def _rows(self, rows: torch.Tensor | None) -> torch.Tensor:
         """The verifier lm_head rows of the draft vocab (gathered once per mapping, not per sample)."""
@@ -498,7 +527,7 @@ def _toggle_setups(served: Setup, trained: Setup, ckpt: Checkpoint, profile: Eng
             for key in keys:
                 module.state_dict()[key].copy_(t_state[key])
         out[cause] = replace(served, draft=module, weights=f"{served.weights}, {cause} as trained")
-    if not aux_off:  # the engine's weights fed the features the draft was trained on (the data's own)
+    if served.layers != trained.layers and not aux_off:  # the engine's weights fed the data's own features
         out["aux-ids"] = replace(served, layers=trained.layers, feed="stored")
     if aux_off:
         out["aux-capture"] = replace(served, aux_off=False)
@@ -620,9 +649,10 @@ def _prepare(s: Sample, teacher: Teacher, trained: Setup, dev: torch.device, cap
     assert s.last is not None
     missing = tuple(k for k in capture if k not in feats)
     if missing and teacher.runnable:
-        captured, pre, post = teacher.states(s.token_ids, missing)
+        captured, pre, post = teacher.states(s.token_ids, missing, full=origin.checked < ORIGIN_SAMPLES)
         feats.update({k: v[:-1].to(dev) for k, v in captured.items()})
-        origin.check(s, pre, post)
+        if pre is not None and post is not None:
+            origin.check(s, pre, post)
     normed = s.last.to(dev, torch.float32) if s.last_normed else teacher.final_norm(s.last.to(dev))
     rows = _draft_rows(module)
     full, draft = teacher.greedy(normed[1:], rows.to(dev) if rows is not None else None)
@@ -631,6 +661,13 @@ def _prepare(s: Sample, teacher: Teacher, trained: Setup, dev: torch.device, cap
     follows = (ids[2:] == full[:-1]) & mask[:-1]
     return _Prepared(ids[1:], stored, feats, s.layers, normed[:-1], mask, full, draft, float(follows.sum()),
                      float(mask[:-1].sum()))
+
+
+class _Enough(Exception):
+    """Raised by a hook to end a target forward once the layers asked for are captured."""
+
+
+ORIGIN_SAMPLES = 4  # samples whose last hidden states are checked against the target's (the whole forward runs)
 
 
 class _Origin:

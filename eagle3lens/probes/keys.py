@@ -264,7 +264,33 @@ def _param_source(param: ParamSpec, writes: list[tuple[str, str | None]], profil
 
 # -- findings --------------------------------------------------------------------------------
 def _fix(ckpt: Checkpoint, profile: EngineProfile) -> str:
-    return fix_command("convert", ckpt.path, "--to", profile.spec, "OUT")
+    """``convert --to`` when it can write a checkpoint the engine loads; else why not, and what serves the draft."""
+    blocker = convert_blocker(ckpt, profile)
+    if blocker is None:
+        return fix_command("convert", ckpt.path, "--to", profile.spec, "OUT")
+    return f"no conversion makes {profile.spec} load this draft ({blocker}): serve it with another release"
+
+
+def convert_blocker(ckpt: Checkpoint, profile: EngineProfile) -> str | None:
+    """Why ``convert --to`` cannot write a checkpoint ``profile`` loads faithfully (None: it can), from the config
+    it would write and the engine's route for every renamed key (what convert refuses, decided before writing)."""
+    from ..checkpoint import build_spec
+    from ..convert_config import convert_config
+
+    config, _, refusals, _ = convert_config(ckpt.config or {}, ckpt.spec, profile)
+    if refusals:
+        return refusals[0]
+    names = {k: profile.native_name(k) for k in ckpt.tensors}
+    spec = build_spec(config, {names[k]: replace(info, name=names[k]) for k, info in ckpt.tensors.items()})
+    if not profile.recognises(config):
+        return "it does not recognise any config convert writes"
+    params = profile.parameters(spec, ckpt.path)
+    for key, new in names.items():
+        route = profile.route(new, params, spec)
+        full_vocab = (spec.draft_vocab_size or spec.vocab_size) == spec.vocab_size
+        if route.fate in ("dropped", "raises") and not (key.split(".")[-1] in ("d2t", "t2d") and full_vocab):
+            return f"{key} would be {route.fate}: {route.reason[:120]}"
+    return None
 
 
 def _findings(ckpt: Checkpoint, profile: EngineProfile, spec: DraftSpec, fates: list[TensorFate],
@@ -347,7 +373,7 @@ def _findings(ckpt: Checkpoint, profile: EngineProfile, spec: DraftSpec, fates: 
     at_init = [s for s in sources if s.status in ("left-at-init", "partial") and s.param.role != "vocab"]
     if at_init:
         severe = any(s.param.role in CRITICAL_ROLES for s in at_init)
-        renamed = _written_after_rename(ckpt, profile, spec)
+        renamed = suppliable(ckpt, profile, spec)
         absent = [s.param.name for s in at_init if s.param.name not in renamed]
         out.append(Finding(
             "keys/left-at-init", Severity.CRITICAL if severe else Severity.WARNING,
@@ -358,8 +384,7 @@ def _findings(ckpt: Checkpoint, profile: EngineProfile, spec: DraftSpec, fates: 
             evidence={"parameters": {s.param.name: {"init": s.param.init, "shape": list(s.param.shape),
                                                     "missing_shards": list(s.missing_shards)} for s in at_init},
                       "absent_from_checkpoint": absent},
-            fix=(f"the checkpoint has no tensor for {absent[0]}{' (and more)' if len(absent) > 1 else ''}: "
-                 "re-export it from training") if absent else fix))
+            fix=_absent_fix(absent, profile) if absent else fix))
     mismatched = [f for f in fates if f.shape_mismatch and f.fate in ("loaded", "loaded-shard")]
     if mismatched:
         first = mismatched[0]
@@ -376,7 +401,16 @@ def _findings(ckpt: Checkpoint, profile: EngineProfile, spec: DraftSpec, fates: 
     return out
 
 
-def _written_after_rename(ckpt: Checkpoint, profile: EngineProfile, spec: DraftSpec) -> set[str]:
+def _absent_fix(absent: list[str], profile: EngineProfile) -> str:
+    """A parameter no checkpoint tensor can fill: re-export it; a bias no trainer writes: another release."""
+    if all(name.endswith(".bias") for name in absent):
+        return (f"no trainer writes {absent[0]}: serve with a {profile.name} release whose draft class does not "
+                "create it")
+    return f"the checkpoint has no tensor for {absent[0]}{' (and more)' if len(absent) > 1 else ''}: re-export it " \
+           "from training"
+
+
+def suppliable(ckpt: Checkpoint, profile: EngineProfile, spec: DraftSpec) -> set[str]:
     """The parameters (whole, every shard) the checkpoint's tensors would fill under the engine's native names, as
     ``convert --to`` renames them: what a conversion can supply and what only a re-export can."""
     params = profile.parameters(spec, ckpt.path)
@@ -471,4 +505,12 @@ def _aux_findings(ckpt: Checkpoint, profile: EngineProfile, num_target_layers: i
     from .aux_layers import resolve_aux_layers
 
     resolution = resolve_aux_layers(ckpt, num_target_layers, profile)
-    return [f for f in resolution.findings if f.code in ("config/aux-ids-ignored", "config/aux-ids-shifted")]
+    return [f for f in with_convert_fix(resolution.findings, ckpt, profile)
+            if f.code in ("config/aux-ids-ignored", "config/aux-ids-shifted")]
+
+
+def with_convert_fix(findings: Iterable[Finding], ckpt: Checkpoint, profile: EngineProfile) -> tuple[Finding, ...]:
+    """``findings`` whose fix is the plain ``convert --to`` given the fix that works (see :func:`_fix`)."""
+    plain = fix_command("convert", ckpt.path, "--to", profile.spec, "OUT")
+    fix = _fix(ckpt, profile) if any(f.fix == plain for f in findings) else plain
+    return tuple(replace(f, fix=fix) if f.fix == plain else f for f in findings)

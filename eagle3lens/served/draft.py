@@ -13,17 +13,17 @@ the width it receives; the vocabulary mapping. Every probe that needs one of the
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 from ..checkpoint import Checkpoint, CheckpointLike, as_checkpoint
 from ..engines import EngineProfile, resolve
-from ..errors import UsageError
+from ..errors import CheckpointError, UsageError
 from ..findings import Finding, Severity, to_jsonable
 from ..launch import Launch
 from ..probes.aux_layers import AuxResolution, resolve_aux_layers, trained_with
-from ..probes.keys import LoadResult, simulate_load
+from ..probes.keys import LoadResult, simulate_load, with_convert_fix
 from ..engines.stops import ServerStop, class_absent, config_gate, target_capture
 from ..engines.target_shape import TargetShape, read_target_shape
 
@@ -126,6 +126,8 @@ def serve_draft(draft: CheckpointLike, *, engine: str | EngineProfile, target: s
     is enough), with ``launch`` deciding the algorithm and runtime path (without one: EAGLE-3, the default path).
     ``num_target_layers`` stands in for a target when only its layer count is known."""
     ckpt = as_checkpoint(draft).require_draft()
+    if ckpt.config is None:
+        raise CheckpointError(ckpt.path, "no config.json beside the weights? the engine builds the draft from it")
     profile = resolve(engine)
     if launch is not None and profile.name != launch.engine:
         raise UsageError(f"the launch starts {launch.engine}, but --engine names {profile.spec}: "
@@ -150,9 +152,11 @@ def serve_draft(draft: CheckpointLike, *, engine: str | EngineProfile, target: s
         findings.append(_stop_finding(profile, stop, shape, launch))
     H_t = shape.hidden_size if shape is not None else spec.target_hidden_size
     aux = resolve_aux_layers(spec, L, profile, checkpoint=ckpt.path) if capture else None
+    if aux is not None:
+        aux = replace(aux, findings=with_convert_fix(aux.findings, ckpt, profile))
     received = (len(aux.captured) * H_t if aux is not None and H_t and (aux.captured or L is not None)
                 else H_t if not capture else None)
-    fc, fc_error = _fc(profile, spec, capture, received, algorithm, notes)
+    fc, fc_error = _fc(profile, spec, capture, received, notes)
     if stop is None and fc == "bypassed" and launch is not None:
         findings.append(_bypassed(profile, spec, algorithm, received, launch))
     elif stop is None and fc in ("asserts", "fails") and launch is not None and not capture:
@@ -217,7 +221,7 @@ def _algorithm(launch: Launch, spec: Any, notes: list[str]) -> str | None:
     return algorithm
 
 
-def _fc(profile: EngineProfile, spec: Any, capture: bool, width: int | None, algorithm: str | None,
+def _fc(profile: EngineProfile, spec: Any, capture: bool, width: int | None,
         notes: list[str]) -> tuple[FcOutcome, str | None]:
     """What fc does with the received width: runs, is bypassed (the width gate), asserts or fails (matmul)."""
     H, fc_in = spec.hidden_size, spec.fc_in_features
