@@ -84,3 +84,73 @@ def make_sparse_draft(dir: str | Path, hidden: int = 7168, vocab: int = 163840, 
               "transformer_layer_config": layer}
     (dir / "config.json").write_text(json.dumps(config, indent=2))
     return dir
+
+
+# -- the target's config as it ships, config-only -------------------------------------------------------------
+LLAMA_405B = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 16384,
+              "num_hidden_layers": 126, "num_attention_heads": 128, "num_key_value_heads": 8,
+              "intermediate_size": 53248, "vocab_size": 128256, "max_position_embeddings": 131072,
+              "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "torch_dtype": "bfloat16", "tie_word_embeddings": False}
+
+
+def config_only_target(dir: str | Path, config: dict) -> Path:
+    """A model directory holding only ``config.json`` (a target nobody downloaded)."""
+    dir = Path(dir)
+    dir.mkdir(parents=True, exist_ok=True)
+    (dir / "config.json").write_text(json.dumps(config, indent=2))
+    return dir
+
+
+# -- counting the bytes a command read: the file's pages in the page cache ------------------------------------
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def evict(path: str | Path) -> None:
+    """Drop ``path``'s pages from the page cache (written pages are flushed first), so that any later read of its
+    bytes, by ``read`` or through an ``mmap``, shows up in :func:`resident_bytes`."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def resident_bytes(path: str | Path, start: int = 0, end: int | None = None) -> int:
+    """Bytes of ``path[start:end]`` held in the page cache now (``mincore`` over a fresh read-only mapping, which
+    itself faults nothing in): after :func:`evict`, the bytes some process has read since."""
+    import ctypes
+    import mmap
+
+    size = os.path.getsize(path)
+    end = size if end is None else min(end, size)
+    if end <= start:
+        return 0
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+    first = start // PAGE * PAGE
+    length = end - first
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        addr = libc.mmap(None, length, mmap.PROT_READ, mmap.MAP_SHARED, fd, first)
+        if addr in (None, ctypes.c_void_p(-1).value):
+            raise OSError(ctypes.get_errno(), f"mmap {path}")
+        try:
+            pages = (length + PAGE - 1) // PAGE
+            vec = ctypes.create_string_buffer(pages)
+            if libc.mincore(ctypes.c_void_p(addr), length, vec) != 0:
+                raise OSError(ctypes.get_errno(), f"mincore {path}")
+            return sum(b & 1 for b in vec.raw) * PAGE
+        finally:
+            libc.munmap(ctypes.c_void_p(addr), length)
+    finally:
+        os.close(fd)
+
+
+def data_start(path: str | Path) -> int:
+    """Where a safetensors file's tensor data begins (after its length prefix and header)."""
+    with open(path, "rb") as fh:
+        return 8 + struct.unpack("<Q", fh.read(8))[0]

@@ -214,15 +214,22 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 
 
 # -- the draft as an engine loads it ------------------------------------------------------------
-def load_draft_as(ckpt: Checkpoint, engine: EngineProfile | str | None = None, seed: int = 0) -> Eagle3Draft:
+def load_draft_as(ckpt: Checkpoint, engine: EngineProfile | str | None = None, seed: int = 0,
+                  device: torch.device | str | None = None) -> Eagle3Draft:
     """The reference draft holding only the tensors ``engine`` would load; the rest stays at init.
 
     Without an engine every tensor loads (the trainer's view). Init is the module's HF-style init
     (normal(0, initializer_range), norms 1.0), a deterministic stand-in for the engines' ``torch.empty``.
+    ``device="meta"``: the draft is built from the headers and config alone, its parameters on meta, and no
+    tensor byte is read (shape-only traces of a full-size draft cost its config, not its weights).
     """
     from ..draft import DraftConfig, check_config_fits
 
     cfg = DraftConfig.from_checkpoint(ckpt)
+    if device is not None and torch.device(device).type == "meta":
+        check_config_fits(cfg, ckpt, budget_bytes=2**62)  # shapes still checked; meta allocates nothing
+        with torch.device("meta"):
+            return Eagle3Draft(cfg).eval()
     check_config_fits(cfg, ckpt)  # before allocating: a config's sizes that do not match its tensors are refused
     torch.manual_seed(seed)
     draft = Eagle3Draft(cfg)
@@ -234,7 +241,7 @@ def load_draft_as(ckpt: Checkpoint, engine: EngineProfile | str | None = None, s
         if name in own and tuple(ckpt.tensors[key].shape) == tuple(own[name].shape):
             state[name] = ckpt.read(key)
     draft.load_state_dict(state, strict=False)
-    return draft.eval()
+    return draft.eval() if device is None else draft.to(device).eval()
 
 
 def loaded_keys(ckpt: Checkpoint, engine: EngineProfile | str) -> list[str]:
@@ -281,7 +288,7 @@ def check_wiring(draft: CheckpointLike, *, target: Any = None, engine: EnginePro
     model = load_target(target, device, device_map=device_map, dtype=dtype)
     _, layers = find_decoder_layers(model)
     resolution = resolve_aux_layers(ckpt, len(layers), profile)
-    module = load_draft_as(ckpt, profile).to(draft_device(model))
+    module = load_draft_as(ckpt, profile, device=draft_device(model))
     if not is_shape_only(model):
         _share_embedding(module, model, ckpt, profile)
         return wire(model, module, resolution, profile, scenario=scenario, inputs=inputs, has_d2t=ckpt.spec.has_d2t,
