@@ -538,3 +538,40 @@ def test_sglang_tree_launch_without_server_args_leaves_k_unknown():
     assert (topk.inference.num_draft_tokens, topk.inference.draft_steps) == (8, None)
     with_steps = parse_log(ARGS.replace("speculative_num_steps=5", "speculative_num_steps=3") + decode)
     assert with_steps.inference.draft_steps == 3
+
+
+# ---------------------------------------------------------------- the fast paths read what the general ones read
+
+def test_block_escape_stripping_equals_stripping_each_line():
+    import random
+
+    from eagle3lens.io.textsafe import strip_escapes
+    from eagle3lens.probes.logs import _BLOCK_ESCAPES
+
+    rng = random.Random(0)
+    alphabet = ["\x1b", "[", "]", "\x07", "\\", "P", "_", "X", "^", "m", "3", ";", "a", " ", "\n", "\r", "\x9c", "/", "~"]
+    for _ in range(5000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
+        assert _BLOCK_ESCAPES.sub("", text).split("\n") == [strip_escapes(line) for line in text.split("\n")], repr(text)
+
+
+@pytest.mark.parametrize("line", [
+    "[t] Decode batch, #running-req: 9, #token: 5100, token usage: 0.02, accept len: 2.31, accept rate: 0.33, "
+    "cuda graph: True, gen throughput (token/s): 40.00, #queue-req: 0",
+    "[t] Decode batch, #running-req: 9, accept len: 2.31, accept rate: 1.33, gen throughput (token/s): 40.00",  # rate > 1
+    "[t] Decode batch, #running-req: 9, block accept len: 3.00, accept len: 2.31, accept rate: 0.33, "
+    "gen throughput (token/s): 40.00",  # a fork's label holding "accept len"
+    "[t] Decode batch, #running-req: 9, accept len: 2.31, accept rate: 0.33, gen throughput (token/s): 40.00e3",
+    "[t] Decode batch, #running-req: 9, accept len: 2.31, accept rate: 0.33, gen throughput (token/s): 4.5%",
+    "[t] Decode batch. #running-req: 9, accept len: 2.31, accept rate: 0.33, gen throughput (token/s): 40.00",
+])
+def test_sglang_decode_fast_path_agrees_with_the_field_reader(line):
+    from eagle3lens.probes import log_formats
+
+    at = line.find(log_formats.SGLANG_DECODE)
+    general = log_formats._SGLANG_FIELDS.read(line[at + len(log_formats.SGLANG_DECODE):])
+    fast = log_formats._parse_sglang_fast(line, at)
+    if fast is not None:
+        assert (fast, []) == general
+    fmt, values, rejected = log_formats._parse_sglang(line)
+    assert (values, rejected) == general

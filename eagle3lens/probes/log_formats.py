@@ -246,6 +246,27 @@ _VLLM_ENGINE_FIELDS = _FieldTable(_VLLM_ENGINE_LABELS)
 _Parsed = tuple[str | None, dict[str, Any], list[tuple[str, str]]]
 
 
+# SGLang 0.5.x's decode line as it prints it: one match reads the four fields the general reader would, in a
+# fraction of its time; used only where each label occurs once (so the general reader has no other occurrence to
+# choose) and every value is in bounds, else the general reader decides
+_SGLANG_FAST = re.compile(r"Decode batch, #running-req: (\d{1,9}), (?:[^,\n]{0,80}, ){0,16}?accept len: (\d{1,3}\.\d{1,4}), "
+                          r"accept rate: (\d{1,3}\.\d{1,4}), (?:[^,\n]{0,80}, ){0,16}?"
+                          r"gen throughput \(token/s\): (\d{1,9}\.\d{1,4})(?![\d.eE%])")
+
+
+def _parse_sglang_fast(line: str, at: int) -> dict[str, Any] | None:
+    m = _SGLANG_FAST.match(line, at)
+    count = line.count
+    if m is None or not (count("accept len") == count("accept rate") == count("#running-req")
+                         == count("gen throughput") == 1):
+        return None
+    running, length, rate, tps = m.groups()
+    accept_len, accept_rate, gen_tps = float(length), float(rate), float(tps)
+    if accept_len > _MAX_ACCEPT_LEN or accept_rate > 1.0 or gen_tps > _MAX_RATE_VALUE:
+        return None
+    return {"running_reqs": int(running), "accept_len": accept_len, "accept_rate": accept_rate, "gen_tps": gen_tps}
+
+
 def _parse_sglang(line: str) -> _Parsed:
     if "avg_spec_accept_length" in line and (m := _LIFETIME.search(line)):
         text = m.group(1)
@@ -254,6 +275,8 @@ def _parse_sglang(line: str) -> _Parsed:
             return "sglang-lifetime", {"accept_len": value}, []
         return None, {}, [("accept_len", text[:_MAX_NUMBER_CHARS])]
     at = line.find(SGLANG_DECODE)
+    if at >= 0 and (fast := _parse_sglang_fast(line, at)) is not None:
+        return "sglang-0.5", fast, []
     if at >= 0:
         message = line[at + len(SGLANG_DECODE):]
         dot_form = message.startswith(".")

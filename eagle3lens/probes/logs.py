@@ -35,6 +35,7 @@ from __future__ import annotations
 import codecs
 import math
 import os
+import re
 import statistics
 from array import array
 from collections import Counter
@@ -50,7 +51,7 @@ from ..engines import EngineProfile
 from ..errors import CheckpointError, LogFileError, UsageError
 from ..findings import Finding, Severity, fix_command, to_jsonable
 from ..io.inputs import GiB, open_regular
-from ..io.textsafe import clean_text, strip_escapes
+from ..io.textsafe import ESC_BRANCHES, clean_text, strip_escapes
 from .log_formats import (
     ENGINES,
     FORMAT_DESCRIPTIONS,
@@ -259,19 +260,32 @@ def _split_engine(engine: str | None) -> tuple[str | None, Version | None]:
 
 
 class _Block(NamedTuple):
-    """Lines of one read block, and whether any of them may need escape stripping or carries start-up facts."""
+    """Lines of one read block, the same lines without terminal escapes, and whether any carries start-up facts."""
 
     lines: list[str | None]  # None: a line over MAX_LINE_BYTES (skipped, never parsed)
-    escapes: bool
+    clean: list[str | None] | list[str]  # line i without escape sequences (``lines`` itself when none has one)
     startup: bool
     crlf: bool
+
+
+# textsafe's ESC-introduced sequences as one literal-prefixed pattern (found at memchr speed) whose classes stop at a
+# newline: over a block's lines joined by "\n" it removes from each line what strip_escapes removes from it alone,
+# when the block holds no 8-bit C1 introducer (those blocks are stripped line by line)
+_BLOCK_ESCAPES = re.compile("\x1b(?:" + "|".join(b.removeprefix("\x1b").replace("[^\x07\x1b\x9c]", "[^\x07\x1b\x9c\n]")
+                                                  .replace("[^\x1b\x9c]", "[^\x1b\x9c\n]") for b in ESC_BRANCHES) + ")")
+_C1 = ("\x9b", "\x9d", "\x90", "\x98", "\x9e", "\x9f")
 
 
 def _block(lines: list[str | None], *texts: str) -> _Block:
     escapes = any("\x1b" in t or "\x9b" in t or "\x9d" in t or "\x90" in t for t in texts)
     startup = any("speculative_num_" in t or "speculative_eagle_topk" in t or TREE_HINT in t
                   or any(h in t for h in VLLM_VERSION_HINTS) for t in texts)
-    return _Block(lines, escapes, startup, any("\r" in t for t in texts))
+    clean: list[str | None] | list[str] = lines
+    if escapes and any(c in t for t in texts for c in _C1):
+        clean = [None if line is None else strip_escapes(line) for line in lines]
+    elif escapes:
+        clean = _BLOCK_ESCAPES.sub("", "\n".join("" if line is None else line for line in lines)).split("\n")
+    return _Block(lines, clean, startup, any("\r" in t for t in texts))
 
 
 def _file_blocks(handle: BinaryIO, path: Path) -> Iterator[_Block]:
@@ -392,11 +406,12 @@ class _Collector:
         else:
             get = values.get
             length, rate = get("accept_len"), get("accept_rate")
+            sglang = self.engine == "sglang"
             if length is not None or rate is not None:
                 self.lengths.append(_NAN if length is None else length)
                 self.rates.append(_NAN if rate is None else rate)
-                self.codes.append(_FORMAT_CODES[fmt] * 2 + (get("accepted_tokens") == 0))
-                if length is not None and rate is not None and self.engine == "sglang":
+                self.codes.append(_FORMAT_CODES[fmt] * 2 + (not sglang and get("accepted_tokens") == 0))
+                if sglang and length is not None and rate is not None:
                     if len(self.pairs) < MAX_PAIRS:
                         self.pairs[(length, rate)] = None
                     elif (length, rate) not in self.pairs:
@@ -405,7 +420,7 @@ class _Collector:
                 self.tps.append(tps)
             if (running := get("running_reqs")) is not None:
                 self.running.append(running)
-            if self.engine == "vllm":  # only vLLM lines carry token counts and per-position rates
+            if not sglang:  # only vLLM lines carry token counts and per-position rates
                 self._add_vllm(fmt, values)
             if count <= FIELD_SCAN_LINES and len(self.unknown) < MAX_UNKNOWN_FIELDS:
                 self.unknown |= unknown_labels(self.engine, line)
@@ -465,17 +480,16 @@ def parse_log(log: str | os.PathLike[str], *, engine: str | EngineProfile | None
     cap, decode_anchor, spec_anchor, stats_anchor = MAX_LINE_BYTES, SGLANG_DECODE, VLLM_SPEC, VLLM_STATS  # locals
     want_time = True  # times count from the first timestamped line of the file (looked for in its first lines)
     for block in lines:
-        escapes, startup, crlf = block.escapes, block.startup, block.crlf
-        for raw in block.lines:
+        startup, crlf = block.startup, block.crlf
+        for raw, line in zip(block.lines, block.clean, strict=True):
             number += 1
-            if raw is None or len(raw) > cap:
+            if raw is None or len(raw) > cap:  # the cap is on the line as read, escapes included
                 overlong += 1
                 if len(overlong_at) < MAX_EXAMPLES:
                     overlong_at.append(number)
                 continue
-            line = raw.removesuffix("\r") if crlf else raw
-            if escapes:
-                line = strip_escapes(line)
+            if crlf:
+                line = line.removesuffix("\r")  # type: ignore[union-attr]  # None only where raw is None
             if want_time:
                 first_time = timestamp(line)[1]
                 want_time = first_time is None and number < 10_000
