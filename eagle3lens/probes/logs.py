@@ -481,15 +481,14 @@ def parse_log(log: str | os.PathLike[str], *, engine: str | EngineProfile | None
     want_time = True  # times count from the first timestamped line of the file (looked for in its first lines)
     for block in lines:
         startup, crlf = block.startup, block.crlf
-        for raw, line in zip(block.lines, block.clean, strict=True):
+        for raw, text in zip(block.lines, block.clean, strict=True):
             number += 1
-            if raw is None or len(raw) > cap:  # the cap is on the line as read, escapes included
+            if raw is None or text is None or len(raw) > cap:  # the cap is on the line as read, escapes included
                 overlong += 1
                 if len(overlong_at) < MAX_EXAMPLES:
                     overlong_at.append(number)
                 continue
-            if crlf:
-                line = line.removesuffix("\r")  # type: ignore[union-attr]  # None only where raw is None
+            line = text.removesuffix("\r") if crlf else text
             if want_time:
                 first_time = timestamp(line)[1]
                 want_time = first_time is None and number < 10_000
