@@ -115,3 +115,43 @@ def test_meta_trace_405b_target_full_size_draft(tmp_path, capsys):
     assert wiring["fc_in_features"] == 3 * 7168
     assert "trace/aux-width-mismatch" in [f["code"] for f in wiring["findings"]]
     assert data_bytes_read(weights) == 0
+
+
+# -- the drill (bench/fullsize.py) at reduced width, in process, under the same commands --------------------------
+DRILL = dict(hidden=256, vocab=4096, draft_vocab=1000, heads=4, kv_heads=2, head_dim=64, intermediate=512)
+DRILL_MLA = dict(mla_heads=4, q_lora_rank=64, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16)
+
+
+@pytest.mark.parametrize("argv", [["acceptance", "{draft}", "--data", "{data}", "--target", "{target}"],
+                                  ["provenance", "--data", "{data}", "--target", "{target}"]])
+def test_commands_that_run_the_target_say_where_to_run_it(argv, tmp_path, capsys):
+    """A target directory with only config.json (Kimi-K2.5's, as it ships): acceptance and provenance run its weights,
+    so they stop with one line that says to run where the target lives and points to --host."""
+    from _fullsize import KIMI_K25
+
+    from eagle3lens.cli import main
+
+    target = config_only_target(tmp_path / "kimi-k2.5", KIMI_K25)
+    draft = make_sparse_draft(tmp_path / "draft", **DRILL)
+    (tmp_path / "hs").mkdir()
+    code = main([a.format(draft=draft, data=tmp_path / "hs", target=target) for a in argv])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1
+    assert "holds only config.json" in err and "where the target lives" in err and "--host" in err
+
+
+@pytest.mark.slow
+def test_fullsize_drill_at_reduced_width(tmp_path):
+    """Every command of the drill on each layout (speculators, EAGLE, MLA) and the Kimi-K2.5 / 405B configs: each
+    exits as it should, the shape-only paths (info, keys, trace --device meta, wiring) read no tensor byte, and the
+    vocabulary paths read no decoder weight."""
+    from fullsize import drill
+
+    lines = drill(tmp_path, DRILL, DRILL_MLA, measure=False)
+    assert [(line.command, line.why) for line in lines if not line.ok] == []
+    by_name = {line.command: line for line in lines}
+    for layout in ("speculators", "eagle", "mla"):
+        for name in (f"info {layout}", f"trace --device meta {layout} (Kimi-K2.5)", f"wiring {layout} (Kimi-K2.5)"):
+            assert by_name[name].run.read and not set().union(*by_name[name].run.read.values()), name
+    assert "weights speculators (streaming)" in by_name and "convert --in-place --to sglang==0.5.23" in by_name
+    assert (tmp_path / "converted.orig").is_dir()  # --in-place kept the original

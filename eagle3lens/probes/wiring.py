@@ -137,9 +137,14 @@ def build_on_meta(config: Any, dtype: torch.dtype | str = "auto") -> nn.Module:
             except ValueError:  # not mapped to a causal LM: the architecture the config names
                 names = [a for a in getattr(config, "architectures", None) or [] if isinstance(a, str)]
                 cls = getattr(transformers, names[0], None) if names and names[0].isidentifier() else None
-                if not (isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel)):
+                if isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel):
+                    return cls(config).eval()
+                # a wrapper transformers cannot build (Kimi-K2.5's remote-code KimiK25ForConditionalGeneration):
+                # its language model, whose layers the aux states come from (a DeepSeek-V3 text_config)
+                text = config.get_text_config() if hasattr(config, "get_text_config") else config
+                if text is config:
                     raise
-                return cls(config).eval()
+                return AutoModelForCausalLM.from_config(text).eval()
     finally:
         torch.set_default_dtype(previous)
 
