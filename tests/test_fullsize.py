@@ -155,3 +155,20 @@ def test_fullsize_drill_at_reduced_width(tmp_path):
             assert by_name[name].run.read and not set().union(*by_name[name].run.read.values()), name
     assert "weights speculators (streaming)" in by_name and "convert --in-place --to sglang==0.5.23" in by_name
     assert (tmp_path / "converted.orig").is_dir()  # --in-place kept the original
+
+
+def test_a_wrapper_transformers_cannot_build_is_traced_through_its_text_config(tmp_path):
+    """Kimi-K2.5 ships KimiK25ForConditionalGeneration (remote code): on meta its DeepSeek-V3 text model is built."""
+    from _fullsize import KIMI_K25
+    from transformers import AutoConfig
+
+    from eagle3lens.probes.wiring import build_on_meta, find_decoder_layers
+
+    text = {**KIMI_K25["text_config"], "hidden_size": 64, "intermediate_size": 128, "moe_intermediate_size": 16,
+            "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 4, "n_routed_experts": 4,
+            "num_experts_per_tok": 2, "q_lora_rank": 16, "kv_lora_rank": 8, "qk_nope_head_dim": 8,
+            "qk_rope_head_dim": 8, "v_head_dim": 8, "vocab_size": 512}
+    target = config_only_target(tmp_path / "kimi", {**KIMI_K25, "text_config": text})
+    model = build_on_meta(AutoConfig.from_pretrained(target))
+    assert type(model).__name__ == "DeepseekV3ForCausalLM"
+    assert len(find_decoder_layers(model)[1]) == 4 and all(p.device.type == "meta" for p in model.parameters())
