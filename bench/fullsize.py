@@ -32,6 +32,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _fullsize import (  # noqa: E402
@@ -238,8 +239,10 @@ def functional_problem(kind: str, run: Run) -> str:
     return ""
 
 
-def drill(root: Path, dims: dict, mla: dict | None = None, measure: bool = True, convert: bool = True) -> list[Line]:
-    """Write the inputs under ``root`` and run every command; with ``measure`` each against its budget."""
+def drill(root: Path, dims: dict, mla: dict | None = None, measure: bool = True, convert: bool = True,
+          report: Callable[[Line], None] = lambda _line: None) -> list[Line]:
+    """Write the inputs under ``root`` and run every command; with ``measure`` each against its budget. ``report``
+    sees each line as soon as it is measured."""
     from eagle3lens.engines.registry import all_profiles
 
     engines = [p.spec for p in all_profiles() if p.name in ("sglang", "vllm")]
@@ -273,8 +276,11 @@ def drill(root: Path, dims: dict, mla: dict | None = None, measure: bool = True,
         elif measure and kind == "host":
             budget = "one line pointing to --host"
         lines.append(Line(name, run, ratio, budget, ok, problem))
+        report(lines[-1])
     if convert:
-        lines += convert_lines(root, p["speculators"], measure)
+        for line in convert_lines(root, p["speculators"], measure):
+            lines.append(line)
+            report(line)
     return lines
 
 
@@ -298,10 +304,8 @@ def convert_lines(root: Path, src: Path, measure: bool) -> list[Line]:
 
 def main() -> int:
     with tempfile.TemporaryDirectory(prefix="e3l-fullsize-", dir=os.environ.get("E3L_BENCH_DIR")) as tmp:
-        lines = drill(Path(tmp), KIMI)
-        print(f"{'command':<44} {'wall':>9} {'peak RSS':>10}  ratio  {'budget':<38} result")
-        for line in lines:
-            print(line)
+        print(f"{'command':<44} {'wall':>9} {'peak RSS':>10}  ratio  {'budget':<38} result", flush=True)
+        lines = drill(Path(tmp), KIMI, report=lambda line: print(line, flush=True))
         failed = [line.command for line in lines if not line.ok]
         print(f"{len(lines) - len(failed)}/{len(lines)} PASS" + (f"; FAIL: {', '.join(failed)}" if failed else ""))
         return 1 if failed else 0
