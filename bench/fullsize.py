@@ -1,6 +1,7 @@
 """Full-size drill: every command on a Kimi-K2.5-width drafter (sparse, real byte size) and the target's config.
 
     .venv/bin/python bench/fullsize.py            # or: make bench-fullsize
+    .venv/bin/python bench/fullsize.py --only 405B    # the lines whose command names it
 
 Writes, as sparse files (real headers, holes for the data: no disk), a Kimi-K2.5-width drafter (hidden 7168,
 target vocabulary 163840, draft vocabulary 32000, fc 21504 -> 7168) in each layout the project knows (speculators
@@ -53,12 +54,14 @@ TINY_MLA = dict(mla_heads=4, q_lora_rank=32, kv_lora_rank=16, qk_nope_head_dim=8
 LAUNCH = "python -m sglang.launch_server --model-path kimi-k2.5 --speculative-algorithm EAGLE3 --speculative-draft-model-path D"
 
 # runs eagle3lens commands in one process; prints {"rcs", "wall", "peak_rss_kb", "stderr"} as its last stdout line
+# (both children start their clock before their first import: the lazy imports of torch and transformers count alike)
 _CHILD = r"""
-import contextlib, io, json, resource, sys, time
+import time
+t0 = time.perf_counter()
+import contextlib, io, json, resource, sys
 from eagle3lens.cli import main
 argvs = json.loads(sys.argv[1])
 rcs, err = [], io.StringIO()
-t0 = time.perf_counter()
 for argv in argvs:
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
         rcs.append(main(argv))
@@ -68,11 +71,12 @@ print(json.dumps({"rcs": rcs, "wall": wall, "peak_rss_kb": resource.getrusage(re
 """
 
 _BARE_META = r"""
-import json, resource, sys, time
+import time
+t0 = time.perf_counter()
+import json, resource, sys
 import torch
 from transformers import AutoConfig
 from eagle3lens.probes.wiring import build_on_meta
-t0 = time.perf_counter()
 model = build_on_meta(AutoConfig.from_pretrained(sys.argv[1]))
 hooks = [m.register_forward_hook(lambda *a: None) for m in model.model.layers]
 ids = torch.zeros(1, 16, dtype=torch.long, device="meta")
@@ -240,9 +244,9 @@ def functional_problem(kind: str, run: Run) -> str:
 
 
 def drill(root: Path, dims: dict, mla: dict | None = None, measure: bool = True, convert: bool = True,
-          report: Callable[[Line], None] = lambda _line: None) -> list[Line]:
-    """Write the inputs under ``root`` and run every command; with ``measure`` each against its budget. ``report``
-    sees each line as soon as it is measured."""
+          report: Callable[[Line], None] = lambda _line: None, only: str | None = None) -> list[Line]:
+    """Write the inputs under ``root`` and run every command (``only``: those whose name holds it); with ``measure``
+    each against its budget. ``report`` sees each line as soon as it is measured."""
     from eagle3lens.engines.registry import all_profiles
 
     engines = [p.spec for p in all_profiles() if p.name in ("sglang", "vllm")]
@@ -252,6 +256,8 @@ def drill(root: Path, dims: dict, mla: dict | None = None, measure: bool = True,
     lines = []
     tiny_cmds = {name: argvs for name, _, argvs, _ in commands(tiny, engines)} if tiny else {}
     for name, kind, argvs, watch in commands(p, engines):
+        if only is not None and only not in name:
+            continue
         run = run_cli(argvs, watch, measure)
         problem = functional_problem(kind, run)
         ratio, budget, ok = None, "runs", not problem
@@ -277,7 +283,7 @@ def drill(root: Path, dims: dict, mla: dict | None = None, measure: bool = True,
             budget = "one line pointing to --host"
         lines.append(Line(name, run, ratio, budget, ok, problem))
         report(lines[-1])
-    if convert:
+    if convert and (only is None or only in "convert"):
         for line in convert_lines(root, p["speculators"], measure):
             lines.append(line)
             report(line)
@@ -303,9 +309,10 @@ def convert_lines(root: Path, src: Path, measure: bool) -> list[Line]:
 
 
 def main() -> int:
+    only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv[:-1] else None  # e.g. --only 405B
     with tempfile.TemporaryDirectory(prefix="e3l-fullsize-", dir=os.environ.get("E3L_BENCH_DIR")) as tmp:
         print(f"{'command':<44} {'wall':>9} {'peak RSS':>10}  ratio  {'budget':<38} result", flush=True)
-        lines = drill(Path(tmp), KIMI, report=lambda line: print(line, flush=True))
+        lines = drill(Path(tmp), KIMI, report=lambda line: print(line, flush=True), only=only)
         failed = [line.command for line in lines if not line.ok]
         print(f"{len(lines) - len(failed)}/{len(lines)} PASS" + (f"; FAIL: {', '.join(failed)}" if failed else ""))
         return 1 if failed else 0
