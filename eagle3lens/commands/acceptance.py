@@ -10,6 +10,7 @@ from ..errors import UsageError
 from ..findings import Report
 from ..probes.engine_init import EMPTY_MEMORY
 from ..progress import TqdmBars
+from ._target import require_target_weights
 from . import add_output_options, example_epilog, finish, positive_int
 
 
@@ -21,6 +22,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("give --data D (a hidden-state dump) or --target T --prompts F (live capture), one of them")
     if args.target is None:
         raise UsageError("acceptance needs --target T: its final norm and lm_head give the teacher's tokens")
+    require_target_weights(args.target, "acceptance", "06_acceptance")
     if args.device == "cuda":
         import torch
 

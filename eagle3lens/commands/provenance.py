@@ -7,6 +7,7 @@ import sys
 
 from ..errors import UsageError
 from ..findings import Report
+from ._target import require_target_weights
 from . import add_output_options, example_epilog, finish, positive_int
 
 
@@ -19,6 +20,7 @@ def run(args: argparse.Namespace) -> int:
 
         if not torch.cuda.is_available():
             raise UsageError("--device cuda: no CUDA device is visible here; use --device cpu")
+    require_target_weights(args.target, "provenance", "07_provenance")
     result = trace_provenance(args.data, args.target, draft=args.draft, engine=args.engine, samples=args.samples,
                               device=args.device, device_map=args.device_map, progress=TqdmBars(unit="position") if not args.json and sys.stderr.isatty() else None)
     checkpoint = {"path": str(args.draft), "layout": "unknown"} if args.draft else {}

@@ -138,9 +138,14 @@ def build_on_meta(config: Any, dtype: torch.dtype | str = "auto") -> nn.Module:
             except ValueError:  # not mapped to a causal LM: the architecture the config names
                 names = [a for a in getattr(config, "architectures", None) or [] if isinstance(a, str)]
                 cls = getattr(transformers, names[0], None) if names and names[0].isidentifier() else None
-                if not (isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel)):
+                if isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel):
+                    return cls(config).eval()
+                # a wrapper transformers cannot build (Kimi-K2.5's remote-code KimiK25ForConditionalGeneration):
+                # its language model, whose layers the aux states come from (a DeepSeek-V3 text_config)
+                text = config.get_text_config() if hasattr(config, "get_text_config") else config
+                if text is config:
                     raise
-                return cls(config).eval()
+                return AutoModelForCausalLM.from_config(text).eval()
     finally:
         torch.set_default_dtype(previous)
 
@@ -215,15 +220,22 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 
 
 # -- the draft as an engine loads it ------------------------------------------------------------
-def load_draft_as(ckpt: Checkpoint, engine: EngineProfile | str | None = None, seed: int = 0) -> Eagle3Draft:
+def load_draft_as(ckpt: Checkpoint, engine: EngineProfile | str | None = None, seed: int = 0,
+                  device: torch.device | str | None = None) -> Eagle3Draft:
     """The reference draft holding only the tensors ``engine`` would load; the rest stays at init.
 
     Without an engine every tensor loads (the trainer's view). Init is the module's HF-style init
     (normal(0, initializer_range), norms 1.0), a deterministic stand-in for the engines' ``torch.empty``.
+    ``device="meta"``: the draft is built from the headers and config alone, its parameters on meta, and no
+    tensor byte is read (shape-only traces of a full-size draft cost its config, not its weights).
     """
     from ..draft import DraftConfig, check_config_fits
 
     cfg = DraftConfig.from_checkpoint(ckpt)
+    if device is not None and torch.device(device).type == "meta":
+        check_config_fits(cfg, ckpt, budget_bytes=2**62)  # shapes still checked; meta allocates nothing
+        with torch.device("meta"):
+            return Eagle3Draft(cfg).eval()
     check_config_fits(cfg, ckpt)  # before allocating: a config's sizes that do not match its tensors are refused
     torch.manual_seed(seed)
     draft = Eagle3Draft(cfg)
@@ -235,7 +247,7 @@ def load_draft_as(ckpt: Checkpoint, engine: EngineProfile | str | None = None, s
         if name in own and tuple(ckpt.tensors[key].shape) == tuple(own[name].shape):
             state[name] = ckpt.read(key)
     draft.load_state_dict(state, strict=False)
-    return draft.eval()
+    return draft.eval() if device is None else draft.to(device).eval()
 
 
 def loaded_keys(ckpt: Checkpoint, engine: EngineProfile | str) -> list[str]:
@@ -281,7 +293,7 @@ def check_wiring(draft: CheckpointLike, *, target: Any = None, engine: EnginePro
     served = serve_draft(ckpt, engine=profile, num_target_layers=len(layers))
     assert served.aux is not None  # no launch: EAGLE-3, aux capture on
     resolution = served.aux
-    module = load_draft_as(ckpt, profile).to(draft_device(model))
+    module = load_draft_as(ckpt, profile, device=draft_device(model))
     if not is_shape_only(model):
         _share_embedding(module, model, ckpt, profile)
         return wire(model, module, resolution, profile, scenario=scenario, inputs=inputs, has_d2t=ckpt.spec.has_d2t,
