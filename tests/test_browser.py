@@ -179,3 +179,23 @@ def test_exported_html_draws_its_figures_offline(demo_dir, tmp_path, browser):
     assert page.evaluate("() => typeof window.Plotly") == "object"
     assert requested == []
     context.close()
+
+
+def test_triage_fix_column_stays_inside_a_narrow_panel(browser, demo_dir, tmp_path):
+    """A 600 px output area that clips what overflows (as a notebook panel does): every fix command of the triage,
+    a long checkpoint path in it, is drawn inside the panel, not cut off at its edge."""
+    from eagle3lens.doctor import diagnose
+    from eagle3lens.plots.registry import html_view
+
+    long = tmp_path / ("a-rather-long-folder-name-for-checkpoints-" * 3) / "speculators"
+    shutil.copytree(demo_dir / "speculators", long)
+    fragment = html_view(diagnose(long, engine="sglang==0.5.11", weights=False).results["doctor"])
+    page = browser.new_page(viewport={"width": 800, "height": 900})
+    page.set_content(f"<div id='panel' style='width:600px;overflow:hidden'>{fragment}</div>")
+    panel = page.locator("#panel").bounding_box()
+    fixes = page.locator("code.cmd")
+    assert fixes.count() >= 1
+    for i in range(fixes.count()):
+        box = fixes.nth(i).bounding_box()
+        assert box["x"] + box["width"] <= panel["x"] + panel["width"] + 0.5, (i, box, panel)
+    page.close()
