@@ -181,21 +181,25 @@ def test_exported_html_draws_its_figures_offline(demo_dir, tmp_path, browser):
     context.close()
 
 
-def test_triage_fix_column_stays_inside_a_narrow_panel(browser, demo_dir, tmp_path):
-    """A 600 px output area that clips what overflows (as a notebook panel does): every fix command of the triage,
-    a long checkpoint path in it, is drawn inside the panel, not cut off at its edge."""
+def test_fix_columns_stay_inside_a_narrow_panel(browser, demo_dir, tmp_path):
+    """An 800 px output area that clips what overflows, as the 00_triage panel's output does: every fix command of
+    the report (the triage and the findings table), a long checkpoint path in it, sits in a box inside the panel
+    that scrolls to its end, on one line, instead of running past the panel's edge and being cut off there."""
     from eagle3lens.doctor import diagnose
-    from eagle3lens.plots.registry import html_view
+    from eagle3lens.notebook.kernel import to_html
 
     long = tmp_path / ("a-rather-long-folder-name-for-checkpoints-" * 3) / "speculators"
     shutil.copytree(demo_dir / "speculators", long)
-    fragment = html_view(diagnose(long, engine="sglang==0.5.11", weights=False).results["doctor"])
-    page = browser.new_page(viewport={"width": 800, "height": 900})
-    page.set_content(f"<div id='panel' style='width:600px;overflow:hidden'>{fragment}</div>")
+    html = to_html(diagnose(long, engine="sglang==0.5.11", weights=False, log=demo_dir / "sglang.log"))
+    page = browser.new_page(viewport={"width": 900, "height": 900})
+    page.set_content(f"<div id='panel' style='width:800px;overflow:hidden'>{html}</div>")
     panel = page.locator("#panel").bounding_box()
-    fixes = page.locator("code.cmd")
-    assert fixes.count() >= 1
-    for i in range(fixes.count()):
-        box = fixes.nth(i).bounding_box()
-        assert box["x"] + box["width"] <= panel["x"] + panel["width"] + 0.5, (i, box, panel)
+    boxes = page.evaluate("""() => [...document.querySelectorAll('code.cmd')].filter(c => c.textContent).map(c => {
+        const box = c.parentElement.getBoundingClientRect();
+        return {right: box.right, scroll: c.parentElement.scrollWidth, code: c.getBoundingClientRect().width,
+                overflow: getComputedStyle(c.parentElement).overflowX, text: c.textContent}})""")
+    assert len(boxes) >= 4 and all(str(long) in b["text"] for b in boxes)
+    for box in boxes:
+        assert box["right"] <= panel["x"] + panel["width"] + 0.5, box  # the box is inside the panel
+        assert box["overflow"] == "auto" and box["scroll"] >= box["code"] - 0.5, box  # and scrolls to the end
     page.close()

@@ -47,7 +47,7 @@ def test_scenario_toggles_are_labelled_by_name_and_keep_the_path() -> None:
     assert short_labels(["/x/demo/mismatched-ids", "/x/demo/eagle"]) == ["mismatched-ids", "eagle"]
 
 
-def test_triage_fix_column_breaks_long_paths_instead_of_being_cut(demo_dir: Path, tmp_path: Path) -> None:
+def test_triage_fix_column_scrolls_a_long_path_instead_of_widening_the_table(demo_dir: Path, tmp_path: Path) -> None:
     import shutil
 
     from eagle3lens.plots.registry import html_view
@@ -55,5 +55,6 @@ def test_triage_fix_column_breaks_long_paths_instead_of_being_cut(demo_dir: Path
     long = tmp_path / ("a-rather-long-folder-name-for-checkpoints-" * 3) / "speculators"
     shutil.copytree(demo_dir / "speculators", long)
     html = html_view(diagnose(long, engine="sglang==0.5.11", weights=False).results["doctor"])
-    assert str(long) in html  # the fix names the checkpoint in full
-    assert "overflow-wrap:anywhere" in html and "white-space:normal" in html and "overflow-x:auto" in html
+    assert str(long) in html  # the fix names the checkpoint in full, on one line, in a box of fixed width that scrolls
+    assert html.count("<div class='fix' style='width:18em;overflow-x:auto'><code class='cmd' "
+                      "style='white-space:nowrap'>eagle3lens convert") >= 1

@@ -6,7 +6,7 @@ from typing import Any
 
 from ..doctor import Triage
 from .registry import html_view, rich_view
-from .style import SEVERITY_COLOR, html_text, markup, plain
+from .style import SEVERITY_COLOR, fix_html, html_text, markup, plain, scroll_box
 
 
 def _fixes(triage: Triage) -> list[tuple[list[int], str]]:
@@ -40,11 +40,6 @@ def triage_table(triage: Triage) -> Any:
     return Group(table, *fixes, *skipped)
 
 
-# Inline (a notebook's output CSS wins over a report's stylesheet): the fix column takes the room it needs up to
-# half the panel, and a long path breaks inside itself instead of running past the panel's edge and being cut off.
-FIX_CELL = "min-width:18em;max-width:50%;text-align:left;vertical-align:top"
-FIX_CODE = "white-space:normal;overflow-wrap:anywhere;word-break:break-word"
-
 
 @html_view.register
 def triage_html(triage: Triage) -> str:
@@ -53,12 +48,11 @@ def triage_html(triage: Triage) -> str:
     rows = "".join(
         f"<tr><td>{c.rank}</td><td style='color:{SEVERITY_COLOR[c.finding.severity]}'>"
         f"<code>{html_text(c.finding.code)}</code><br>{html_text(c.finding.title)}</td>"
-        f"<td>{html_text(c.explains)}</td><td style='{FIX_CELL}'><code class='cmd' style='{FIX_CODE}'>"
-        f"{html_text(c.finding.fix or '')}</code></td></tr>"
+        f"<td>{html_text(c.explains)}</td><td>{fix_html(c.finding.fix)}</td></tr>"
         for c in triage.causes
     )
     skipped = "".join(f"<li>{html_text(name)}: {html_text(why)}</li>" for name, why in triage.skipped.items())
-    return ("<h3>Likely causes, in causal order</h3><div style='max-width:100%;overflow-x:auto'>"
-            "<table style='table-layout:auto'><tr><th>#</th><th>cause</th><th>explains</th><th>fix</th>"
-            f"</tr>{rows}</table></div>" + (f"<p>Not run:</p><ul>{skipped}</ul>" if skipped else ""))
+    table = f"<table><tr><th>#</th><th>cause</th><th>explains</th><th>fix</th></tr>{rows}</table>"
+    return ("<h3>Likely causes, in causal order</h3>" + scroll_box(table)
+            + (f"<p>Not run:</p><ul>{skipped}</ul>" if skipped else ""))
 
