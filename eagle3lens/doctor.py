@@ -13,6 +13,7 @@ from typing import Any
 from . import catalogue
 from .checkpoint import Checkpoint, CheckpointLike, as_checkpoint
 from .engines import EngineProfile, as_profile, own_loader
+from .errors import UsageError
 from .findings import Finding, Report, Severity, fix_command, sort_findings
 from .launch import Launch, launch_from_log, parse_launch
 from .progress import Progress
@@ -169,6 +170,8 @@ def diagnose(
     from .probes.wiring import check_wiring
     from .served import serve_draft
 
+    if data is not None and prompts is not None:
+        raise UsageError("give --data D (a hidden-state dump) or --prompts F (live capture), not both")
     ckpt = as_checkpoint(draft).require_draft()
     from .probes.wiring import config_only, config_spec
 

@@ -62,6 +62,7 @@ from ..errors import CheckpointError, UsageError
 from ..findings import Finding, Severity, fix_command
 from .acceptance_result import CAUSE_LABELS, AcceptanceResult, AcceptanceView, within_noise
 from .data import Sample, describe_dump, iter_samples
+from .limits import check_length, check_steps, check_token_ids, max_positions
 from .engine_init import EMPTY_MEMORY, EmptyMemory, apply_engine_init
 
 Progress = Callable[[int, "int | None", str], None]
@@ -154,9 +155,8 @@ def estimate_acceptance(draft: str | Path | Checkpoint, data: str | Path | Itera
     if device == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda: no CUDA device is visible here; use --device cpu")
     dev = torch.device(device)
-    K = steps or _config_steps(ckpt) or DEFAULT_STEPS
-    if K < 1:
-        raise UsageError(f"--steps must be at least 1, got {K}")
+    K = check_steps(steps) if steps is not None else check_steps(
+        _config_steps(ckpt) or DEFAULT_STEPS, f"{ckpt.path}: speculative_tokens in config.json")
     if data is None:
         raise UsageError("acceptance needs data: a hidden-state dump, or samples captured live from the target")
     teacher = Teacher.open(target, dev)
@@ -603,7 +603,10 @@ class _Prepared:
 def _checked(samples: Iterator[Sample], ckpt: Checkpoint, teacher: Teacher, trained: Setup) -> Iterator[Sample]:
     """Samples whose widths fit the draft and target (else one clear error naming the file and both widths)."""
     cfg = trained.draft.cfg
+    positions = max_positions(teacher.model.config if teacher.model is not None else
+                              (teacher.ckpt.config if teacher.ckpt is not None else None) or {})
     for s in samples:
+        check_length(len(s), positions, s.source)
         if s.last is not None and s.last.shape[-1] != teacher.hidden:
             raise CheckpointError(s.source, f"last hidden state is {s.last.shape[-1]} wide, the target's hidden size "
                                             f"is {teacher.hidden} ({teacher.source})")
@@ -622,9 +625,7 @@ def _checked(samples: Iterator[Sample], ckpt: Checkpoint, teacher: Teacher, trai
             if bad.numel():
                 raise CheckpointError(s.source, f"non-finite values in the {name} (first at position "
                                                 f"{int(bad[0][0])}): the dump is not usable")
-        if int(s.token_ids.max()) >= teacher.lm_head.shape[0] or int(s.token_ids.min()) < 0:
-            raise CheckpointError(s.source, f"token id {int(s.token_ids.max())} outside the target's vocabulary "
-                                            f"of {teacher.lm_head.shape[0]}")
+        check_token_ids(s.token_ids, int(teacher.lm_head.shape[0]), s.source)
         yield s
 
 
@@ -1037,7 +1038,7 @@ def live_samples(draft: str | Path | Checkpoint, target: Any, prompts: str | Pat
     tokenizer = target.root if isinstance(target, Checkpoint) else target if isinstance(target, (str, Path)) else None
     ids = read_prompts(prompts, tokenizer_dir=tokenizer)[:limit]
     layers = needed_layers(draft, len(find_decoder_layers(model)[1]), engine)
-    return list(capture_samples(model, ids, layers, new_tokens=new_tokens)), model
+    return list(capture_samples(model, ids, layers, new_tokens=new_tokens, source=prompts)), model
 
 
 def doctor_acceptance(draft: Checkpoint, target: Any, engine: str | EngineProfile | None, *,

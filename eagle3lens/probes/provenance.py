@@ -30,6 +30,7 @@ from ..findings import Finding, Severity, fix_command, to_jsonable
 from ..served import serve_draft
 from .aux_layers import trained_with
 from .data import Sample, describe_dump, iter_samples
+from .limits import check_length, max_positions
 
 Progress = Callable[[int, int | None, str], None]
 PRE, POST = -1, -2  # candidate indices for the last layer's output before and after the final norm
@@ -163,6 +164,7 @@ def trace_provenance(data: str | Path, target: str | Path | Checkpoint | nn.Modu
         raise UsageError(f"{data}: the dump's hidden width is {info.hidden} (aux {info.aux_width} wide), the "
                          f"target's is {H}: this data was not extracted from this target")
     n_aux = info.aux_width // H
+    positions = max_positions(config)
     norm = _final_norm(model)
     candidates = tuple(range(L)) + ((PRE,) if norm is not None else ()) + (POST,)
     acc_aux = _Accumulator(n_aux, len(candidates))
@@ -173,6 +175,7 @@ def trace_provenance(data: str | Path, target: str | Path | Checkpoint | nn.Modu
     for sample in iter_samples(data):
         if acc_aux.positions >= samples:
             break
+        check_length(len(sample), positions, sample.source)
         dtype = str(sample.aux.dtype).replace("torch.", "")
         if not bool(sample.loss_mask.any()):
             counts["empty_mask"] += 1

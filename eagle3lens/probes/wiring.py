@@ -97,11 +97,19 @@ def load_target(target: Any, device: str = "cpu", device_map: str | dict[str, An
     if isinstance(target, nn.Module):
         return target.eval()
     path = target.root if isinstance(target, Checkpoint) else Path(target)
-    if not (path / "config.json").is_file():
+    if not isinstance(target, Checkpoint) and path.is_file():  # a config.json given as the file itself
+        if device != "meta":
+            raise CheckpointError(path, "a config file holds no weights: add --device meta to trace the shapes it "
+                                        "describes (or give the model directory)")
+        spec = config_spec(path)
+    elif not (path / "config.json").is_file():
         raise CheckpointError(path, "not an HF model directory (no config.json)")
-    if isinstance(target, Checkpoint):
+    elif isinstance(target, Checkpoint):
         spec = target.spec
-    elif device == "meta" and config_only(path):  # a model not downloaded: its config builds it on meta
+    elif config_only(path):  # a model not downloaded: its config builds it on meta
+        if device != "meta":
+            raise CheckpointError(path, "holds only config.json, no weights: add --device meta to trace the shapes "
+                                        "it describes")
         spec = config_spec(path)
     else:
         spec = Checkpoint.open(path).spec
@@ -157,10 +165,11 @@ def config_only(path: Path) -> bool:
 
 
 def config_spec(path: Path) -> DraftSpec:
-    """The normalised spec of a config-only model directory (no tensors)."""
-    config = read_json(path / "config.json", "config JSON", CheckpointError)
+    """The normalised spec of a config-only model directory, or of its config.json given as a file (no tensors)."""
+    file = path if path.is_file() else path / "config.json"
+    config = read_json(file, "config JSON", CheckpointError)
     if not isinstance(config, dict):
-        raise CheckpointError(path / "config.json", "config must be a JSON object")
+        raise CheckpointError(file, "config must be a JSON object")
     return build_spec(config, {})
 
 
