@@ -22,11 +22,11 @@ from typing import Any, Mapping
 from .checkpoint import DECODER_KEY, INDEX_NAMES, Checkpoint, build_spec
 from .convert_config import convert_config
 from .engines import EngineProfile, resolve
-from .errors import ConversionRefused, Eagle3LensError, UsageError
+from .errors import ConversionRefused, Eagle3LensError, UsageError, WriteVerifyError
 from .findings import Finding, Severity, to_jsonable
 from .progress import Counter, Progress
 from .io.safetensors_header import read_header
-from .io.safetensors_writer import VerifyError, tensor_nbytes, write_file
+from .io.safetensors_writer import tensor_nbytes, write_file
 from .io.safewrite import copy_side_files, recover, replace_dir, sweep
 
 # what goes with a single-file source into OUT (besides the config.json convert writes)
@@ -110,7 +110,7 @@ def convert(ckpt_path: str | Path, to: str | None, out: str | Path | None, in_pl
     def build(tmp: Path) -> None:
         try:
             _write(ckpt, plan, overrides, tmp, progress, side_notes)
-        except VerifyError as exc:  # the bytes are compared with their source as they are written
+        except WriteVerifyError as exc:  # the bytes are compared with their source as they are written
             raise Eagle3LensError(f"{ckpt.path}: conversion not written, verification failed: {exc.problem}") from None
 
     def verify(tmp: Path) -> None:

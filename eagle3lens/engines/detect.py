@@ -22,7 +22,7 @@ from packaging.version import InvalidVersion, Version
 from ..errors import CheckpointError, UsageError
 from ..findings import Finding, Severity, to_jsonable
 from ..io.inputs import read_regular
-from .detect_probe import Unreadable, probe
+from .detect_probe import probe, unreadable
 from .groups import FileHashes
 from .profile import EngineProfile
 from .registry import DETECT_FILES, FILES, resolve_named
@@ -101,7 +101,7 @@ def _read(path: str, max_bytes: int, what: str) -> bytes:
     try:
         return read_regular(path, max_bytes, what)
     except CheckpointError as exc:
-        raise Unreadable(path, exc.problem) from None
+        raise unreadable(path, exc.problem) from None
 
 
 def detect_remote(host: str, table: Table | None = None, *, python: str = "python3",

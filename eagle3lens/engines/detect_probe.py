@@ -31,27 +31,33 @@ _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"), (
           (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"))
 
 
-class Unreadable(Exception):
-    """A file that is not a regular file of bounded size, or cannot be read: ``path`` and ``problem``."""
+class _Unreadable(Exception):
+    """A file that is not a regular file of bounded size, or cannot be read: ``path`` and ``problem`` (private:
+    this stdlib-only file cannot use ``eagle3lens.errors``; the probe turns it into data, never lets it out)."""
 
     def __init__(self, path: str, problem: str) -> None:
         super().__init__(f"{path}: {problem}")
         self.path, self.problem = path, problem
 
 
+def unreadable(path: str, problem: str) -> Exception:
+    """What a ``Reader`` raises for a file it refuses (``detect.py``'s reader over ``eagle3lens.io.inputs``)."""
+    return _Unreadable(path, problem)
+
+
 Reader = Callable[[str, int, str], bytes]
 
 
 def read_regular(path: str, max_bytes: int, what: str) -> bytes:
-    """The bytes of a regular file of at most ``max_bytes``, else ``Unreadable`` (the stdlib twin of
+    """The bytes of a regular file of at most ``max_bytes``, else ``unreadable(path, problem)`` (the stdlib twin of
     ``eagle3lens.io.inputs.read_regular``, for the copy of this file that runs on a remote host)."""
     try:
         _check(path, os.stat(path), max_bytes, what)
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
-        raise Unreadable(path, f"no such {what}") from None
+        raise _Unreadable(path, f"no such {what}") from None
     except OSError as exc:
-        raise Unreadable(path, f"cannot read {what} ({exc.strerror or exc})") from None
+        raise _Unreadable(path, f"cannot read {what} ({exc.strerror or exc})") from None
     try:
         _check(path, os.fstat(fd), max_bytes, what)  # swapped since the stat above
         os.set_blocking(fd, True)
@@ -59,21 +65,21 @@ def read_regular(path: str, max_bytes: int, what: str) -> bytes:
             fd = -1
             data = fh.read(max_bytes + 1)
     except OSError as exc:
-        raise Unreadable(path, f"cannot read {what} ({exc.strerror or exc})") from None
+        raise _Unreadable(path, f"cannot read {what} ({exc.strerror or exc})") from None
     finally:
         if fd >= 0:
             os.close(fd)
     if len(data) > max_bytes:
-        raise Unreadable(path, f"{what} grew over {max_bytes} bytes while being read")
+        raise _Unreadable(path, f"{what} grew over {max_bytes} bytes while being read")
     return data
 
 
 def _check(path: str, st: os.stat_result, max_bytes: int, what: str) -> None:
     if not stat.S_ISREG(st.st_mode):
         kind = next((name for test, name in _KINDS if test(st.st_mode)), "not a regular file")
-        raise Unreadable(path, f"is {kind}, expected a {what} (a regular file)")
+        raise _Unreadable(path, f"is {kind}, expected a {what} (a regular file)")
     if st.st_size > max_bytes:
-        raise Unreadable(path, f"{what} is {st.st_size} bytes, over the {max_bytes}-byte limit")
+        raise _Unreadable(path, f"{what} is {st.st_size} bytes, over the {max_bytes}-byte limit")
 
 
 def _is_dir(path: str) -> bool:
@@ -107,7 +113,7 @@ def metadata_version(raw: bytes, path: str, name: str) -> str:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise Unreadable(path, "package metadata is not UTF-8 text (a corrupt or binary METADATA)") from None
+        raise _Unreadable(path, "package metadata is not UTF-8 text (a corrupt or binary METADATA)") from None
     fields: dict[str, str] = {}
     for line in text.splitlines():
         if not line.strip():
@@ -116,9 +122,9 @@ def metadata_version(raw: bytes, path: str, name: str) -> str:
         if sep and not key[:1].isspace():
             fields.setdefault(key.strip().lower(), value.strip())
     if fields.get("name", "").lower().replace("-", "_") != name:
-        raise Unreadable(path, f"package metadata does not name {name} (Name: {fields.get('name', '')[:80]!r})")
+        raise _Unreadable(path, f"package metadata does not name {name} (Name: {fields.get('name', '')[:80]!r})")
     if not fields.get("version"):
-        raise Unreadable(path, "package metadata has no Version field")
+        raise _Unreadable(path, "package metadata has no Version field")
     return fields["version"][:200]
 
 
@@ -132,7 +138,7 @@ def editable_root(info_dir: str, read: Reader) -> str | None:
     try:
         data = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):
-        raise Unreadable(path, "direct_url.json is not JSON") from None
+        raise _Unreadable(path, "direct_url.json is not JSON") from None
     if not isinstance(data, dict) or not isinstance(data.get("dir_info"), dict) or not data["dir_info"].get("editable"):
         return None
     url = urlparse(str(data.get("url", "")))
@@ -165,7 +171,7 @@ def sha12(path: str, read: Reader) -> tuple[str | None, str | None]:
         return None, None
     try:
         return hashlib.sha256(read(path, MAX_FILE_BYTES, "loader file")).hexdigest()[:12], None
-    except Unreadable as exc:
+    except _Unreadable as exc:
         return None, exc.problem
 
 
@@ -184,7 +190,7 @@ def probe(files: dict[str, list[str]], paths: list[str] | None = None, read: Rea
             meta = os.path.join(info_dir, "METADATA")
             version = metadata_version(read(meta, MAX_METADATA_BYTES, "package metadata file"), meta, name)
             editable = editable_root(info_dir, read)
-        except Unreadable as exc:
+        except _Unreadable as exc:
             out[name] = {"error": {"path": exc.path, "problem": exc.problem}}
             continue
         pkg, how = package_dir(name, editable, paths)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..checkpoint import Checkpoint, TensorInfo
-from ..errors import CheckpointError, UsageError
+from ..errors import CheckpointError, UsageError, WriteVerifyError
 from ..progress import Counter
 from .safetensors_header import st_dtype
 
@@ -45,7 +45,7 @@ def write_file(ckpt: Checkpoint, keys: list[str], names: dict[str, str], overrid
                metadata: dict[str, str], written: Counter) -> None:
     """Write ``keys`` of ``ckpt`` (renamed by ``names``; ``overrides`` replace tensors or add new ones) as one
     safetensors file at ``path``, adding the bytes written to ``written``. Every tensor's bytes are read back and
-    compared with their source as they are written (``VerifyError`` names the first that differs)."""
+    compared with their source as they are written (``WriteVerifyError`` names the first that differs)."""
     header: dict[str, Any] = {"__metadata__": metadata} if metadata else {}
     offset = 0
     for key in keys:
@@ -77,10 +77,6 @@ def write_file(ckpt: Checkpoint, keys: list[str], names: dict[str, str], overrid
         fh.flush()
 
 
-class VerifyError(CheckpointError):
-    """Bytes read back from a file being written differ from what was written there."""
-
-
 def _verify_written(fd: int, start: int, expected: memoryview, key: str, path: Path) -> None:
     """Read ``len(expected)`` bytes at ``start`` back from ``fd`` and compare them with ``expected``."""
     buf = bytearray(min(CHUNK, len(expected)))
@@ -88,7 +84,7 @@ def _verify_written(fd: int, start: int, expected: memoryview, key: str, path: P
     for pos in range(0, len(expected), CHUNK):
         n = min(CHUNK, len(expected) - pos)
         if os.preadv(fd, [view[:n]], start + pos) != n or (buf if n == len(buf) else buf[:n]) != expected[pos:pos + n]:
-            raise VerifyError(path, f"tensor {key!r}: the bytes read back differ from those written")
+            raise WriteVerifyError(path, f"tensor {key!r}: the bytes read back differ from those written")
 
 
 def _compare_ranges(src: int, src_at: int, dst: int, dst_at: int, n: int, bufs: tuple[bytearray, bytearray]) -> bool:
@@ -140,7 +136,7 @@ def copy_tensor(ckpt: Checkpoint, key: str, fh: Any) -> None:
             if not in_kernel:
                 _copy_through_buffer(src.fileno(), info.begin + done, fh.fileno(), start + done, n, bufs[0], info, key)
             if not _compare_ranges(src.fileno(), info.begin + done, fh.fileno(), start + done, n, bufs):
-                raise VerifyError(Path(fh.name), f"tensor {key!r}: the bytes written differ from the source "
+                raise WriteVerifyError(Path(fh.name), f"tensor {key!r}: the bytes written differ from the source "
                                                  f"{info.file} (or it changed while being copied)")
             done += n
     fh.seek(start + info.nbytes)
