@@ -133,7 +133,7 @@ def convert(ckpt_path: str | Path, to: str | None, out: str | Path | None, in_pl
 def _recover_source(path: Path) -> list[str]:
     """Finish what killed runs left beside the source, whatever this run is (an --in-place run killed between
     its renames left CKPT as CKPT.orig: rolled back first; their temporary directories and journals go)."""
-    src = path.expanduser().absolute()
+    src = path.expanduser().resolve()  # as replace_dir names an --in-place target (a link: its target)
     root = src.parent if src.name in INDEX_NAMES or src.is_file() or src.suffix == ".safetensors" else src
     notes = recover(root)
     if root.parent.is_dir():
