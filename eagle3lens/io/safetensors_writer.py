@@ -2,9 +2,10 @@
 at the source's offset within a page, and each tensor's bytes copied from its source file (in-kernel where the
 offsets allow) or, for a replacement tensor, from memory. The reader's counterpart is ``safetensors_header``.
 
-Verified while written: each slice of ``SLICE`` bytes is read back from the output and compared byte for byte
-with its source before the next slice is copied, while both are still in the page cache, so no second pass
-over either file is needed (and no tensor is held in memory).
+Verified while written to disk: once a file's bytes are copied (into the page cache), its one fsync runs on a
+thread while every tensor is read back from the output and compared byte for byte with its source (both still
+in the page cache), so the comparison costs no time of its own where the disk is the slower part, and no
+tensor is held in memory.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from ..progress import Counter
 from .safetensors_header import st_dtype
 
 CHUNK = 1 << 20  # userspace copies and comparisons: buffers that stay in L2
-SLICE = 32 << 20  # copied, then verified
+SLICE = 32 << 20  # in-kernel copies, one call each
 PAGE = 4096
 
 
@@ -59,6 +60,7 @@ def write_file(ckpt: Checkpoint, keys: list[str], names: dict[str, str], overrid
         offset += size
     raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
     raw += b" " * header_padding(len(raw), ckpt.tensors[keys[0]].begin if keys and keys[0] not in overrides else None)
+    copied: list[tuple[str, int]] = []  # (key, offset in the output) of tensors copied from a file
     with open(path, "w+b") as fh:
         fh.write(struct.pack("<Q", len(raw)))
         fh.write(raw)
@@ -73,8 +75,41 @@ def write_file(ckpt: Checkpoint, keys: list[str], names: dict[str, str], overrid
                 written.add(len(data))
                 continue
             copy_tensor(ckpt, key, fh)
+            if ckpt.tensors[key].begin is not None:
+                copied.append((key, fh.tell() - ckpt.tensors[key].nbytes))
             written.add(ckpt.tensors[key].nbytes)
         fh.flush()
+        _verify_while_syncing(ckpt, copied, fh.fileno(), path)
+
+
+def _verify_while_syncing(ckpt: Checkpoint, copied: list[tuple[str, int]], fd: int, path: Path) -> None:
+    """fsync ``fd`` on a thread while each copied tensor is compared with its source; the first difference (or the
+    fsync's error) is raised once both are done."""
+    import threading
+
+    failed: list[OSError] = []
+
+    def sync() -> None:
+        try:
+            os.fsync(fd)
+        except OSError as exc:
+            failed.append(exc)
+
+    syncing = threading.Thread(target=sync, name="eagle3lens-fsync")
+    syncing.start()
+    try:
+        bufs = (bytearray(CHUNK), bytearray(CHUNK))
+        for key, at in copied:
+            info = ckpt.tensors[key]
+            with open(info.file, "rb", buffering=0) as src:
+                assert info.begin is not None
+                if not _compare_ranges(src.fileno(), info.begin, fd, at, info.nbytes, bufs):
+                    raise WriteVerifyError(path, f"tensor {key!r}: the bytes written differ from the source "
+                                                 f"{info.file} (or it changed while being copied)")
+    finally:
+        syncing.join()
+    if failed:
+        raise failed[0]
 
 
 def _verify_written(fd: int, start: int, expected: memoryview, key: str, path: Path) -> None:
@@ -110,9 +145,9 @@ def header_padding(json_len: int, first_begin: int | None) -> int:
 
 
 def copy_tensor(ckpt: Checkpoint, key: str, fh: Any) -> None:
-    """Copy one tensor's byte range and verify it while writing: in-kernel (copy_file_range) slice by slice when
-    source and destination offsets sit alike within a page, else (or on another filesystem or an old kernel)
-    through a reused 1 MiB buffer; each slice is compared with the source while both are in the page cache."""
+    """Copy one tensor's byte range: in-kernel (copy_file_range) when source and destination offsets sit alike
+    within a page, else (or on another filesystem or an old kernel) through a reused 1 MiB buffer. A pickled
+    tensor's bytes are read back and compared as they are written; the others ``write_file`` compares."""
     info = ckpt.tensors[key]
     if info.begin is None:  # a pickled tensor: write its bytes, then read them back against the source
         for chunk in ckpt.iter_chunks(key, CHUNK):
@@ -122,7 +157,7 @@ def copy_tensor(ckpt: Checkpoint, key: str, fh: Any) -> None:
         return
     fh.flush()
     start = fh.tell()
-    bufs = (bytearray(min(CHUNK, info.nbytes)), bytearray(min(CHUNK, info.nbytes)))
+    buf = bytearray(min(CHUNK, info.nbytes))
     with open(info.file, "rb", buffering=0) as src:
         in_kernel = hasattr(os, "copy_file_range") and (start - info.begin) % PAGE == 0
         done = 0
@@ -134,10 +169,7 @@ def copy_tensor(ckpt: Checkpoint, key: str, fh: Any) -> None:
                 except OSError:  # fall back to plain reads from here on
                     in_kernel = False
             if not in_kernel:
-                _copy_through_buffer(src.fileno(), info.begin + done, fh.fileno(), start + done, n, bufs[0], info, key)
-            if not _compare_ranges(src.fileno(), info.begin + done, fh.fileno(), start + done, n, bufs):
-                raise WriteVerifyError(Path(fh.name), f"tensor {key!r}: the bytes written differ from the source "
-                                                 f"{info.file} (or it changed while being copied)")
+                _copy_through_buffer(src.fileno(), info.begin + done, fh.fileno(), start + done, n, buf, info, key)
             done += n
     fh.seek(start + info.nbytes)
 
