@@ -152,6 +152,12 @@ CODES: tuple[Code, ...] = (
          meaning="the release is newer than the newest one read: simulated with the newest group"),
     Code("engine/patched-source", owner="detect", severity="warning", rank=240,
          meaning="an installed engine's loader file matches no released wheel (source checkout or patch)"),
+    Code("engine/mixed-release", owner="detect", severity="warning", rank=240,
+         meaning="an installed engine's loader file is another release's (copied over the install, a partial "
+                 "upgrade): the file's release is simulated"),
+    Code("engine/loader-absent", owner="detect", severity="warning", rank=240,
+         meaning="a loader file the installed release ships is not where the package imports from (or is not a "
+                 "regular file): the installed loader cannot be checked"),
     Code("acceptance/gap", owner="acceptance", severity="critical", rank=215,
          meaning="offline: the draft as the engine serves it accepts less than as trained (every view and per-cause "
                  "toggle in `evidence`; a measurement of the causes above, never ranked as a cause)"),

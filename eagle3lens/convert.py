@@ -22,12 +22,12 @@ from typing import Any, Mapping, Sequence
 from .checkpoint import DECODER_KEY, INDEX_NAMES, Checkpoint, build_spec
 from .convert_config import convert_config, rewrite_aux_ids
 from .engines import EngineProfile, resolve
-from .errors import ConversionRefused, Eagle3LensError, UsageError
+from .errors import ConversionRefused, Eagle3LensError, UsageError, WriteVerifyError
 from .findings import Finding, Severity, to_jsonable
 from .progress import Counter, Progress
 from .io.safetensors_header import read_header
 from .io.safetensors_writer import tensor_nbytes, write_file
-from .io.safewrite import copy_side_files, recover, replace_dir
+from .io.safewrite import copy_side_files, recover, replace_dir, sweep
 
 # what goes with a single-file source into OUT (besides the config.json convert writes)
 FILE_SIDE_FILES = frozenset({"generation_config.json", "tokenizer.json", "tokenizer_config.json", "tokenizer.model",
@@ -82,10 +82,7 @@ def convert(ckpt_path: str | Path, to: str | None, out: str | Path | None, in_pl
     ``aux_layers``: the HF ``hidden_states`` indices the draft was trained on, written as ids in ``to``'s convention
     (without ``to``: in every place and convention the config already writes them); default: the layers the source
     config's ids mean in its trainer's convention."""
-    recovered: list[str] = []
-    if in_place:  # an earlier --in-place run killed between its renames left CKPT as CKPT.orig: roll it back first
-        src = Path(ckpt_path).expanduser().resolve()
-        recovered = recover(src.parent if src.name in INDEX_NAMES else src)
+    recovered = _recover_source(Path(ckpt_path))
     ckpt = Checkpoint.open(ckpt_path)
     overrides = dict(tensor_overrides or {})
     if to is None and not overrides and aux_layers is None:
@@ -117,7 +114,10 @@ def convert(ckpt_path: str | Path, to: str | None, out: str | Path | None, in_pl
     side_notes: list[str] = recovered  # recovery of killed runs; side files (links leaving the checkpoint, FIFOs...) not copied
 
     def build(tmp: Path) -> None:
-        _write(ckpt, plan, overrides, tmp, progress, side_notes)
+        try:
+            _write(ckpt, plan, overrides, tmp, progress, side_notes)
+        except WriteVerifyError as exc:  # the bytes are compared with their source as they are written
+            raise Eagle3LensError(f"{ckpt.path}: conversion not written, verification failed: {exc.problem}") from None
 
     def verify(tmp: Path) -> None:
         state.update(_verify(ckpt, tmp, plan, profile, overrides, force))
@@ -136,6 +136,17 @@ def convert(ckpt_path: str | Path, to: str | None, out: str | Path | None, in_pl
                          tuple(n for n in overrides if n in ckpt.tensors), tuple(added), tuple(plan.changes),
                          tuple(plan.refusals), str(backup) if backup else None, state.get("load"), state.get("diff"),
                          findings=forced, notes=tuple(plan.notes) + tuple(side_notes))
+
+
+def _recover_source(path: Path) -> list[str]:
+    """Finish what killed runs left beside the source, whatever this run is (an --in-place run killed between
+    its renames left CKPT as CKPT.orig: rolled back first; their temporary directories and journals go)."""
+    src = path.expanduser().resolve()  # as replace_dir names an --in-place target (a link: its target)
+    root = src.parent if src.name in INDEX_NAMES or src.is_file() or src.suffix == ".safetensors" else src
+    notes = recover(root)
+    if root.parent.is_dir():
+        notes.extend(sweep(root.parent))
+    return notes
 
 
 def _name_final(state: dict[str, Any], target: Path, profile: EngineProfile | None) -> None:
@@ -302,7 +313,8 @@ def _verify(ckpt: Checkpoint, tmp: Path, plan: _Plan, profile: EngineProfile | N
         if unfilled and not force:
             problems.append(f"{profile.spec} would leave {unfilled} at init")
     pairs = {k: plan.names[k] for k in ckpt.tensors if k in plan.names}
-    result = diff(ckpt, out, values=False, pairs=pairs)
+    # the bytes were compared with the source as they were written (safetensors_writer): the headers say the rest
+    result = _as_verified(diff(ckpt, out, names_only=True, pairs=pairs), set(overrides))
     changed = {c.name for c in result.changed} | {c.name for c in result.layout_changes}
     unexpected = (changed - set(overrides)) | (set(result.only_in_a) - set(plan.omitted)) \
         | (set(result.only_in_b) - {plan.names[n] for n in overrides if n not in ckpt.tensors})
@@ -311,3 +323,15 @@ def _verify(ckpt: Checkpoint, tmp: Path, plan: _Plan, profile: EngineProfile | N
     if problems:
         raise Eagle3LensError(f"{ckpt.path}: conversion not written, verification failed: " + "; ".join(problems))
     return {"load": load, "diff": result}
+
+
+def _as_verified(result: Any, overridden: set[str]) -> Any:
+    """A header-only diff of source and output, completed by the writer's byte check: tensors of the same name,
+    dtype and shape are identical (the writer compared every byte), replaced tensors are the changes asked for."""
+    from .probes.diff import ValueChange
+
+    same = [n for n in result.unchecked if n not in overridden]
+    changed = [ValueChange(n, n, float("nan"), float("nan"), -1) for n in result.unchecked if n in overridden]
+    changed += [ValueChange(a, b, float("nan"), float("nan"), -1) for a, b in result.renamed if a in overridden]
+    return replace(result, identical=tuple(sorted(same)), unchecked=(), changed=tuple(changed),
+                   renamed=tuple((a, b) for a, b in result.renamed if a not in overridden))

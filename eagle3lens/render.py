@@ -32,22 +32,32 @@ def _verdict(report: Report) -> str:
     return f"{worst.value.upper()}: {first.title} · {tally}"
 
 
-def print_renderable(result: Any, console: Any = None) -> None:
-    """Print one result's terminal view (nothing when it has none)."""
+def terminal(**kwargs: Any) -> Any:
+    """A rich Console whose closed pipe (``eagle3lens engines | head -1``) raises ``BrokenPipeError`` for the CLI
+    to end quietly with 0, instead of rich's own ``SystemExit(1)`` (1 means findings)."""
     from rich.console import Console
 
+    class PipeConsole(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            raise BrokenPipeError(32, "Broken pipe")
+
+    return PipeConsole(**kwargs)
+
+
+def print_renderable(result: Any, console: Any = None) -> None:
+    """Print one result's terminal view (nothing when it has none)."""
     view = rich_view(result)
     if view is not None:
-        (console or Console()).print(view)
+        (console or terminal()).print(view)
 
 
 def render_report_terminal(report: Report, console: Any = None) -> None:
     """Verdict line first, then each probe's section (the doctor's ranked causes lead), then the findings in detail."""
-    from rich.console import Console
     from rich.padding import Padding
     from rich.text import Text
 
-    console = console or Console()
+    console = console or terminal()
     style = SEVERITY_STYLE.get(report.worst, "bold green") if report.worst else "bold green"
     console.print(f"[{style}]{markup(verdict(report))}[/]")
     ck = report.checkpoint

@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     if args.data:  # a dump that does not fit stops here, before anything is written
         from ..probes.acceptance import check_data
 
-        check_data(args.checkpoint, args.data, target=args.target)
+        check_data(args.checkpoint, args.data, target=args.target, limit=args.limit)  # every sample scored
     overrides = _repair_tensors(args.checkpoint, args.target) if args.repair_d2t else None
     layers, layers_note = args.aux_layers, None
     if args.data and layers is None:  # the layers the dump holds, measured, decide what the engine must capture

@@ -917,15 +917,21 @@ def restored(result: AcceptanceResult) -> bool | None:
     return within_noise(fixed, trained)
 
 
-def check_data(draft: str | Path | Checkpoint, data: str | Path, *, target: str | Path) -> None:
-    """The checks ``estimate_acceptance`` makes of each sample, on the dump's first one (``convert --data`` runs
-    them before it writes anything): one error naming the file and both widths when the dump does not fit."""
+def check_data(draft: str | Path | Checkpoint, data: str | Path, *, target: str | Path,
+               limit: int | None = None) -> None:
+    """The checks ``estimate_acceptance`` makes of each sample, on every sample it will score (the first
+    ``limit``; ``convert --data`` runs them before it writes anything): one error naming the file and both widths
+    when a sample does not fit. Samples are read one at a time."""
     ckpt = (draft if isinstance(draft, Checkpoint) else Checkpoint.open(draft)).require_draft()
     cpu = torch.device("cpu")
     teacher = Teacher.open(target, cpu)
     trained = _trained_setup(ckpt, teacher, teacher.num_layers, cpu)
-    for _ in _checked(iter_samples(data, limit=1), ckpt, teacher, trained):
-        pass
+    H_t = trained.draft.cfg.target_hidden
+    for s in _checked(iter_samples(data, limit=limit), ckpt, teacher, trained):
+        layers = s.layers if s.layers is not None else trained.layers
+        if len(layers) != s.aux.shape[-1] // H_t:  # what _prepare refuses, without running the teacher
+            raise CheckpointError(s.source, f"the dump holds {s.aux.shape[-1] // H_t} aux layers, the draft was "
+                                            f"trained with {len(layers)} ({list(layers)})")
 
 
 def verify_conversion(source: str | Path, out: str | Path, data: str | Path, *, target: str | Path,

@@ -25,8 +25,10 @@ bounded size before it is opened, and only one sample is in memory at a time.
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import re
+import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +44,8 @@ MANIFEST = "eagle3lens-dump.json"
 FORMAT_NAME = "eagle3lens-hidden-states"
 MAX_SAMPLE_BYTES = 16 << 30  # one sample file; a dump of many GB is many files
 MAX_PROMPT_BYTES = 64 << 20
+MAX_GZIP_RATIO = 16  # a .ckpt.gz sample may expand to 16x its size (float hidden states compress ~1.1x)
+MIN_GZIP_CAP = 64 << 20
 FORMATS = ("speculators", "specforge", "eagle3lens")
 MAX_AUX_LAYERS = 64
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "vocab.json", "spiece.model")
@@ -223,15 +227,34 @@ def _safetensors(file: Path) -> dict[str, torch.Tensor]:
         raise CheckpointError(file, f"cannot read as safetensors ({str(exc)[:160]})") from None
 
 
+def _gunzip(file: Path) -> io.BytesIO:
+    """A ``.ckpt.gz`` decompressed by streaming, refused once it expands past ``MAX_GZIP_RATIO`` times its size
+    (at least ``MIN_GZIP_CAP``, at most ``MAX_SAMPLE_BYTES``): hidden states barely compress, a bomb does."""
+    cap = min(MAX_SAMPLE_BYTES, max(MIN_GZIP_CAP, MAX_GZIP_RATIO * file.stat().st_size))
+    out = io.BytesIO()
+    try:
+        with gzip.open(file, "rb") as fh:
+            while chunk := fh.read(1 << 20):
+                if out.tell() + len(chunk) > cap:
+                    raise CheckpointError(file, f"expands past {cap} bytes when decompressed (over {MAX_GZIP_RATIO}x "
+                                                "its size): not a hidden-state sample")
+                out.write(chunk)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise CheckpointError(file, f"cannot decompress ({type(exc).__name__}: {str(exc)[:160]})") from None
+    out.seek(0)
+    return out
+
+
 def _torch_load(file: Path) -> dict[str, torch.Tensor]:
     import pickle
+    import warnings
 
+    source: Path | io.BytesIO = _gunzip(file) if file.name.endswith(".gz") else file
     try:
-        if file.name.endswith(".gz"):
-            with gzip.open(file, "rb") as fh:
-                obj = torch.load(cast(IO[bytes], fh), map_location="cpu", weights_only=True)
-        else:
-            obj = torch.load(file, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch's "Detected pickle protocol N" note is not the user's business
+            warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
+            obj = torch.load(cast(IO[bytes], source) if isinstance(source, io.BytesIO) else source,
+                             map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:
         raise CheckpointError(file, "refused: not a plain tensor pickle (only tensors are accepted)") from None
     except (RuntimeError, EOFError, OSError, ValueError, KeyError, TypeError) as exc:
