@@ -242,6 +242,11 @@ def diagnose(
         from .probes.provenance import trace_provenance
 
         run("provenance", trace_provenance, data, tgt, draft=ckpt, engine=profile)
+        from .probes.chat import served_template_check
+
+        template = served_template_check(data, tgt.root)
+        if template is not None:
+            run("template", lambda: template)
     elif data is not None:
         skipped["provenance"] = "needs --target: the dump's states are matched against the target's layers"
 
