@@ -53,8 +53,8 @@ def traffic_rich(result: AcceptanceResult) -> list[Any]:
     vrows = vocab_rows(result)
     if vrows:
         table = Table(title="served vocabulary", show_header=False, expand=False)
-        for row in vrows:
-            table.add_row(*(escape(c) for c in row))
+        for label, value in vrows:
+            table.add_row(escape(label), escape(value))
         parts.append(table)
     return parts
 
@@ -133,7 +133,7 @@ def template_rich(check: TemplateCheck) -> Any:
     if check.shown:
         line = Text()
         for op, tok in check.shown:
-            line.append(printable(tok) + " ", style={"=": "", "-": "bold red", "+": "bold green"}[op])
+            line.append(printable(tok if op == "=" else f"[{op}{tok}]") + " ", style={"=": "", "-": "bold red", "+": "bold green"}[op])
         parts += [Text("one sequence against its content as served (red: only in the dump, green: only served):"),
                   line]
     return Group(*parts)
