@@ -58,6 +58,17 @@ def run(args: argparse.Namespace) -> int:
     from ..probes.traffic import sampling_notes
 
     report.notes.extend(sampling_notes(result, sampling, args.engine))
+    if args.log is not None:
+        from ..probes.chain_break import chain_note, compare_chain
+        from ..probes.logs import parse_log
+
+        logged = parse_log(args.log).summary.mean_per_position
+        comparison = compare_chain(result, logged, log=args.log)
+        if comparison is None:
+            report.notes.append(f"{args.log}: no per-position acceptance rates (vLLM prints them): no curve to compare")
+        else:
+            report.add("chain", comparison)
+            report.notes.append(chain_note(comparison))
     return finish(report, args)
 
 
@@ -90,6 +101,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="also score speculative sampling at temperature T (as SGLang and vLLM verify: the draft's "
                         "greedy token accepted with the target's probability of it)")
     p.add_argument("--top-p", type=float, metavar="P", help="with --temperature: the target's top-p")
+    p.add_argument("--log", metavar="F", help="server log with per-position acceptance rates (vLLM's SpecDecoding "
+                                              "metrics): the served curve beside the offline one, where they part")
     p.add_argument("--engine", metavar="E", help="serving engine NAME[==VERSION]: adds the as-served and fixed views")
     p.add_argument("--steps", type=positive_int, metavar="K",
                    help="draft steps per verify step (default: the config's speculative tokens, else 3)")

@@ -9,6 +9,7 @@ from rich.markup import escape
 
 from ..io.textsafe import printable
 from ..probes.acceptance_result import AcceptanceResult
+from ..probes.chain_break import ChainComparison
 from ..probes.chat import TemplateCheck
 from .registry import figures, html_view, rich_view
 
@@ -159,4 +160,41 @@ def template_figures(check: TemplateCheck) -> list[Any]:
                            marker_color=["#c62828" if m in check.missing else "#2e7d32" for m in labels]))
     fig.update_layout(title="Share of the dump's sequences holding each served-template marker", height=340,
                       yaxis_range=[0, 1])
+    return [fig]
+
+
+@rich_view.register
+def chain_rich(c: ChainComparison) -> Any:
+    from rich.table import Table
+
+    curve = f"offline {c.view}" + (f" sampled ({c.sampled})" if c.sampled else "")
+    table = Table(title=f"per-position acceptance: the log beside {escape(curve)}", expand=False)
+    for col in ("position", "logged", "offline", ""):
+        table.add_column(col)
+    for k, (logged, offline) in enumerate(zip(c.logged, c.offline, strict=True)):
+        mark = "first parting" if c.first_parting == k + 1 else ""
+        table.add_row(str(k + 1), f"{logged:.3f}", f"{offline:.3f}", mark)
+    return table
+
+
+@html_view.register
+def chain_html(c: ChainComparison) -> str:
+    rows = "".join(f"<tr><td>{k + 1}</td><td>{a:.3f}</td><td>{b:.3f}</td><td>"
+                   f"{'first parting' if c.first_parting == k + 1 else ''}</td></tr>"
+                   for k, (a, b) in enumerate(zip(c.logged, c.offline, strict=True)))
+    return (f"<h3>Per-position acceptance: the log beside offline {html.escape(c.view)}</h3><table><tr><th>position"
+            f"</th><th>logged</th><th>offline</th><th></th></tr>{rows}</table>")
+
+
+@figures.register
+def chain_figures(c: ChainComparison) -> list[Any]:
+    import plotly.graph_objects as go  # type: ignore[import-untyped]
+
+    x = list(range(1, len(c.logged) + 1))
+    fig = go.Figure([go.Scatter(x=x, y=list(c.logged), name="served (log)", mode="lines+markers"),
+                     go.Scatter(x=x, y=list(c.offline), name=f"offline {c.view}", mode="lines+markers")])
+    if c.first_parting is not None:
+        fig.add_vline(x=c.first_parting, line_dash="dash", annotation_text="first parting")
+    fig.update_layout(title="Where the chain breaks: per-position acceptance", height=360, yaxis_range=[0, 1],
+                      xaxis_title="draft position")
     return [fig]
