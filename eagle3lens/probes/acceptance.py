@@ -207,7 +207,7 @@ def estimate_acceptance(draft: str | Path | Checkpoint, data: str | Path | Itera
         total = _count(data, limit)
         done = 0
         for sample in _checked(samples, ckpt, teacher, trained):
-            prepared = _prepare(sample, teacher, trained, dev)
+            prepared = _prepare(sample, teacher, trained, dev, each=scorer.row_stats())
             agree[0] += prepared.agree
             agree[1] += prepared.agree_total
             scored: set[int] = set()  # setups that run alike share one _Counts: score it once per sample
@@ -342,12 +342,17 @@ class Teacher:
         x = last.float()
         return self.norm * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
 
-    def greedy(self, normed: torch.Tensor, rows: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Argmax over the full vocabulary and over the draft-vocab rows ``rows`` (index into the draft vocab)."""
+    def greedy(self, normed: torch.Tensor, rows: torch.Tensor | None,
+               each: Callable[[torch.Tensor], None] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Argmax over the full vocabulary and over the draft-vocab rows ``rows`` (index into the draft vocab);
+        ``each`` sees every block of full-vocabulary logits (the sampled view gathers its statistics there)."""
         full, draft = [], []
         sub = self._rows(rows)
         for chunk in normed.split(TEACHER_CHUNK):
-            full.append((chunk @ self.lm_head.T).argmax(-1))
+            logits = chunk @ self.lm_head.T
+            if each is not None:
+                each(logits)
+            full.append(logits.argmax(-1))
             draft.append((chunk @ sub.T).argmax(-1))
         return torch.cat(full), torch.cat(draft)
 
@@ -572,7 +577,8 @@ def _checked(samples: Iterator[Sample], ckpt: Checkpoint, teacher: Teacher, trai
         yield s
 
 
-def _prepare(s: Sample, teacher: Teacher, trained: Setup, dev: torch.device) -> _Prepared:
+def _prepare(s: Sample, teacher: Teacher, trained: Setup, dev: torch.device,
+             each: Callable[[torch.Tensor], None] | None = None) -> _Prepared:
     """speculators' shift_batch (position i: token i+1, aux state of i, last hidden of i+1) and the teacher."""
     module = trained.draft
     chunks = s.aux.split(module.cfg.target_hidden, dim=-1)
@@ -585,7 +591,7 @@ def _prepare(s: Sample, teacher: Teacher, trained: Setup, dev: torch.device) -> 
     assert s.last is not None
     normed = s.last.to(dev, torch.float32) if s.last_normed else teacher.final_norm(s.last.to(dev))
     rows = _draft_rows(module)
-    full, draft = teacher.greedy(normed[1:], rows.to(dev) if rows is not None else None)
+    full, draft = teacher.greedy(normed[1:], rows.to(dev) if rows is not None else None, each=each)
     ids = s.token_ids.to(dev)
     mask = s.loss_mask.to(dev)[1:]
     follows = (ids[2:] == full[:-1]) & mask[:-1]

@@ -43,16 +43,29 @@ def warp(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
     Top-p as vLLM's ``apply_top_k_top_p`` and SGLang's ``top_p_renorm_prob`` keep it: the smallest set of the most
     likely tokens whose mass reaches p (a token is kept when the mass of the tokens above it is below p).
     """
-    scaled = logits.float() / sampling.temperature
+    probs = torch.softmax(logits.float() / sampling.temperature, dim=-1)
     if sampling.top_p >= 1.0:
-        return torch.softmax(scaled, dim=-1)
-    probs = torch.softmax(scaled, dim=-1)
-    sorted_probs, order = probs.sort(dim=-1, descending=True)
-    above = sorted_probs.cumsum(-1) - sorted_probs  # mass of the tokens ranked above each one
-    keep_sorted = above < sampling.top_p
-    keep_sorted[..., 0] = True
-    keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
-    return torch.softmax(scaled.masked_fill(~keep, float("-inf")), dim=-1)
+        return probs
+    kept = torch.where(_top_p_keep(probs, sampling.top_p), probs, 0.0)
+    return kept / kept.sum(-1, keepdim=True)
+
+
+def _top_p_keep(probs: torch.Tensor, top_p: float, first_k: int = 64) -> torch.Tensor:
+    """The top-p mask, found from the few most likely tokens of each row (a partial sort, widened only for the
+    rows whose cut lies further down: a peaked distribution never pays for sorting its whole vocabulary)."""
+    V = probs.shape[-1]
+    flat = probs.reshape(-1, V)
+    keep = torch.zeros_like(flat, dtype=torch.bool)
+    todo = torch.arange(flat.shape[0], device=probs.device)
+    k = min(first_k, V)
+    while todo.numel():
+        vals, idx = torch.topk(flat[todo], k, dim=-1)  # descending
+        inside = (vals.cumsum(-1) - vals) < top_p  # the mass ranked above each token is below p
+        inside[:, 0] = True
+        done = ~inside[:, -1] if k < V else torch.ones_like(inside[:, -1])  # the cut falls inside the top k
+        keep[todo[done]] = torch.zeros_like(keep[todo[done]]).scatter(-1, idx[done], inside[done])
+        todo, k = todo[~done], min(V, 8 * k)
+    return keep.reshape(probs.shape)
 
 
 def accept_probability(target_probs: torch.Tensor, draft: torch.Tensor) -> torch.Tensor:
@@ -61,6 +74,42 @@ def accept_probability(target_probs: torch.Tensor, draft: torch.Tensor) -> torch
     if draft.dtype in (torch.int64, torch.int32):
         return target_probs.gather(-1, draft.long().unsqueeze(-1)).squeeze(-1)
     return torch.minimum(target_probs, draft.to(target_probs.dtype)).sum(-1)
+
+
+@dataclass
+class RowStats:
+    """Per row of the target's logits under ``sampling``: the top-p cut (the least kept scaled logit) and the
+    log-normaliser over the kept tokens, gathered from the logits the teacher already computes; then
+    ``p(x) = exp(l_x / T - lse)`` where ``l_x / T >= cut``, else 0, from one dot product per wanted token."""
+
+    sampling: Sampling
+    cut: list[torch.Tensor] = field(default_factory=list)
+    lse: list[torch.Tensor] = field(default_factory=list)
+
+    def add(self, logits: torch.Tensor) -> None:
+        scaled = logits.float() / self.sampling.temperature
+        if self.sampling.top_p >= 1.0:
+            self.cut.append(torch.full(scaled.shape[:-1], float("-inf"), device=scaled.device))
+            self.lse.append(torch.logsumexp(scaled, dim=-1))
+            return
+        keep = _top_p_keep(torch.softmax(scaled, dim=-1), self.sampling.top_p)
+        kept = scaled.masked_fill(~keep, float("-inf"))
+        self.cut.append(torch.where(keep, scaled, float("inf")).amin(-1))
+        self.lse.append(torch.logsumexp(kept, dim=-1))
+
+    def probs(self, rows: torch.Tensor, lm_head: torch.Tensor,
+              wanted: Sequence[tuple[int, torch.Tensor]]) -> list[torch.Tensor]:
+        """As :func:`token_probs`, from the gathered statistics (rows = the same final-norm states)."""
+        cut, lse = torch.cat(self.cut), torch.cat(self.lse)
+        out = []
+        for k, tokens in wanted:
+            n = min(tokens.shape[0], rows.shape[0] - k)
+            r = torch.arange(k, k + n, device=rows.device)
+            scaled = (rows[r].float() * lm_head[tokens[:n]].float()).sum(-1) / self.sampling.temperature
+            slack = 1e-4 * (cut[r].abs() + 1.0)  # the dot product rounds otherwise than the matmul did
+            p = torch.where(scaled >= cut[r] - slack, torch.exp(scaled - lse[r]), 0.0)
+            out.append(torch.cat([p, torch.zeros(tokens.shape[0] - n, device=rows.device)]))
+        return out
 
 
 def token_probs(rows: torch.Tensor, lm_head: torch.Tensor, sampling: Sampling,
@@ -144,27 +193,32 @@ class SampledCounts:
 
 def score_sampled(counts: SampledCounts, proposed: Sequence[torch.Tensor], starts: torch.Tensor,
                   rows: torch.Tensor, lm_head: torch.Tensor, sampling: Sampling,
-                  model: torch.nn.Module | None = None, prefix: torch.Tensor | None = None) -> None:
+                  model: torch.nn.Module | None = None, prefix: torch.Tensor | None = None,
+                  stats: RowStats | None = None) -> None:
     """Add one sequence to ``counts``: ``proposed[k]`` [n] the chain's target ids at step k for each start,
     ``starts`` [n] the verify starts that count, ``rows`` [T', H] the target's final-norm states (row i + k
     scores start i's step k on the data's own prefix). With ``model`` and ``prefix``, steps after the first
     read the target run on the draft's own chain instead (exact); without, the data's prefix (approximate where
-    the chain leaves it)."""
+    the chain leaves it). ``stats``: the rows' statistics already gathered from the teacher's logits (no second
+    pass over the vocabulary)."""
     n = starts.shape[0]
-    first = token_probs(rows, lm_head, sampling, [(0, proposed[0][:n])])[0]
-    if model is not None and prefix is not None and len(proposed) > 1:
-        where = torch.nonzero(starts.cpu(), as_tuple=False).flatten()
-        later = chain_token_probs(model, prefix, where, [p[:n][where.to(p.device)].cpu() for p in proposed],
-                                  sampling)
-        alphas = [first.cpu()]
-        for k in range(1, len(proposed)):
-            full = torch.zeros(n)
-            full[where] = later[k]
-            alphas.append(full)
-    else:
-        counts.exact_chain = counts.exact_chain and (len(proposed) == 1)
-        rest = token_probs(rows, lm_head, sampling, [(k, proposed[k][:n]) for k in range(1, len(proposed))])
-        alphas = [first, *rest]
+
+    def probs(wanted: list[tuple[int, torch.Tensor]]) -> list[torch.Tensor]:
+        return stats.probs(rows, lm_head, wanted) if stats is not None else token_probs(rows, lm_head, sampling, wanted)
+
+    if model is None or prefix is None or len(proposed) == 1:  # one pass over the rows for every step
+        counts.exact_chain = counts.exact_chain and len(proposed) == 1
+        counts.add(probs([(k, p[:n]) for k, p in enumerate(proposed)]), starts)
+        return
+    first = probs([(0, proposed[0][:n])])[0]
+    where = torch.nonzero(starts.cpu(), as_tuple=False).flatten()
+    later = chain_token_probs(model, prefix, where, [p[:n][where.to(p.device)].cpu() for p in proposed],
+                              sampling)
+    alphas = [first.cpu()]
+    for k in range(1, len(proposed)):
+        full = torch.zeros(n)
+        full[where] = later[k]
+        alphas.append(full)
     counts.add(alphas, starts)
 
 

@@ -9,7 +9,7 @@ from typing import Any, cast
 import torch
 
 from ..draft import Eagle3Draft, map_to_target
-from .sampling import SampledCounts, sampled_oov_mass, score_sampled
+from .sampling import RowStats, SampledCounts, sampled_oov_mass, score_sampled
 from .served_vocab import ServedVocabCounts, in_draft_vocab
 from .traffic_result import Sampling, Traffic
 
@@ -28,6 +28,14 @@ class TrafficScorer:
     vocab: ServedVocabCounts | None = None
     _shared: dict[int, SampledCounts] = field(default_factory=dict)
     _scored: dict[int, Any] = field(default_factory=dict)  # share -> the sample last scored into it
+    _stats: RowStats | None = None  # the current sample's row statistics under sampling
+
+    def row_stats(self) -> Any:
+        """A collector for the next sample's teacher logits (None when nothing is sampled)."""
+        if self.sampling is None:
+            return None
+        self._stats = RowStats(self.sampling)
+        return self._stats.add
 
     @property
     def active(self) -> bool:
@@ -46,7 +54,8 @@ class TrafficScorer:
                 n = prepared.ids.shape[0] - self.steps + 1
                 if n > 0:
                     score_sampled(counts, proposed, mask[:n], rows, self.lm_head, self.sampling,
-                                  model=self.model, prefix=prepared.tokens if self.model is not None else None)
+                                  model=self.model, prefix=prepared.tokens if self.model is not None else None,
+                                  stats=self._stats)
             self.sampled[name] = counts
         if name == self.vocab_view:
             cfg = module.cfg
