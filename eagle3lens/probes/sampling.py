@@ -88,14 +88,14 @@ class RowStats:
 
     def add(self, logits: torch.Tensor) -> None:
         scaled = logits.float() / self.sampling.temperature
+        lse = torch.logsumexp(scaled, dim=-1)
         if self.sampling.top_p >= 1.0:
-            self.cut.append(torch.full(scaled.shape[:-1], float("-inf"), device=scaled.device))
-            self.lse.append(torch.logsumexp(scaled, dim=-1))
+            self.cut.append(torch.full_like(lse, float("-inf")))
+            self.lse.append(lse)
             return
-        keep = _top_p_keep(torch.softmax(scaled, dim=-1), self.sampling.top_p)
-        kept = scaled.masked_fill(~keep, float("-inf"))
-        self.cut.append(torch.where(keep, scaled, float("inf")).amin(-1))
-        self.lse.append(torch.logsumexp(kept, dim=-1))
+        cut, mass = _top_p_cut(scaled, lse, self.sampling.top_p)
+        self.cut.append(cut)
+        self.lse.append(lse + torch.log(mass))
 
     def probs(self, rows: torch.Tensor, lm_head: torch.Tensor,
               wanted: Sequence[tuple[int, torch.Tensor]]) -> list[torch.Tensor]:
@@ -110,6 +110,27 @@ class RowStats:
             p = torch.where(scaled >= cut[r] - slack, torch.exp(scaled - lse[r]), 0.0)
             out.append(torch.cat([p, torch.zeros(tokens.shape[0] - n, device=rows.device)]))
         return out
+
+
+def _top_p_cut(scaled: torch.Tensor, lse: torch.Tensor, top_p: float,
+               first_k: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row of scaled logits [R, V]: the least kept scaled logit under top-p and the kept probability mass,
+    from the top k logits only (k widened for the rows whose cut lies deeper); no pass over the whole row."""
+    R, V = scaled.shape
+    cut, mass = torch.empty(R, device=scaled.device), torch.empty(R, device=scaled.device)
+    todo = torch.arange(R, device=scaled.device)
+    k = min(first_k, V)
+    while todo.numel():
+        vals = torch.topk(scaled[todo], k, dim=-1).values  # descending
+        probs = torch.exp(vals - lse[todo, None])
+        inside = (probs.cumsum(-1) - probs) < top_p  # a prefix: the mass ranked above each token is below p
+        inside[:, 0] = True
+        done = ~inside[:, -1] if k < V else torch.ones_like(inside[:, -1])
+        count = inside.sum(-1, keepdim=True)
+        cut[todo[done]] = vals.gather(-1, count - 1).squeeze(-1)[done]
+        mass[todo[done]] = (probs * inside).sum(-1)[done]
+        todo, k = todo[~done], min(V, 8 * k)
+    return cut, mass
 
 
 def token_probs(rows: torch.Tensor, lm_head: torch.Tensor, sampling: Sampling,
