@@ -36,7 +36,7 @@ PROBES: dict[str, tuple[str, ...]] = {
     "convert": ("convert.py",),
     "detect": ("engines/detect.py",),
     "acceptance": ("probes/acceptance.py",),
-    "provenance": ("probes/provenance.py",),  # `engines --detect`: the engine actually installed
+    "provenance": ("probes/provenance.py", "probes/chat.py"),  # `engines --detect`: the engine actually installed
 }
 
 
@@ -182,6 +182,9 @@ CODES: tuple[Code, ...] = (
          meaning="dump sequences whose loss mask is all false: nothing in them trains the draft"),
     Code("data/non-finite", owner="provenance", severity="critical", rank=172,
          meaning="dump sequences holding NaN or Inf hidden states (skipped)"),
+    Code("data/template-mismatch", owner="provenance", severity="warning", rank=196,
+         meaning="the dump's token stream lacks the served chat template's markers (special tokens, role headers, "
+                 "generation prompt): the draft trained on text rendered otherwise than the server renders it"),
     Code("logs/zero-acceptance", owner="logs", severity="critical", rank=220,
          meaning="mean accept length ≤ 1.05: proposals are (almost) never right"),
     Code("logs/low-acceptance", owner="logs", severity="warning", rank=220,

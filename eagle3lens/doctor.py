@@ -252,12 +252,24 @@ def diagnose(
         run("acceptance", lambda: result)
         if note:
             report.notes.append(note)
+        if logs is not None:
+            from .probes.chain_break import chain_note, compare_chain
+
+            comparison = compare_chain(result, logs.summary.mean_per_position, log=str(log))
+            if comparison is not None:
+                run("chain", lambda: comparison)
+                report.notes.append(chain_note(comparison))
     elif data is not None or prompts is not None:
         skipped["acceptance"] = "needs --target (its final norm and lm_head are the teacher) and a config.json"
     if data is not None and tgt is not None:
         from .probes.provenance import trace_provenance
 
         run("provenance", trace_provenance, data, tgt, draft=ckpt, engine=profile)
+        from .probes.chat import served_template_check
+
+        template = served_template_check(data, tgt.root)
+        if template is not None:
+            run("template", lambda: template)
     elif data is not None:
         skipped["provenance"] = "needs --target: the dump's states are matched against the target's layers"
 

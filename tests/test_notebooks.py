@@ -293,6 +293,8 @@ WALKTHROUGHS = {
                                      f"{d}/target", "--engine", "sglang==0.5.11"]),
     "07_provenance": ({}, lambda d: ["provenance", "--data", f"{d}/hidden-states", "--target", f"{d}/target",
                                      "--draft", f"{d}/mismatched-ids", "--engine", "sglang==0.5.11"]),
+    "08_low_acceptance": ({}, lambda d: ["provenance", "--data", f"{d}/hidden-states-raw", "--target", f"{d}/target",
+                                         "--chat", f"{d}/chat.jsonl"]),
 }
 
 

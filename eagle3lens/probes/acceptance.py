@@ -64,6 +64,8 @@ from .acceptance_result import CAUSE_LABELS, AcceptanceResult, AcceptanceView, w
 from .data import Sample, describe_dump, iter_samples
 from .limits import check_length, check_steps, check_token_ids, max_positions
 from .engine_init import EMPTY_MEMORY, EmptyMemory, apply_engine_init
+from .traffic import TrafficScorer
+from .traffic_result import Sampling
 
 Progress = Callable[[int, "int | None", str], None]
 DEFAULT_STEPS = 3  # speculators' ttt_steps default
@@ -134,7 +136,8 @@ def estimate_acceptance(draft: str | Path | Checkpoint, data: str | Path | Itera
                         engine: str | EngineProfile | None = None, steps: int | None = None,
                         scenario: str | None = None, device: str = "cpu", limit: int | None = None,
                         fixed: bool | str | Path = True, empty_memory: EmptyMemory = "noise",
-                        progress: Progress | None = None) -> AcceptanceResult:
+                        progress: Progress | None = None, sampling: Sampling | None = None,
+                        served_vocab: bool = False, traffic: str | None = None) -> AcceptanceResult:
     """Acceptance of ``draft`` over ``data`` (a dump path or Samples), as trained and as ``engine`` serves it.
 
     ``target``: the target checkpoint (its final norm and lm_head are the teacher; embed where the engine shares
@@ -142,6 +145,10 @@ def estimate_acceptance(draft: str | Path | Checkpoint, data: str | Path | Itera
     ``scenario="aux-off"``: the engine captures no aux states. ``fixed``: also score ``convert --to engine`` (a
     path: score that checkpoint, one ``convert`` already wrote, as the fixed view).
     ``empty_memory``: what a ``torch.empty`` parameter the engine never writes holds, ``"noise"`` or ``"zeros"``.
+    ``sampling``: also score each serving view under speculative sampling at that temperature / top-p
+    (``result.traffic.sampled``); ``served_vocab``: count the target's tokens outside the draft vocabulary
+    (``result.traffic.vocab``, for as served, else as trained); ``traffic``: what the samples are (``"chat"``,
+    ``"prompts"``, ``"dump"``), for the report.
     """
     if empty_memory not in EMPTY_MEMORY:
         raise UsageError(f"--empty-memory is one of {', '.join(EMPTY_MEMORY)}, not {empty_memory!r}")
@@ -196,6 +203,9 @@ def estimate_acceptance(draft: str | Path | Checkpoint, data: str | Path | Itera
         counts = {"metrics": _Counts(K), **_shared_counts({n: st for n, (st, serving) in setups.items() if serving}, K)}
         toggle_counts = _shared_counts(toggles_setups, K, known=[(setups[n][0], c) for n, c in counts.items()
                                                                   if n != "metrics"])
+        scorer = TrafficScorer(K, sampling, teacher.lm_head, model=teacher.model,
+                               vocab_view=("as_served" if "as_served" in setups else "as_trained") if served_vocab
+                               else None, source=traffic)
         agree = [0.0, 0.0]
         total = _count(data, limit)
         done = 0
@@ -204,14 +214,18 @@ def estimate_acceptance(draft: str | Path | Checkpoint, data: str | Path | Itera
                                | {k for st in toggles_setups.values() for k in st.layers if not st.aux_off}))
         origin = _Origin()
         for sample in _checked(samples, ckpt, teacher, trained):
-            prepared = _prepare(sample, teacher, trained, dev, capture, origin)
+            prepared = _prepare(sample, teacher, trained, dev, capture, origin, each=scorer.row_stats())
             agree[0] += prepared.agree
             agree[1] += prepared.agree_total
             scored: set[int] = set()  # setups that run alike share one _Counts: score it once per sample
+            chains: dict[int, list[torch.Tensor] | None] = {}
             for name, (setup, serving) in setups.items():
                 if id(counts[name]) not in scored:
-                    _score(setup, prepared, K, counts[name], serving)
+                    chains[id(counts[name])] = _score(setup, prepared, K, counts[name], serving)
                     scored.add(id(counts[name]))
+                preds = chains.get(id(counts[name]))
+                if serving and preds is not None and scorer.active:
+                    scorer.add(name, setup.draft, preds, prepared, id(counts[name]))
             for name, setup in toggles_setups.items():
                 if id(toggle_counts[name]) not in scored:
                     _score(setup, prepared, K, toggle_counts[name], True)
@@ -236,8 +250,9 @@ def estimate_acceptance(draft: str | Path | Checkpoint, data: str | Path | Itera
                      "departure are checked against a prefix the server would not have seen (approximate)")
     if origin.checked:
         notes.append(f"as served: the target was run again on each sample's tokens to capture hidden_states "
-                     f"{list(capture)}, the layers the engine captures")
-    result = AcceptanceResult(str(ckpt.path), data_name, label, K, done, views, toggles, agreement, notes=tuple(notes))
+                     f"{list(capture)}, the layers the served views read")
+    result = AcceptanceResult(str(ckpt.path), data_name, label, K, done, views, toggles, agreement, notes=tuple(notes),
+                              traffic=scorer.result({n: v.accept_len for n, v in views.items()}))
     findings = gap_findings(result, ckpt)
     if origin.foreign:
         from .provenance import not_from_target
@@ -392,12 +407,17 @@ class Teacher:
         x = last.float()
         return self.norm * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
 
-    def greedy(self, normed: torch.Tensor, rows: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Argmax over the full vocabulary and over the draft-vocab rows ``rows`` (index into the draft vocab)."""
+    def greedy(self, normed: torch.Tensor, rows: torch.Tensor | None,
+               each: Callable[[torch.Tensor], None] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Argmax over the full vocabulary and over the draft-vocab rows ``rows`` (index into the draft vocab);
+        ``each`` sees every block of full-vocabulary logits (the sampled view gathers its statistics there)."""
         full, draft = [], []
         sub = self._rows(rows)
         for chunk in normed.split(TEACHER_CHUNK):
-            full.append((chunk @ self.lm_head.T).argmax(-1))
+            logits = chunk @ self.lm_head.T
+            if each is not None:
+                each(logits)
+            full.append(logits.argmax(-1))
             draft.append((chunk @ sub.T).argmax(-1))
         return torch.cat(full), torch.cat(draft)
 
@@ -592,6 +612,8 @@ class _Prepared:
     stored: torch.Tensor | None  # [T', n_aux * H] the data's own aux states of position i (the training features)
     feats: dict[int, torch.Tensor]  # HF index -> [T', H] aux state of position i (recorded, or captured again)
     recorded: tuple[int, ...] | None  # the HF layers the data records for its chunks
+    rows: torch.Tensor  # [T', H] the target's final-norm state of position i+1 (its logits give teacher_full)
+    tokens: torch.Tensor  # [T'+1] the sample's own token ids (unshifted)
     final: torch.Tensor | None  # [T', H] the target's final post-norm state (aux-off feed)
     mask: torch.Tensor  # [T'] loss mask of position i (that of token i+1)
     teacher_full: torch.Tensor  # [T'] target greedy token after position i+1 (full vocab)
@@ -630,7 +652,7 @@ def _checked(samples: Iterator[Sample], ckpt: Checkpoint, teacher: Teacher, trai
 
 
 def _prepare(s: Sample, teacher: Teacher, trained: Setup, dev: torch.device, capture: tuple[int, ...],
-             origin: _Origin) -> _Prepared:
+             origin: _Origin, each: Callable[[torch.Tensor], None] | None = None) -> _Prepared:
     """speculators' shift_batch (position i: token i+1, aux state of i, last hidden of i+1) and the teacher; the
     target's states at ``capture`` (HF indices the served setups read) taken from the data where it records them,
     else captured again by running the target on the sample's tokens (when it can run here)."""
@@ -656,12 +678,12 @@ def _prepare(s: Sample, teacher: Teacher, trained: Setup, dev: torch.device, cap
             origin.check(s, pre, post)
     normed = s.last.to(dev, torch.float32) if s.last_normed else teacher.final_norm(s.last.to(dev))
     rows = _draft_rows(module)
-    full, draft = teacher.greedy(normed[1:], rows.to(dev) if rows is not None else None)
+    full, draft = teacher.greedy(normed[1:], rows.to(dev) if rows is not None else None, each=each)
     ids = s.token_ids.to(dev)
     mask = s.loss_mask.to(dev)[1:]
     follows = (ids[2:] == full[:-1]) & mask[:-1]
-    return _Prepared(ids[1:], stored, feats, s.layers, normed[:-1], mask, full, draft, float(follows.sum()),
-                     float(mask[:-1].sum()))
+    return _Prepared(ids[1:], stored, feats, s.layers, normed[1:], ids, normed[:-1], mask, full, draft,
+                     float(follows.sum()), float(mask[:-1].sum()))
 
 
 class _Enough(Exception):
@@ -714,23 +736,25 @@ class _MissingLayers(Exception):
                          "--target T --prompts F")
 
 
-def _score(setup: Setup, p: _Prepared, K: int, counts: _Counts, serving: bool) -> None:
+def _score(setup: Setup, p: _Prepared, K: int, counts: _Counts, serving: bool) -> list[torch.Tensor] | None:
+    """Score one sample into ``counts``; the chain's predictions (None when the view cannot run)."""
     if counts.error or counts.unavailable:
-        return
+        return None
     try:
         feature = _feature(setup, p)
         preds = chain(setup.draft, p.ids, feature, setup.gate, K,
                       teacher_forced=None if serving else p.ids)
     except _MissingLayers as exc:
         counts.unavailable = str(exc)
-        return
+        return None
     except (AssertionError, RuntimeError) as exc:  # the engine's fc shape check, or fc's matmul on the wrong width
         counts.error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
-        return
+        return None
     if serving:
         _score_serving(setup.draft, preds, p, K, counts)
     else:
         _score_metrics(preds, p, K, counts)
+    return preds
 
 
 def _score_metrics(preds: list[torch.Tensor], p: _Prepared, K: int, counts: _Counts) -> None:
