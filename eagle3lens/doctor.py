@@ -162,7 +162,6 @@ def diagnose(
     With a target, the launch gives the predicted wiring beside the traced one. ``data`` (a hidden-state dump) or
     ``prompts`` with ``target`` add the offline acceptance estimate, held against the log's accept len.
     """
-    from .probes.aux_layers import resolve_aux_layers
     from .probes.logs import ENGINES as LOG_ENGINES
     from .probes.logs import parse_log
     from .probes.vocab import inspect_vocab
@@ -231,7 +230,7 @@ def diagnose(
             run("wiring", check_wiring, ckpt, target=tgt or target, engine=wiring_profile, scenario=scenario,
                 device="meta" if shapes_only else "cpu", device_map=device_map, dtype=dtype)
         else:
-            run("aux_layers", resolve_aux_layers, ckpt, engine=wiring_profile)
+            run("aux_layers", lambda: serve_draft(ckpt, engine=wiring_profile).aux)
             skipped["wiring"] = "no --target given: wiring not checked"
     if log is not None:
         # the log's format and accept-rate formula depend on the serving engine's version; a trainer profile says nothing
