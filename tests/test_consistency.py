@@ -47,7 +47,7 @@ def test_keys_and_wiring_read_the_served_draft(demo_dir: Path, engine: str, vari
 
 @pytest.mark.slow
 @pytest.mark.parametrize("engine", ENGINES)
-@pytest.mark.parametrize("variant", LLAMA)
+@pytest.mark.parametrize("variant", [v for v in LLAMA if v != "broken-d2t-absolute"])  # refused: see below
 def test_acceptance_and_provenance_use_the_layers_the_engine_captures(demo_dir: Path, engine: str,
                                                                       variant: str) -> None:
     served = serve_draft(demo_dir / variant, engine=engine, target=demo_dir / "target")
@@ -76,3 +76,11 @@ def test_the_doctor_never_blames_zero_acceptance_on_what_costs_nothing(demo_dir:
     provenance = report.results["provenance"]
     assert provenance.engine_layers == serve_draft(demo_dir / variant, engine=engine,
                                                    target=demo_dir / "target").captured
+
+
+def test_acceptance_refuses_a_d2t_pointing_outside_the_target_vocabulary(demo_dir: Path) -> None:
+    from eagle3lens.errors import CheckpointError
+
+    with pytest.raises(CheckpointError, match="outside the target's vocabulary"):
+        estimate_acceptance(demo_dir / "broken-d2t-absolute", demo_dir / "hidden-states", target=demo_dir / "target",
+                            engine="sglang==0.5.11", fixed=False, limit=1)

@@ -159,8 +159,10 @@ def test_sglang_ids_under_vllm_0_33_default_v2_are_ignored_but_v1_reads_them_shi
 
 
 def test_reduced_vocab_d2t_discarded_by_vllm_0_9_0(tmp_path):
+    # named as vLLM before 0.10.2 maps it (Eagle3 + LlamaForCausalLM): under another name the server stops first
     ckpt = Checkpoint.open(write(tmp_path, {k: v for k, v in draft_tensors("layers.0.").items()
-                                            if k != "embed_tokens.weight"}, sglang_config()))
+                                            if k != "embed_tokens.weight"},
+                                 {**sglang_config(), "architectures": ["LlamaForCausalLM"]}))
     result = simulate_load(ckpt, "vllm==0.9.0")
     assert codes(result)["keys/d2t-discarded"] == "critical"
     finding = next(f for f in result.findings if f.code == "keys/d2t-discarded")

@@ -211,7 +211,8 @@ def estimate_acceptance(draft: str | Path | Checkpoint, data: str | Path | Itera
         done = 0
         capture = tuple(sorted({k for st, serving in setups.values() for k in st.layers
                                 if serving and st.feed == "layers" and not st.aux_off}
-                               | {k for st in toggles_setups.values() for k in st.layers if not st.aux_off}))
+                               | {k for st in toggles_setups.values() for k in st.layers
+                                  if st.feed == "layers" and not st.aux_off}))
         origin = _Origin()
         for sample in _checked(samples, ckpt, teacher, trained):
             prepared = _prepare(sample, teacher, trained, dev, capture, origin, each=scorer.row_stats())
@@ -457,6 +458,10 @@ def _trained_setup(ckpt: Checkpoint, teacher: Teacher, L: int, dev: torch.device
     if not any(canonical_key(k) == "embed_tokens.weight" for k in ckpt.tensors):  # SpecForge: the target's table
         _install(module, "embed_tokens.weight", teacher.embed())
     t2d_rows = _draft_rows(module)
+    V = int(teacher.lm_head.shape[0])
+    if t2d_rows is not None and (int(t2d_rows.max()) >= V or int(t2d_rows.min()) < 0):
+        raise CheckpointError(ckpt.path, f"d2t maps draft ids to target id {int(t2d_rows.max())}, outside the "
+                                         f"target's vocabulary of {V}: repair d2t first (eagle3lens vocab)")
     if "lm_head.weight" not in {canonical_key(k) for k in ckpt.tensors} and t2d_rows is not None:
         _install(module, "lm_head.weight", teacher.lm_head[t2d_rows.to(teacher.lm_head.device)].cpu())
     layers, _ = trained_with(ckpt.spec, L)
