@@ -141,6 +141,7 @@ def diagnose(
     launch: "str | Launch | None" = None,
     data: str | Path | None = None,
     prompts: str | Path | None = None,
+    execute: bool = False,
 ) -> Report:
     """Run the applicable probes on a draft and return a Report whose findings are ranked causes first.
 
@@ -150,6 +151,7 @@ def diagnose(
     line (or a parsed :class:`~eagle3lens.launch.Launch`); without it, a ``log``'s start-up lines are read for one.
     With a target, the launch gives the predicted wiring beside the traced one. ``data`` (a hidden-state dump) or
     ``prompts`` with ``target`` add the offline acceptance estimate, held against the log's accept len.
+    ``execute``: the keys fate is the installed engine's own loader run on meta tensors (``keys --execute``).
     """
     from .probes.aux_layers import resolve_aux_layers
     from .probes.keys import simulate_load
@@ -192,6 +194,10 @@ def diagnose(
             evidence={"files": [f.name for f in ckpt.files]},
             fix="copy the training run's config.json next to the weights"))
         skipped["keys"] = skipped["aux_layers"] = skipped["wiring"] = "no config.json: nothing to build the draft from"
+    elif profile is not None and execute:
+        from .engines.executed_result import execute_load
+
+        run("keys", execute_load, ckpt, num_target_layers=num_target_layers)
     elif profile is not None:
         run("keys", simulate_load, ckpt, profile, num_target_layers=num_target_layers)
         report.notes.extend(n for n in report.results["keys"].notes if n.startswith("the runtime paths differ"))
