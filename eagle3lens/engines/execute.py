@@ -139,12 +139,13 @@ def record_execution(draft: CheckpointLike, root: str | Path, *, fallback_class:
             phase = "load"
             with torch.device("meta"), Provenance(parameter_storages(built.model), record):
                 built.model.load_weights(weights(ckpt.tensors, record))
-            record.converted = converted_attributes(built.model)
             after = tuple(n for n, _ in built.model.named_parameters())
             phase = "done"
     except Exception as exc:  # noqa: BLE001 -- the engine's own failure is the finding, recorded with its place
         record.error = {**error_of(exc, dirs, record.current if phase == "load" else None), "phase": phase}
     finally:
+        if built is not None and phase in ("load", "done"):
+            record.converted = converted_attributes(built.model)
         sys.path.remove(str(root)) if str(root) in sys.path else None
     return Execution(
         name, version, str(root), built.module if built else "", built.draft_class if built else "",

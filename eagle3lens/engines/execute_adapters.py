@@ -17,7 +17,7 @@ import types
 from pathlib import Path
 from typing import Any, Callable
 
-from .standins import StandIns
+from .standins import StandIn, StandIns, placeholder
 
 # the draft classes the project knows, by architecture: module where each engine defines it
 SGLANG_CLASSES = {
@@ -68,7 +68,7 @@ def _defaults_of(cls: Any) -> types.SimpleNamespace:
     return types.SimpleNamespace(**values)
 
 
-def _sglang_parallel_state(stand: StandIns, module: types.ModuleType) -> None:
+def _parallel_state(stand: StandIns, module: types.ModuleType) -> None:
     for name, value in list(vars(module).items()):
         if callable(value) and re.fullmatch(r"get_\w*(_group|_world_group)", name) and not name.startswith("get_group"):
             stand.patch(module, name, lambda *_a, **_k: _GROUP,
@@ -89,7 +89,7 @@ def _sglang_dp_attention(stand: StandIns, module: types.ModuleType) -> None:
 
 def _sglang_server_args(stand: StandIns, module: types.ModuleType) -> None:
     server_args = getattr(module, "ServerArgs", None)
-    if server_args is not None and "get_global_server_args" in vars(module):
+    if server_args is not None and dataclasses.is_dataclass(server_args) and "get_global_server_args" in vars(module):
         defaults = _defaults_of(server_args)
         stand.patch(module, "get_global_server_args", lambda: defaults,
                     "no server is running: ServerArgs' field defaults (its __post_init__ probes the GPU)")
@@ -107,7 +107,7 @@ def _sglang_configs_utils(stand: StandIns, module: types.ModuleType) -> None:
 
 
 SGLANG_STATE: dict[str, Callable[[StandIns, types.ModuleType], None]] = {
-    "sglang.srt.distributed.parallel_state": _sglang_parallel_state,
+    "sglang.srt.distributed.parallel_state": _parallel_state,
     "sglang.srt.layers.dp_attention": _sglang_dp_attention,
     "sglang.srt.server_args": _sglang_server_args,
     "sglang.srt.configs.utils": _sglang_configs_utils,
@@ -131,6 +131,12 @@ def tolerant_registries(stand: StandIns) -> None:
 
         stand.patch(cls, "register", staticmethod(register),
                     "the installed transformers already ships some configs the engine registers: exist_ok=True")
+    from transformers import image_utils
+    from transformers.utils import is_vision_available
+
+    if not is_vision_available() and not hasattr(image_utils, "PILImageResampling"):
+        stand.patch(image_utils, "PILImageResampling", placeholder("PILImageResampling", "PIL.Image"),
+                    "Pillow is not installed: the name multimodal processors import from transformers.image_utils")
 
 
 @dataclasses.dataclass
@@ -164,6 +170,10 @@ def sglang_build(ckpt_dir: Path, fallback_class: str, stand: StandIns) -> Built:
     import torch
     from transformers import AutoConfig, PretrainedConfig
 
+    try:  # the server imports its quantization package before any model (else 0.4.x's layers import in a cycle)
+        importlib.import_module("sglang.srt.layers.quantization")
+    except ModuleNotFoundError:
+        pass
     raw = read_config_dict(ckpt_dir)
     archs = [a for a in raw.get("architectures") or [] if isinstance(a, str)]
     notes: list[str] = []
@@ -206,11 +216,88 @@ def sglang_build(ckpt_dir: Path, fallback_class: str, stand: StandIns) -> Built:
     return Built(model, module.__name__, cls.__name__, recognised, notes)
 
 
+def _instance(cls: Any, **overrides: Any) -> Any:
+    """An instance of the engine's config dataclass holding its field defaults and ``overrides``, built without its
+    validation (which would load the model it names)."""
+    obj = object.__new__(cls)
+    for name, value in {**vars(_defaults_of(cls)), **overrides}.items():
+        object.__setattr__(obj, name, value)
+    derive = getattr(obj, "get_model_arch_config", None)  # vLLM's ModelConfig derives it in __post_init__
+    if callable(derive) and "model_arch_config" not in overrides:
+        object.__setattr__(obj, "model_arch_config", derive())
+    return obj
+
+
 def _accepted(fn: Callable[..., Any], offered: dict[str, Any]) -> dict[str, Any]:
     params = inspect.signature(fn).parameters
     if any(p.kind is p.VAR_KEYWORD for p in params.values()):
         return offered
     return {k: v for k, v in offered.items() if k in params}
+
+
+VLLM_STATE: dict[str, Callable[[StandIns, types.ModuleType], None]] = {
+    "vllm.distributed.parallel_state": _parallel_state,
+}
+
+
+def vllm_build(ckpt_dir: Path, fallback_class: str, stand: StandIns) -> Built:  # noqa: ARG001
+    """vLLM: the draft config read by vLLM's ``get_config`` (its speculators adapter included), wrapped in its
+    ``EAGLEConfig`` for method eagle3 as ``SpeculativeConfig`` does; the class from its speculative-decoding model
+    registry; built with ``vllm_config=`` under ``set_current_vllm_config``. The VllmConfig is vLLM's own default
+    one with the target and draft model configs stood in (no target is loaded)."""
+
+    import torch
+
+    stand.setenv("VLLM_TARGET_DEVICE", "cpu", "no GPU here: vLLM picks its CPU platform")
+    from vllm.config import VllmConfig, set_current_vllm_config
+    from vllm.model_executor.models import registry
+    from vllm.transformers_utils.config import get_config
+    from vllm.transformers_utils.configs.eagle import EAGLEConfig
+
+    hf = get_config(str(ckpt_dir), trust_remote_code=False)
+    kept: tuple[type, ...] = (EAGLEConfig,)
+    try:
+        from vllm.transformers_utils.configs.speculators import SpeculatorsConfig
+        kept += (SpeculatorsConfig,)
+    except ImportError:
+        pass
+    if not isinstance(hf, kept):
+        hf = EAGLEConfig(hf, method="eagle3", model_type="eagle")
+    table = getattr(registry, "_SPECULATIVE_DECODING_MODELS", {})
+    archs = list(getattr(hf, "architectures", None) or [])
+    arch = next((a for a in archs if a in table), None)
+    notes: list[str] = []
+    recognised = arch is not None
+    if arch is None:
+        arch = next((a for a, (_m, c) in table.items() if c == fallback_class or a == fallback_class), None)
+        if arch is None:
+            raise LookupError(f"this vllm has no {fallback_class} (architectures {archs})")
+        notes.append(f"vllm registers no EAGLE-3 class for architectures {archs}; the keys were run through {arch}")
+    module_name, class_name = table[arch]
+    module = importlib.import_module(f"vllm.model_executor.models.{module_name}")
+    cls = getattr(module, class_name)
+    from vllm.config import ModelConfig, SpeculativeConfig
+
+    target_layers = int(getattr(hf, "target_layer_count", 0) or 32)
+    vocab = int(hf.vocab_size)
+    common = {"hf_config": hf, "hf_text_config": hf, "dtype": torch.float32, "quantization": None,
+              "max_model_len": int(getattr(hf, "max_position_embeddings", 2048)), "model": str(ckpt_dir),
+              "enforce_eager": True, "trust_remote_code": False, "runner_type": "generate", "convert_type": "none",
+              "attention_chunk_size": None, "multimodal_config": None, "encoder_config": None, "pooler_config": None,
+              "disable_sliding_window": False, "hf_image_processor_config": {}}
+    draft_model = _instance(ModelConfig, **common)
+    target_model = _instance(ModelConfig, **common, get_total_num_hidden_layers=lambda: target_layers,
+                             get_vocab_size=lambda: vocab)
+    vllm_config = VllmConfig()
+    speculative = _instance(SpeculativeConfig, draft_model_config=draft_model, target_model_config=target_model,
+                            parallel_drafting=False, method="eagle3", num_speculative_tokens=3)
+    for name, value in (("model_config", target_model), ("speculative_config", speculative)):
+        object.__setattr__(vllm_config, name, value)
+    stand.used.append(StandIn("vllm.config.VllmConfig.model_config / speculative_config", "attribute",
+                              "no target is loaded: the target's layer count and vocab from the draft config"))
+    with set_current_vllm_config(vllm_config), torch.device("meta"):
+        model = cls(**_accepted(cls.__init__, {"vllm_config": vllm_config, "prefix": ""}))
+    return Built(model, module.__name__, class_name, recognised, notes)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -224,4 +311,5 @@ class Adapter:
 
 ADAPTERS = {
     "sglang": Adapter("sglang", ("sglang",), SGLANG_STATE, sglang_build, ("sglang",)),
+    "vllm": Adapter("vllm", ("vllm",), VLLM_STATE, vllm_build, ("vllm",)),
 }

@@ -117,7 +117,7 @@ def executed_result(ckpt: Checkpoint, ex: Execution, *, num_target_layers: int |
         if pspec.role == "vocab":
             by_design = by_design or "judged by the vocab probe"
         sources.append(K.ParamSource(pspec, tuple(by_param.get(name, ())), missing, by_design))
-    recognised = ex.recognised
+    recognised = ex.recognised if ex.draft_class else sim.recognised  # no class chosen yet: not judged
     findings = K._findings(ckpt, profile, ckpt.spec, fates, tuple(sources), recognised, num_target_layers)
     if ex.error and ex.phase != "load":
         findings.insert(0, Finding(
@@ -156,7 +156,7 @@ def _expected(param: ParamSpec | None, shard: str | None, shape: list[int] | Non
 def compare(sim: Any, fates: list[Any], sources: list[Any], ex: Execution) -> list[Finding]:
     """Every place the executed load differs from the simulated one, one finding each."""
     out: list[Finding] = []
-    if sim.recognised != ex.recognised:
+    if ex.draft_class and sim.recognised != ex.recognised:
         out.append(disagreement("config recognition", "recognised" if sim.recognised else "not recognised",
                                 "recognised" if ex.recognised else "not recognised", {}))
     sim_raises = [f.key for f in sim.fates if f.fate == "raises"]

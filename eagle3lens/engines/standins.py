@@ -32,8 +32,11 @@ from ..errors import StandInCalled
 # compiled extensions and GPU-only packages: always stood in for imports from the engine's files
 COMPILED = ("sgl_kernel", "flashinfer", "triton", "flash_attn", "flash_mla", "deep_gemm", "deep_ep", "xformers",
             "vllm._C", "vllm._moe_C", "vllm._rocm_C", "vllm._flashmla_C", "vllm._flashmla_extension_C",
-            "vllm.vllm_flash_attn", "vllm.cumem_allocator", "cuda", "cupy", "pynvml", "nvidia", "amdsmi",
-            "torchada", "torch_npu", "habana_frameworks", "intel_extension_for_pytorch")
+            "vllm.vllm_flash_attn", "vllm.cumem_allocator", "cuda", "cupy", "nvidia", "torchada")
+# packages an engine imports to *detect* hardware (TPU, ROCm, NPU, HPU, XPU plugins): never stood in, so the
+# engine finds this machine's hardware (none) and picks its CPU path
+PROBED = ("libtpu", "tpu_inference", "amdsmi", "torch_npu", "vllm_ascend", "habana_frameworks", "vllm_gaudi",
+          "intel_extension_for_pytorch", "pynvml", "vllm_tpu", "vllm_spyre", "neuronx_distributed")
 
 
 # pure-Python dependencies an engine calls at import time, answered by the standard library module that does the
@@ -71,7 +74,8 @@ class _Placeholder(type):
             return type.__call__(cls, *args, **kwargs)
         if len(args) == 1 and not kwargs and callable(args[0]) and not isinstance(args[0], _Placeholder):
             return args[0]  # used as a decorator (@triton.jit): the function itself
-        if not args and not kwargs:  # a query of the hardware (get_current_target(), is_available()): none here
+        if not args and not kwargs and cls.__name__[:1].islower():
+            # a function asked a question of the hardware (get_current_target(), is_available()): none here
             raise StandInCalled(f"{cls.__module__}.{cls.__qualname__}() is a stand-in: this machine has no such "
                                 "extension")
         return type.__call__(cls)
@@ -117,6 +121,9 @@ class Inert(metaclass=_Placeholder):
 
     def __iter__(self) -> Any:
         return iter(())
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:  # class options (msgspec.Struct, omit_defaults=True)
+        super().__init_subclass__()
 
     @classmethod
     def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:  # noqa: ARG003 (pydantic's hook)
@@ -174,6 +181,7 @@ class StandIns(importlib.abc.MetaPathFinder):
         self.after_import = dict(after_import or {})
         self.used: list[StandIn] = []
         self._made: set[str] = set()
+        self._env: list[tuple[str, str | None]] = []
         self._restore: list[tuple[Any, str, Any]] = []
 
     # -- the import hook --------------------------------------------------------------------
@@ -181,11 +189,13 @@ class StandIns(importlib.abc.MetaPathFinder):
         if fullname in self.after_import:
             return self._patched_spec(fullname, path, target)
         compiled = _matches(fullname, COMPILED)
-        if not compiled and _matches(fullname, self.packages):
+        if _matches(fullname, PROBED) or not compiled and _matches(fullname, self.packages):
             return None
-        if not self._from_engine():
+        caller = self._caller()
+        if caller == "library":
             self._hide()  # a library importing: it must see this machine as it is, not the engine's stand-ins
-            return None
+        if caller != "engine":
+            return None  # (an engine's importlib.util.find_spec probe gets this machine's answer too)
         parent = fullname.rpartition(".")[0]
         if not compiled and not isinstance(sys.modules.get(parent), StandInModule):
             if self._found_elsewhere(fullname, path, target):
@@ -231,15 +241,20 @@ class StandIns(importlib.abc.MetaPathFinder):
                 return spec
         return None
 
-    def _from_engine(self) -> bool:
-        """Is the import statement being run in one of the engine's files (not in a library it calls)?"""
+    def _caller(self) -> str:
+        """engine: an import statement in one of the engine's files; probe: the engine asking
+        ``importlib.util.find_spec`` whether a package exists; library: anything else."""
         frame = sys._getframe(2)
+        probe = False
         while frame is not None:
             name = frame.f_code.co_filename
+            if "importlib" in name and frame.f_code.co_name == "find_spec" and "util" in name:
+                probe = True
             if not name.startswith("<frozen") and "importlib" not in name and name != __file__:
-                return any(name.startswith(d) for d in self.dirs)
+                inside = any(name.startswith(d) for d in self.dirs)
+                return "library" if not inside else "probe" if probe else "engine"
             frame = frame.f_back  # type: ignore[assignment]
-        return False
+        return "library"
 
     # -- attribute stand-ins ------------------------------------------------------------------
     def patch(self, owner: Any, attr: str, value: Any, why: str) -> None:
@@ -250,6 +265,14 @@ class StandIns(importlib.abc.MetaPathFinder):
         target = f"{getattr(owner, '__name__', type(owner).__name__)}.{attr}"
         if not any(s.target == target for s in self.used):
             self.used.append(StandIn(target, "attribute", why))
+
+    def setenv(self, name: str, value: str, why: str) -> None:
+        """Set environment variable ``name`` until exit."""
+        import os
+
+        self._env.append((name, os.environ.get(name)))
+        os.environ[name] = value
+        self.used.append(StandIn(f"${name}={value}", "attribute", why))
 
     def replace_everywhere(self, original: Any, value: Any, packages: Sequence[str], target: str, why: str) -> None:
         """Point every loaded module of ``packages`` that imported ``original`` by name at ``value``."""
@@ -280,6 +303,14 @@ class StandIns(importlib.abc.MetaPathFinder):
             else:
                 setattr(owner, attr, old)
         self._restore.clear()
+        import os
+
+        for name, old in reversed(self._env):
+            if old is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = old
+        self._env.clear()
 
 
 _ABSENT = object()
