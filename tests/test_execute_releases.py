@@ -38,9 +38,9 @@ CASES = {
     ("sglang", "0.5.11", "eagle"): set(),
     ("sglang", "0.5.11", "speculators"): set(),
     ("sglang", "0.5.11", "kimi-mla"): set(),
-    ("sglang", "0.4.5", "eagle"): set(),
     ("vllm", "0.33.0", "eagle"): set(),
     ("vllm", "0.33.0", "speculators"): set(),
+    ("vllm", "0.33.0", "kimi-mla"): set(),
 }
 
 
@@ -81,3 +81,11 @@ def test_sglang_0_4_5_raises_on_a_stacked_key_it_does_not_know(demo_dir: Path) -
     assert all(f[k] == "not-reached" for k in sorted(f) if k > "layers.0.mlp.gate_proj.weight")
     logged = [k for k in before if "not found in params_dict" in next(x.log for x in result.fates if x.key == k)]
     assert "layers.0.hidden_norm.weight" in logged  # 0.4.x warns for an unknown plain key (llama.py:534)
+
+
+def test_sglang_0_4_5_says_when_it_needs_vllm_python(demo_dir: Path) -> None:
+    """SGLang 0.4.x takes RMSNorm and other layers from vllm; with vllm stood in those classes have no weights, the
+    norms look dropped, and the result says the execution is incomplete instead of passing that off as a finding."""
+    result = execute_load(demo_dir / "eagle", root=release_root("sglang", "0.4.5"), isolate=True)
+    assert any("imports vllm, stood in here" in n for n in result.notes)
+    assert "parameter model.norm.weight" in disagreements(result)

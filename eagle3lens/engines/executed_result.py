@@ -126,7 +126,13 @@ def executed_result(ckpt: Checkpoint, ex: Execution, *, num_target_layers: int |
             f"{ex.error['type']}: {ex.error['message']} (at {ex.error.get('file')}:{ex.error.get('line')})",
             evidence={"phase": ex.phase, **ex.error}))
     findings += compare(sim, fates, sources, ex)
-    notes = sim.notes + ex.notes + (f"executed {ex.module}.{ex.draft_class} from {ex.root} in {ex.seconds:.1f} s; "
+    others = sorted({s.target for s in ex.stand_ins if s.kind == "module"} & ({"sglang", "vllm"} - {ex.engine}))
+    if others:
+        ex_notes = ex.notes + (f"{ex.engine} imports {', '.join(others)}, stood in here: parameters of any class "
+                               f"{ex.engine} takes from it are missing, so this execution is incomplete",)
+    else:
+        ex_notes = ex.notes
+    notes = sim.notes + ex_notes + (f"executed {ex.module}.{ex.draft_class} from {ex.root} in {ex.seconds:.1f} s; "
                                     f"{len(ex.stand_ins)} stand-ins",)
     mapping = {f.key: f.param for f in fates if f.param and f.fate in WRITTEN}
     return replace(sim, fates=tuple(fates), params=tuple(sources), findings=tuple(findings), notes=notes,

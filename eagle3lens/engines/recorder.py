@@ -116,7 +116,12 @@ def _storage(t: torch.Tensor) -> int:
 
 
 def parameter_storages(model: torch.nn.Module) -> dict[int, str]:
-    return {_storage(p): name for name, p in model.named_parameters(remove_duplicate=False)}
+    """Storage -> the parameter's name as ``named_parameters()`` gives it (the first of its aliases: vLLM's MLA
+    layer registers the same projections again under ``mla_attn``)."""
+    out: dict[int, str] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        out.setdefault(_storage(p), name)
+    return out
 
 
 def converted_attributes(model: torch.nn.Module) -> dict[str, list[str]]:
