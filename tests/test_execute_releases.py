@@ -89,3 +89,20 @@ def test_sglang_0_4_5_says_when_it_needs_vllm_python(demo_dir: Path) -> None:
     result = execute_load(demo_dir / "eagle", root=release_root("sglang", "0.4.5"), isolate=True)
     assert any("imports vllm, stood in here" in n for n in result.notes)
     assert "parameter model.norm.weight" in disagreements(result)
+
+
+def test_sglang_0_4_5_speculators_keys_processed_before_its_key_error(demo_dir: Path) -> None:
+    """Issue 23 residue: SGLang 0.4.4.post2-0.4.8 on a speculators draft. Its loader walks the keys in safetensors
+    order and stops at the first stacked key it cannot place (layers.0.mlp.gate_proj -> KeyError): d2t, embed,
+    fc and three decoder keys were processed before (the decoder ones dropped with a warning each); every key after
+    it, lm_head and norm included, is never reached. The simulation marks each stacked key "raises" and keeps
+    judging the keys after the first raise as if loaded: the executed record is the one to read here."""
+    result = execute_load(demo_dir / "speculators", root=release_root("sglang", "0.4.5"), isolate=True)
+    f = fates(result)
+    assert result.execution["error"]["type"] == "KeyError"
+    assert f["layers.0.mlp.gate_proj.weight"] == "raises"
+    assert [k for k in sorted(f) if f[k] not in ("not-reached", "raises")] == [
+        "d2t", "embed_tokens.weight", "fc.weight", "layers.0.hidden_norm.weight", "layers.0.input_layernorm.weight",
+        "layers.0.mlp.down_proj.weight"]
+    assert f["lm_head.weight"] == f["norm.weight"] == "not-reached"
+    assert f["layers.0.mlp.down_proj.weight"] == "dropped"
