@@ -1,8 +1,9 @@
-"""Released engine wheels, fetched once into a cache and unpacked (Python files and metadata only) for ``--execute``.
+"""Released engine wheels, fetched once into a cache and unpacked (everything but compiled extensions) for ``--execute``.
 
-``pip download --no-deps`` fetches the wheel (:func:`.audit.fetch`); :func:`unpacked` extracts its ``.py`` files and
-``*.dist-info`` into ``CACHE/unpacked/NAME-VERSION`` (compiled extensions are left out: ``--execute`` stands them
-in), member by member, refusing any name that would leave the directory.
+``pip download --no-deps`` fetches the wheel (:func:`.audit.fetch`); :func:`unpacked` extracts it into
+``CACHE/unpacked/NAME-VERSION`` without its compiled extensions (``.so``: ``--execute`` stands them in; kernel
+sources and data files stay, engines look for them at import), member by member, refusing any name that would
+leave the directory.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import zipfile
 from pathlib import Path
 
 CACHE = Path(os.environ.get("EAGLE3LENS_WHEEL_CACHE", Path.home() / ".cache" / "eagle3lens" / "wheels"))
-KEEP = (".py", ".json", ".txt", "METADATA", "RECORD", "WHEEL", "top_level.txt")
+COMPILED = (".so", ".pyd", ".dylib")
 
 
 def unpacked(name: str, version: str, cache: Path = CACHE) -> Path:
@@ -29,7 +30,7 @@ def unpacked(name: str, version: str, cache: Path = CACHE) -> Path:
     with zipfile.ZipFile(wheel) as z:
         for info in z.infolist():
             member = Path(info.filename)
-            if info.is_dir() or not info.filename.endswith(KEEP):
+            if info.is_dir() or info.filename.endswith(COMPILED) or ".so." in member.name:
                 continue
             if member.is_absolute() or ".." in member.parts:
                 raise ValueError(f"{wheel}: member {info.filename!r} leaves the directory")
