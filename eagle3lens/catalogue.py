@@ -29,14 +29,14 @@ PROBES: dict[str, tuple[str, ...]] = {
               "probes/vocab_coverage.py"),
     "weights": ("probes/weights.py",),
     # the aux-layer resolver is the wiring check's static half, the launch-based prediction its predictive one
-    "wiring": ("probes/wiring.py", "probes/aux_layers.py", "probes/prediction.py"),
+    "wiring": ("probes/wiring.py", "probes/aux_layers.py", "probes/prediction.py", "served/draft.py"),
     "trace": ("probes/trace.py",),
     "logs": ("probes/logs.py",),
     "doctor": ("doctor.py",),
     "convert": ("convert.py",),
     "detect": ("engines/detect.py",),
     "acceptance": ("probes/acceptance.py",),
-    "provenance": ("probes/provenance.py",),  # `engines --detect`: the engine actually installed
+    "provenance": ("probes/provenance.py", "probes/chat.py"),  # `engines --detect`: the engine actually installed
 }
 
 
@@ -155,6 +155,12 @@ CODES: tuple[Code, ...] = (
                  "simulates (both outcomes in `evidence`)"),
     Code("engine/patched-source", owner="detect", severity="warning", rank=240,
          meaning="an installed engine's loader file matches no released wheel (source checkout or patch)"),
+    Code("engine/mixed-release", owner="detect", severity="warning", rank=240,
+         meaning="an installed engine's loader file is another release's (copied over the install, a partial "
+                 "upgrade): the file's release is simulated"),
+    Code("engine/loader-absent", owner="detect", severity="warning", rank=240,
+         meaning="a loader file the installed release ships is not where the package imports from (or is not a "
+                 "regular file): the installed loader cannot be checked"),
     Code("acceptance/gap", owner="acceptance", severity="critical", rank=215,
          meaning="offline: the draft as the engine serves it accepts less than as trained (every view and per-cause "
                  "toggle in `evidence`; a measurement of the causes above, never ranked as a cause)"),
@@ -179,6 +185,9 @@ CODES: tuple[Code, ...] = (
          meaning="dump sequences whose loss mask is all false: nothing in them trains the draft"),
     Code("data/non-finite", owner="provenance", severity="critical", rank=172,
          meaning="dump sequences holding NaN or Inf hidden states (skipped)"),
+    Code("data/template-mismatch", owner="provenance", severity="warning", rank=196,
+         meaning="the dump's token stream lacks the served chat template's markers (special tokens, role headers, "
+                 "generation prompt): the draft trained on text rendered otherwise than the server renders it"),
     Code("logs/zero-acceptance", owner="logs", severity="critical", rank=220,
          meaning="mean accept length ≤ 1.05: proposals are (almost) never right"),
     Code("logs/low-acceptance", owner="logs", severity="warning", rank=220,

@@ -334,17 +334,20 @@ def _read_config(root: Path, path: Path) -> dict[str, Any] | None:
 def _load_weights_only(file: Path) -> dict[str, Any]:
     """``torch.load(weights_only=True)``: refuses any pickle that would import or call code."""
     import pickle
+    import warnings
     import zipfile
 
     import torch
 
     try:
-        try:
-            obj = torch.load(file, map_location="cpu", weights_only=True, mmap=True)
-        except RuntimeError as exc:
-            if "mmap" not in str(exc) and "zip" not in str(exc):
-                raise
-            obj = torch.load(file, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch's "Detected pickle protocol N" note is not the user's business
+            warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
+            try:
+                obj = torch.load(file, map_location="cpu", weights_only=True, mmap=True)
+            except RuntimeError as exc:
+                if "mmap" not in str(exc) and "zip" not in str(exc):
+                    raise
+                obj = torch.load(file, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
         blocked = re.search(r"unsupported GLOBAL (\S+)|Unsupported global: GLOBAL (\S+)", str(exc))
         if blocked:

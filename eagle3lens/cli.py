@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import os
 import pkgutil
 import sys
 import traceback
 from collections.abc import Sequence
+from typing import NoReturn
 
 from . import __version__, commands
 from .errors import Eagle3LensError
@@ -17,8 +19,19 @@ from .io.textsafe import printable
 EXIT_BAD_INPUT = 2
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse that reports a usage error in one line (``eagle3lens: error: keys: ... (eagle3lens keys
+    --help)``), not its usage block followed by the error; subcommand parsers are of the same class."""
+
+    def error(self, message: str) -> NoReturn:
+        command = self.prog.removeprefix("eagle3lens").strip()
+        where = f"{command}: " if command else ""
+        print(f"eagle3lens: error: {printable(where + message)} (see {printable(self.prog)} --help)", file=sys.stderr)
+        self.exit(EXIT_BAD_INPUT)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="eagle3lens",
         description="Forensic debugging of EAGLE-3 draft models: why is accept len 1.00?",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -64,10 +77,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not getattr(args, "func", None):
             parser.print_help()
             return EXIT_BAD_INPUT
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # a closed pipe is found here, not at interpreter exit
+        return code
+    except BrokenPipeError:
+        return _closed_pipe()
     except Eagle3LensError as exc:
         return _error(str(exc))
     except OSError as exc:  # a path the user gave that cannot be read or written
+        if exc.errno == errno.EPIPE and exc.filename is None:
+            return _closed_pipe()
         where = f"{exc.filename}: " if exc.filename else ""
         return _error(f"{where}{exc.strerror or exc}")
     except ImportError as exc:  # a missing optional extra or a broken install: never exit 1, never a traceback
@@ -81,6 +100,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         problem = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
         return _error(f"internal error: {type(exc).__name__}: {problem} (please report it; "
                       f"{DEBUG_ENV}=1 shows the traceback)")
+
+
+def _closed_pipe() -> int:
+    """The reader of stdout went away (``eagle3lens engines | head -1``): stop quietly, as git does. What was
+    written was read; 0, never 1 (which means findings) nor 2. Later writes (the interpreter's last flush) go
+    to /dev/null."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+    return 0
 
 
 def _error(message: str) -> int:

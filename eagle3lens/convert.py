@@ -17,17 +17,17 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from .checkpoint import DECODER_KEY, INDEX_NAMES, Checkpoint, build_spec
-from .convert_config import convert_config
+from .convert_config import convert_config, rewrite_aux_ids
 from .engines import EngineProfile, resolve
-from .errors import ConversionRefused, Eagle3LensError, UsageError
+from .errors import ConversionRefused, Eagle3LensError, UsageError, WriteVerifyError
 from .findings import Finding, Severity, to_jsonable
 from .progress import Counter, Progress
 from .io.safetensors_header import read_header
 from .io.safetensors_writer import tensor_nbytes, write_file
-from .io.safewrite import copy_side_files, recover, replace_dir
+from .io.safewrite import copy_side_files, recover, replace_dir, sweep
 
 # what goes with a single-file source into OUT (besides the config.json convert writes)
 FILE_SIDE_FILES = frozenset({"generation_config.json", "tokenizer.json", "tokenizer_config.json", "tokenizer.model",
@@ -75,16 +75,19 @@ class _Plan:
 
 
 def convert(ckpt_path: str | Path, to: str | None, out: str | Path | None, in_place: bool = False, force: bool = False,
-            tensor_overrides: Mapping[str, Any] | None = None, progress: Progress | None = None) -> ConvertResult:
-    """Rewrite ``ckpt_path`` so engine ``to`` loads every tensor (``to=None``: same layout, overrides only)."""
-    recovered: list[str] = []
-    if in_place:  # an earlier --in-place run killed between its renames left CKPT as CKPT.orig: roll it back first
-        src = Path(ckpt_path).expanduser().resolve()
-        recovered = recover(src.parent if src.name in INDEX_NAMES else src)
+            tensor_overrides: Mapping[str, Any] | None = None, progress: Progress | None = None,
+            aux_layers: Sequence[int] | None = None) -> ConvertResult:
+    """Rewrite ``ckpt_path`` so engine ``to`` loads every tensor (``to=None``: same layout, overrides only).
+
+    ``aux_layers``: the HF ``hidden_states`` indices the draft was trained on, written as ids in ``to``'s convention
+    (without ``to``: in every place and convention the config already writes them); default: the layers the source
+    config's ids mean in its trainer's convention."""
+    recovered = _recover_source(Path(ckpt_path))
     ckpt = Checkpoint.open(ckpt_path)
     overrides = dict(tensor_overrides or {})
-    if to is None and not overrides:
-        raise UsageError("nothing to do: give --to ENGINE and/or tensors to replace (--repair-d2t)")
+    if to is None and not overrides and aux_layers is None:
+        raise UsageError("nothing to do: give --to ENGINE, --aux-layers and/or tensors to replace (--repair-d2t)")
+    hf_ids = _checked_layers(aux_layers, ckpt) if aux_layers is not None else None
     if in_place == (out is not None):
         raise UsageError("give either OUT or --in-place (exactly one)")
     single_file = _single_file(ckpt)
@@ -97,24 +100,29 @@ def convert(ckpt_path: str | Path, to: str | None, out: str | Path | None, in_pl
         raise ConversionRefused(f"{ckpt.path}: not an EAGLE-3 draft (layout {ckpt.layout}); nothing to convert")
     _output_names(ckpt)  # two shards that would be written as one file: refused before anything is written
     profile = resolve(to).for_config(ckpt.config) if to else None  # the draft class the engine picks (MLA, Qwen3...)
-    plan = _plan(ckpt, profile) if profile else _Plan({n: n for n in ckpt.tensors}, [], dict(ckpt.config or {}), [], [], [])
+    plan = _plan(ckpt, profile, hf_ids) if profile else _same_layout(ckpt, hf_ids)
     engine = profile.spec if profile else None  # refusals come only from an engine's plan
     if plan.refusals and not force:
         raise ConversionRefused(f"{ckpt.path}: cannot convert faithfully to {engine}: " + "; ".join(plan.refusals)
                                 + " (--force writes it anyway)")
     added = [n for n in overrides if n not in ckpt.tensors]
     for name in added:
-        plan.names[name] = _canonical(name, profile) if profile else name
+        plan.names[name] = profile.native_name(name) if profile else name
     target = ckpt.root.resolve() if in_place or out is None else Path(out)  # resolved: "." keeps naming the old dir once swapped
     state: dict[str, Any] = {}
 
     side_notes: list[str] = recovered  # recovery of killed runs; side files (links leaving the checkpoint, FIFOs...) not copied
 
     def build(tmp: Path) -> None:
-        _write(ckpt, plan, overrides, tmp, progress, side_notes)
+        try:
+            _write(ckpt, plan, overrides, tmp, progress, side_notes)
+        except WriteVerifyError as exc:  # the bytes are compared with their source as they are written
+            raise Eagle3LensError(f"{ckpt.path}: conversion not written, verification failed: {exc.problem}") from None
 
     def verify(tmp: Path) -> None:
         state.update(_verify(ckpt, tmp, plan, profile, overrides, force))
+        if hf_ids is not None and profile is not None:
+            _verify_layers(tmp, profile, hf_ids)
 
     backup = replace_dir(target, build, verify, in_place=in_place, notes=side_notes)
     _name_final(state, Path(target), profile)
@@ -128,6 +136,17 @@ def convert(ckpt_path: str | Path, to: str | None, out: str | Path | None, in_pl
                          tuple(n for n in overrides if n in ckpt.tensors), tuple(added), tuple(plan.changes),
                          tuple(plan.refusals), str(backup) if backup else None, state.get("load"), state.get("diff"),
                          findings=forced, notes=tuple(plan.notes) + tuple(side_notes))
+
+
+def _recover_source(path: Path) -> list[str]:
+    """Finish what killed runs left beside the source, whatever this run is (an --in-place run killed between
+    its renames left CKPT as CKPT.orig: rolled back first; their temporary directories and journals go)."""
+    src = path.expanduser().resolve()  # as replace_dir names an --in-place target (a link: its target)
+    root = src.parent if src.name in INDEX_NAMES or src.is_file() or src.suffix == ".safetensors" else src
+    notes = recover(root)
+    if root.parent.is_dir():
+        notes.extend(sweep(root.parent))
+    return notes
 
 
 def _name_final(state: dict[str, Any], target: Path, profile: EngineProfile | None) -> None:
@@ -176,19 +195,48 @@ def _check_out(ckpt: Checkpoint, out: Path, single_file: bool) -> None:
 
 
 # -- planning ---------------------------------------------------------------------------------
-def _canonical(key: str, profile: EngineProfile) -> str:
-    """The name ``profile``'s native layout gives a checkpoint key."""
-    m = DECODER_KEY.match(key)
-    if m:
-        i = int(m.group("index") or 0)
-        return profile.native_decoder.format(i=i) + key[m.end():]
-    return key[len("model."):] if key.startswith("model.") else key
+def _verify_layers(tmp: Path, profile: EngineProfile, hf_ids: list[int]) -> None:
+    """The written config makes the engine capture ``hf_ids`` (the served derivation, read from the output)."""
+    from .served import serve_draft
+
+    captured = serve_draft(tmp, engine=profile).captured
+    if list(captured) != hf_ids:
+        raise Eagle3LensError(f"conversion not written, verification failed: {profile.spec} would capture "
+                              f"hidden_states {list(captured)} from the written config, not {hf_ids}")
 
 
-def _plan(ckpt: Checkpoint, profile: EngineProfile) -> _Plan:
+def _checked_layers(layers: Sequence[int], ckpt: Checkpoint) -> list[int]:
+    out = list(layers)
+    if not out or any(isinstance(k, bool) or not isinstance(k, int) or not 0 <= k < 1 << 12 for k in out) \
+            or len(set(out)) != len(out):
+        raise UsageError(f"--aux-layers: distinct HF hidden_states indices (0 to 4095), got {out}")
+    n = ckpt.spec.num_aux_declared.get("num_aux_hidden_states") or (
+        ckpt.spec.fc_in_features // ckpt.spec.target_hidden_size
+        if ckpt.spec.fc_in_features and ckpt.spec.target_hidden_size else None)
+    if n is not None and len(out) != n:
+        raise UsageError(f"--aux-layers: the draft's fc reads {n} aux states, got {len(out)} layers {out}")
+    return sorted(out)
+
+
+def _same_layout(ckpt: Checkpoint, hf_ids: list[int] | None) -> _Plan:
+    config: dict[str, Any] = dict(ckpt.config or {})
+    changes: list[str] = []
+    if hf_ids is not None:
+        config, changes = rewrite_aux_ids(config, ckpt.spec, hf_ids)
+    return _Plan({n: n for n in ckpt.tensors}, [], config, changes, [], [])
+
+
+def _plan(ckpt: Checkpoint, profile: EngineProfile, hf_ids: list[int] | None = None) -> _Plan:
     spec = ckpt.spec
-    config, changes, refusals, notes = convert_config(ckpt.config or {}, spec, profile)
-    names = {k: _canonical(k, profile) for k in ckpt.tensors}
+    config, changes, refusals, notes = convert_config(ckpt.config or {}, spec, profile, hf_ids)
+    if hf_ids is not None:
+        from .probes.aux_layers import resolve_aux_layers
+
+        resolution = resolve_aux_layers(build_spec(config, dict(ckpt.tensors)), None, profile)
+        if resolution.source in ("default", "disabled"):
+            refusals.append(f"{profile.spec} captures its default layers 2, L//2, L-3 whatever the config says: "
+                            f"--aux-layers {hf_ids} cannot be written for it")
+    names = {k: profile.native_name(k) for k in ckpt.tensors}
     if len(set(names.values())) != len(names):
         raise ConversionRefused(f"{ckpt.path}: two tensors would get the same name under {profile.spec}")
     if profile.decoder == "midlayer" and any((m := DECODER_KEY.match(k)) and m.group("index") not in (None, "0") for k in ckpt.tensors):
@@ -248,7 +296,7 @@ def index_metadata(ckpt: Checkpoint) -> dict[str, Any]:
 def _verify(ckpt: Checkpoint, tmp: Path, plan: _Plan, profile: EngineProfile | None, overrides: Mapping[str, Any],
             force: bool) -> dict[str, Any]:
     from .probes.diff import diff
-    from .probes.keys import simulate_load
+    from .probes.keys import simulate_load, suppliable
 
     out = Checkpoint.open(tmp)
     problems: list[str] = []
@@ -260,10 +308,13 @@ def _verify(ckpt: Checkpoint, tmp: Path, plan: _Plan, profile: EngineProfile | N
         bad = [f.key for f in load.fates if f.fate in ("dropped", "raises") or f.shape_mismatch]
         if bad and not force:
             problems.append(f"{profile.spec} would not load {bad}")
-        if load.left_at_init and not force:
-            problems.append(f"{profile.spec} would leave {list(load.left_at_init)} at init")
+        # a parameter no source tensor can fill is the checkpoint's gap, not the conversion's (keys says so)
+        unfilled = [p for p in load.left_at_init if p in suppliable(ckpt, profile, ckpt.spec)]
+        if unfilled and not force:
+            problems.append(f"{profile.spec} would leave {unfilled} at init")
     pairs = {k: plan.names[k] for k in ckpt.tensors if k in plan.names}
-    result = diff(ckpt, out, values=False, pairs=pairs)
+    # the bytes were compared with the source as they were written (safetensors_writer): the headers say the rest
+    result = _as_verified(diff(ckpt, out, names_only=True, pairs=pairs), set(overrides))
     changed = {c.name for c in result.changed} | {c.name for c in result.layout_changes}
     unexpected = (changed - set(overrides)) | (set(result.only_in_a) - set(plan.omitted)) \
         | (set(result.only_in_b) - {plan.names[n] for n in overrides if n not in ckpt.tensors})
@@ -272,3 +323,15 @@ def _verify(ckpt: Checkpoint, tmp: Path, plan: _Plan, profile: EngineProfile | N
     if problems:
         raise Eagle3LensError(f"{ckpt.path}: conversion not written, verification failed: " + "; ".join(problems))
     return {"load": load, "diff": result}
+
+
+def _as_verified(result: Any, overridden: set[str]) -> Any:
+    """A header-only diff of source and output, completed by the writer's byte check: tensors of the same name,
+    dtype and shape are identical (the writer compared every byte), replaced tensors are the changes asked for."""
+    from .probes.diff import ValueChange
+
+    same = [n for n in result.unchecked if n not in overridden]
+    changed = [ValueChange(n, n, float("nan"), float("nan"), -1) for n in result.unchecked if n in overridden]
+    changed += [ValueChange(a, b, float("nan"), float("nan"), -1) for a, b in result.renamed if a in overridden]
+    return replace(result, identical=tuple(sorted(same)), unchecked=(), changed=tuple(changed),
+                   renamed=tuple((a, b) for a, b in result.renamed if a not in overridden))

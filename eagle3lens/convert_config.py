@@ -32,6 +32,7 @@ class ConfigJob:
     hf_ids: list[int] | None  # aux layers as HF hidden-state indices; None where the trainers' default applied
     n: int | None  # draft vocab size
     carried: dict[str, Any] | None  # a speculators source's speculators_config
+    explicit: bool = False  # hf_ids were given (--aux-layers, provenance): written even where the source has ids
     changes: list[str] = field(default_factory=list)
     refusals: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -40,16 +41,17 @@ class ConfigJob:
 ConfigWriter = Callable[[ConfigJob], dict[str, Any]]
 
 
-def convert_config(config: dict[str, Any], spec: DraftSpec,
-                   profile: EngineProfile) -> tuple[dict[str, Any], list[str], list[str], list[str]]:
-    """(new config, changes, refusals, notes) for ``profile``'s config style."""
+def convert_config(config: dict[str, Any], spec: DraftSpec, profile: EngineProfile,
+                   hf_ids: list[int] | None = None) -> tuple[dict[str, Any], list[str], list[str], list[str]]:
+    """(new config, changes, refusals, notes) for ``profile``'s config style; ``hf_ids``: the aux layers (HF
+    indices) to write, default the ones the source's ids mean in its trainer's convention."""
     implied = {"norm_before_fc": spec.has_input_norm, "fc_norm": spec.has_fc_norm}
     job = ConfigJob(config=config, spec=spec, profile=profile,
                     wanted={f: bool(spec.flag(f) or implied.get(f)) for f in FLAG_NAMES},
-                    hf_ids=list(trained_with(spec, None)[0]) or None,
+                    hf_ids=hf_ids if hf_ids is not None else list(trained_with(spec, None)[0]) or None,
                     n=spec.draft_vocab_size or spec.lm_head_rows,
                     carried=config.get("speculators_config") if isinstance(config.get("speculators_config"), dict)
-                    else None)
+                    else None, explicit=hf_ids is not None)
     for flag, on in job.wanted.items():
         if on and flag not in profile.honoured_flags:
             job.refusals.append(f"{flag} is used by this draft but {profile.spec} does not implement it")
@@ -57,23 +59,60 @@ def convert_config(config: dict[str, Any], spec: DraftSpec,
     return new, job.changes, job.refusals, job.notes
 
 
+def rewrite_aux_ids(config: dict[str, Any], spec: DraftSpec, hf_ids: list[int]) -> tuple[dict[str, Any], list[str]]:
+    """``config`` with its aux ids meaning HF layers ``hf_ids`` wherever it writes ids, each in its readers'
+    convention (``eagle_config``: output of layer, HF - 1; top-level: input of layer); a config without ids gets
+    them where its flavour's trainer writes them."""
+    new = json.loads(json.dumps(config))
+    changes = []
+    places = [s for s in ("eagle_config", "top-level") if s in spec.aux_ids_by_source] or \
+        (["top-level"] if spec.flavour == "speculators" else ["eagle_config"])
+    for place in places:
+        ids = [k - 1 for k in hf_ids] if place == "eagle_config" else list(hf_ids)
+        if place == "eagle_config":
+            block = new.get("eagle_config") if isinstance(new.get("eagle_config"), dict) else {}
+            new["eagle_config"] = {**block, "eagle_aux_hidden_state_layer_ids": ids}
+        else:
+            new["eagle_aux_hidden_state_layer_ids"] = ids
+        changes.append(f"{'eagle_config.' if place == 'eagle_config' else ''}eagle_aux_hidden_state_layer_ids {ids} "
+                       f"(HF hidden_states {hf_ids})")
+    return new, changes
+
+
 # -- the writers ------------------------------------------------------------------------------
 def _vllm(job: ConfigJob) -> dict[str, Any]:
     """vLLM reads a speculators config as is, and a flat Llama config with its own architecture and ids."""
-    if job.spec.flavour == "speculators":
+    if job.spec.flavour == "speculators" and job.profile.speculators_types:
         new = _keep_speculators(job)
+    elif job.spec.flavour == "speculators":  # a release before vLLM read speculators configs: a flat one
+        new = {**_flat_llama(job.config, job.spec), "architectures": [_vllm_architecture(job.profile)],
+               "draft_vocab_size": job.n}
+        if job.spec.target_hidden_size_declared:
+            new["target_hidden_size"] = job.spec.target_hidden_size_declared
+        if job.hf_ids is not None:
+            new["eagle_aux_hidden_state_layer_ids"] = job.hf_ids
+        job.changes.append(f"flat Llama config with architectures {new['architectures']} ({job.profile.spec} "
+                           "reads no speculators config)")
+        _carry(new, job.carried, job.changes)
     else:
         new = json.loads(json.dumps(job.config))
         if not job.profile.recognises(new):
-            new["architectures"] = ["LlamaForCausalLMEagle3"]
-            job.changes.append("architectures -> ['LlamaForCausalLMEagle3']")
-        if job.hf_ids is not None and job.spec.aux_ids_source != "top-level":
+            new["architectures"] = [_vllm_architecture(job.profile)]
+            job.changes.append(f"architectures -> {new['architectures']}")
+        if job.hf_ids is not None and (job.spec.aux_ids_source != "top-level" or job.explicit):
             new["eagle_aux_hidden_state_layer_ids"] = job.hf_ids
             job.changes.append(f"top-level eagle_aux_hidden_state_layer_ids {job.hf_ids} "
                                "(input-of-layer, read first by vLLM)")
         if job.n and "draft_vocab_size" not in new:
             new["draft_vocab_size"] = job.n
     return _honoured_flags(job, new)
+
+
+def _vllm_architecture(profile: EngineProfile) -> str:
+    """The architecture name this vLLM release maps to its Llama EAGLE-3 class (before 0.10.2 it prefixes
+    'Eagle3' to the written name: ``LlamaForCausalLM``)."""
+    names = ("LlamaForCausalLMEagle3", "LlamaForCausalLM")
+    return next((n for n in names if profile.recognises({"architectures": [n]})), names[0])
 
 
 def _speculators(job: ConfigJob) -> dict[str, Any]:
@@ -137,6 +176,9 @@ CONFIG_WRITERS: dict[str, ConfigWriter] = {"vllm": _vllm, "speculators": _specul
 def _keep_speculators(job: ConfigJob) -> dict[str, Any]:
     """A speculators source as is, each absent flag written explicitly (engines read absent flags differently)."""
     new = json.loads(json.dumps(job.config))
+    if job.explicit and job.hf_ids is not None and new.get("eagle_aux_hidden_state_layer_ids") != job.hf_ids:
+        new["eagle_aux_hidden_state_layer_ids"] = job.hf_ids
+        job.changes.append(f"eagle_aux_hidden_state_layer_ids {job.hf_ids} (speculators: HF hidden_states indices)")
     for flag in FLAG_NAMES:  # engines read some absent flags differently (EngineProfile.flag_defaults)
         if new.get(flag) is None:
             new[flag] = job.spec.flag(flag)

@@ -90,8 +90,8 @@ VARIANTS = {  # directory -> (what it is, findings on their own, findings added 
 KIMI_VARIANTS: dict[str, tuple[str, list[str], dict[str, list[str]]]] = {
     "kimi-mla": (("MLA drafter of kimi-target/ (Eagle3DeepseekV2ForCausalLM, layers.0.* keys with DeepSeek attention "
                   "names q_a_proj/kv_a_proj_with_mqa/kv_b_proj, eagle_config ids [1, 3, 4] in SGLang's convention); "
-                  "SGLang loads it from 0.5.12 on, earlier releases do not know the class"),
-                 [], {"sglang==0.5.11": ["config/unrecognized", "keys/dropped", "keys/left-at-init"],
+                  "SGLang loads it from 0.5.12 on; earlier releases do not ship the class and the server stops"),
+                 [], {"sglang==0.5.11": ["config/unrecognized"],
                       "sglang==0.5.23": [], "vllm==0.33.0": ["config/aux-ids-ignored"]}),
 }
 
@@ -113,6 +113,9 @@ class DemoPaths:
     kimi_mla: Path
     hidden_states: Path
     hidden_states_sglang: Path
+    hidden_states_chat: Path
+    hidden_states_raw: Path
+    chat: Path
     sglang_log: Path
     sglang_eagle_log: Path
     vllm_log: Path
@@ -124,7 +127,7 @@ class DemoPaths:
     def under(cls, root: Path) -> "DemoPaths":
         root = Path(root)
         names = {f.name: f.name.replace("_", "-") for f in fields(cls) if f.name != "root"}
-        names.update(sglang_log="sglang.log", sglang_eagle_log="sglang-eagle.log", vllm_log="vllm.log", token_counts="token_counts.json",
+        names.update(sglang_log="sglang.log", sglang_eagle_log="sglang-eagle.log", vllm_log="vllm.log", token_counts="token_counts.json", chat="chat.jsonl",
                      readme="README.md", manifest="manifest.json")
         return cls(root=root, **{key: root / name for key, name in names.items()})
 
@@ -218,6 +221,7 @@ def _build_into(paths: DemoPaths, progress: Callable[[str], None]) -> None:
     progress("writing checkpoints, logs, hidden states and manifest")
     dump = _write_hidden_states(paths.hidden_states, target, seqs, accuracy_all=metrics.pop("_step0_all"))
     dump_sglang = _write_sglang_style_states(paths.hidden_states_sglang, target, seqs)
+    chat = _write_chat_traffic(paths, target)
     trained = {k: v.detach().clone().contiguous() for k, v in draft.state_dict().items()}
     _write_speculators(paths.speculators, trained)
     _write_eagle(paths.eagle, trained)
@@ -233,7 +237,7 @@ def _build_into(paths: DemoPaths, progress: Callable[[str], None]) -> None:
     _write_json(paths.token_counts, {"vocab_size": V, "num_tokens": int(counts.sum()), "source":
                                      "target-sampled sequences (prompts + generated tokens)", "counts": counts.tolist()})
     _write_json(paths.manifest, {**_manifest(metrics, d2t, kimi_metrics), "hidden_states": dump,
-                                 "hidden_states_sglang": dump_sglang})
+                                 "hidden_states_sglang": dump_sglang, "chat": chat})
     paths.readme.write_text(_readme(metrics, kimi_metrics), encoding="utf-8")
 
 
@@ -413,6 +417,26 @@ def _write_sglang_style_states(path: Path, target, seqs: torch.Tensor) -> dict[s
             "last_hidden": "post-norm", "extracted_as": "SGLang-style: ids [2, 5, 7] read as outputs of layers"}
 
 
+def _write_chat_traffic(paths: DemoPaths, target) -> dict[str, Any]:
+    """The target's tokenizer with a chat template, served conversations (``chat.jsonl``) and two dumps of them:
+    rendered with the template (``hidden-states-chat``) and as raw text (``hidden-states-raw``), each continued
+    greedily by the target, loss mask on the reply."""
+    from . import demo_chat
+    from .probes.data import write_speculators_dump
+
+    tokenizer = demo_chat.build_tokenizer(V)
+    demo_chat.save_tokenizer(tokenizer, paths.target)
+    convs = demo_chat.conversations(torch.Generator().manual_seed(SEED + 9), PROMPT_IDS)
+    demo_chat.write_chat(paths.chat, convs)
+    with _deterministic(), torch.no_grad():
+        for path, template in ((paths.hidden_states_chat, True), (paths.hidden_states_raw, False)):
+            ids, mask = demo_chat.continued(target, demo_chat.rendered(tokenizer, convs, template))
+            write_speculators_dump(path, target, ids, AUX_IDS, loss_mask=mask)
+    return {"conversations": paths.chat.name, "templated_dump": paths.hidden_states_chat.name,
+            "raw_dump": paths.hidden_states_raw.name, "chat_template": demo_chat.CHAT_TEMPLATE,
+            "reply_tokens": demo_chat.REPLY_TOKENS}
+
+
 def _write_json(path: Path, data: Any) -> None:
     path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
 
@@ -557,6 +581,13 @@ Hidden states: `hidden-states/` holds the held-out sequences as speculators' off
 `hidden_states[3, 6, 8]`, last state after the norm). `mismatched-ids/` was trained on the first but its config
 carries the ids in the other convention: `eagle3lens provenance --data hidden-states --target target --draft
 mismatched-ids --engine sglang==0.5.11` shows the draft fed other layers than it was trained on.
+
+Served traffic: `target/` carries a tiny word-level tokenizer with a chat template (`<|system|>`, `<|user|>`,
+`<|assistant|>`, `<|end|>`); `chat.jsonl` holds the conversations a server would receive. `hidden-states-chat/`
+is them rendered with the template and continued by the target; `hidden-states-raw/` the same contents without
+the template. `eagle3lens provenance --data hidden-states-raw --target target` reports `data/template-mismatch`;
+`eagle3lens acceptance speculators --target target --chat chat.jsonl --temperature 0.7` scores the conversations
+as served, greedy and sampled.
 
 Logs: `sglang.log` (SGLang 0.5.x decode lines, accept len 1.00, accept rate 0.00) and `vllm.log`
 (vLLM 0.33.0 SpecDecoding metrics, mean acceptance length 1.00): both `logs/zero-acceptance`.

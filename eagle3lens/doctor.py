@@ -13,6 +13,7 @@ from typing import Any
 from . import catalogue
 from .checkpoint import Checkpoint, CheckpointLike, as_checkpoint
 from .engines import EngineProfile, as_profile, own_loader
+from .errors import UsageError
 from .findings import Finding, Report, Severity, fix_command, sort_findings
 from .launch import Launch, launch_from_log, parse_launch
 from .progress import Progress
@@ -54,12 +55,22 @@ def rank_findings(findings: list[Finding]) -> list[Finding]:
     return sorted(sort_findings(findings), key=lambda f: (-f.severity.rank, causal_rank(f.code)))
 
 
-def rank_causes(findings: list[Finding]) -> tuple[Cause, ...]:
+def rank_causes(findings: list[Finding], measured: tuple[float, float] | None = None) -> tuple[Cause, ...]:
+    """The findings that are causes, ranked. ``measured``: (as served, as trained) accept lengths computed offline;
+    when they agree within noise no cause explains zero acceptance, whatever its severity."""
+    from .probes.acceptance_result import within_noise
+
+    calm = measured is not None and within_noise(measured[0], measured[1])
     causes: list[Cause] = []
     for f in rank_findings(findings):
         if f.severity == Severity.INFO or f.area in ("logs", "acceptance"):  # symptoms and measurements, not causes
             continue
-        explains = "zero acceptance" if f.severity == Severity.CRITICAL else "lower acceptance"
+        if f.evidence.get("stage"):  # the server stops before the draft runs
+            explains = "no speculation: the server does not start"
+        elif calm and measured is not None:
+            explains = f"no measured loss (offline: as served {measured[0]:.2f}, as trained {measured[1]:.2f})"
+        else:
+            explains = "zero acceptance" if f.severity == Severity.CRITICAL else "lower acceptance"
         causes.append(Cause(len(causes) + 1, f, explains))
     return tuple(causes)
 
@@ -91,14 +102,14 @@ def engine_sweep(ckpt: Checkpoint, num_target_layers: int | None = None) -> Find
     """Without ``--engine``: the load simulation under every serving-engine profile, summarised in one info
     finding naming the releases that would drop tensors, refuse or misread the draft (None when none would)."""
     from .engines import all_profiles
-    from .probes.keys import simulate_load
+    from .served import serve_draft
 
     runs: list[tuple[str, tuple[str, ...], str, str]] = []  # (engine, phrases, first release, last release)
     first_broken: str | None = None
     for profile in all_profiles():
         if profile.kind != "serving":
             continue
-        phrases = _sweep_phrases(simulate_load(ckpt, profile, num_target_layers=num_target_layers).findings)
+        phrases = _sweep_phrases(serve_draft(ckpt, engine=profile, num_target_layers=num_target_layers).load.findings)
         first, last = profile.releases[0], profile.releases[-1]
         if runs and runs[-1][:2] == (profile.name, phrases):  # adjacent groups that break the same way: one range
             runs[-1] = (profile.name, phrases, runs[-1][2], last)
@@ -153,14 +164,15 @@ def diagnose(
     ``prompts`` with ``target`` add the offline acceptance estimate, held against the log's accept len.
     ``execute``: the keys fate is the installed engine's own loader run on meta tensors (``keys --execute``).
     """
-    from .probes.aux_layers import resolve_aux_layers
-    from .probes.keys import simulate_load
     from .probes.logs import ENGINES as LOG_ENGINES
     from .probes.logs import parse_log
     from .probes.vocab import inspect_vocab
     from .probes.weights import weight_stats
     from .probes.wiring import check_wiring
+    from .served import serve_draft
 
+    if data is not None and prompts is not None:
+        raise UsageError("give --data D (a hidden-state dump) or --prompts F (live capture), not both")
     ckpt = as_checkpoint(draft).require_draft()
     from .probes.wiring import config_only, config_spec
 
@@ -199,7 +211,10 @@ def diagnose(
 
         run("keys", execute_load, ckpt, num_target_layers=num_target_layers)
     elif profile is not None:
-        run("keys", simulate_load, ckpt, profile, num_target_layers=num_target_layers)
+        served = serve_draft(ckpt, engine=profile, num_target_layers=num_target_layers,
+                             target=config_target or (tgt.root if tgt is not None else None))
+        run("keys", lambda: served.load)
+        report.findings.extend(served.findings)  # the server stopping before the draft runs
         report.notes.extend(n for n in report.results["keys"].notes if n.startswith("the runtime paths differ"))
     else:
         skipped["keys"] = "no --engine given: load simulation not run (see keys/engine-sweep)"
@@ -221,7 +236,7 @@ def diagnose(
             run("wiring", check_wiring, ckpt, target=tgt or target, engine=wiring_profile, scenario=scenario,
                 device="meta" if shapes_only else "cpu", device_map=device_map, dtype=dtype)
         else:
-            run("aux_layers", resolve_aux_layers, ckpt, engine=wiring_profile)
+            run("aux_layers", lambda: serve_draft(ckpt, engine=wiring_profile).aux)
             skipped["wiring"] = "no --target given: wiring not checked"
     if log is not None:
         # the log's format and accept-rate formula depend on the serving engine's version; a trainer profile says nothing
@@ -242,20 +257,50 @@ def diagnose(
         run("acceptance", lambda: result)
         if note:
             report.notes.append(note)
+        if logs is not None:
+            from .probes.chain_break import chain_note, compare_chain
+
+            comparison = compare_chain(result, logs.summary.mean_per_position, log=str(log))
+            if comparison is not None:
+                run("chain", lambda: comparison)
+                report.notes.append(chain_note(comparison))
     elif data is not None or prompts is not None:
         skipped["acceptance"] = "needs --target (its final norm and lm_head are the teacher) and a config.json"
     if data is not None and tgt is not None:
         from .probes.provenance import trace_provenance
 
         run("provenance", trace_provenance, data, tgt, draft=ckpt, engine=profile)
+        from .probes.chat import served_template_check
+
+        template = served_template_check(data, tgt.root)
+        if template is not None:
+            run("template", lambda: template)
     elif data is not None:
         skipped["provenance"] = "needs --target: the dump's states are matched against the target's layers"
 
+    measured = _measured(report)
     # the log probe's own fix is "run the doctor": here the causes above are the fix
     report.findings = rank_findings([replace(f, fix=None) if f.area == "logs" else f for f in report.findings])
-    triage = Triage(rank_causes(report.findings), tuple(ran), skipped)
+    triage = Triage(rank_causes(report.findings, measured), tuple(ran), skipped)
     report.results = {"doctor": triage, **report.results}
     return report
+
+
+def _measured(report: Report) -> tuple[float, float] | None:
+    """(as served, as trained) from the acceptance probe; the aux-layer mismatch of provenance, priced by it: at
+    warning with both figures when the engine's layers cost nothing measurable, critical beyond noise."""
+    from .probes.provenance import priced_mismatch
+
+    acceptance = report.results.get("acceptance")
+    if acceptance is None:
+        return None
+    served, trained = acceptance.accept_len("as_served"), acceptance.accept_len("as_trained")
+    if served is None or trained is None:
+        return None
+    with_data_layers = acceptance.toggles.get("aux-ids")
+    report.findings = [priced_mismatch(f, served, with_data_layers if with_data_layers is not None else trained)
+                       if f.code == "data/aux-layers-mismatch" else f for f in report.findings]
+    return served, trained
 
 
 def _launch_scenario(report: Report) -> str | None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import CheckpointError
+from .hf_config import canonical
 from .tensor_info import TensorInfo
 
 DECODER_KEY = re.compile(r"^(?P<prefix>(?:model\.)?(?:midlayer|layers\.(?P<index>\d+))\.)")
@@ -194,7 +195,7 @@ def build_spec(config: dict[str, Any] | None, tensors: dict[str, TensorInfo],
                source: str | Path = "config.json") -> DraftSpec:
     """Normalise a config (any flavour) plus the tensor table into a DraftSpec (the config checked first by
     :func:`config_values`; ``source`` names it in the error)."""
-    config = config or {}
+    config = canonical(config or {})  # transformers' attribute_map: n_embd -> hidden_size, ...
     flavour = detect_flavour(config)
     values = config_values(config, flavour, source)
     text_cfg = values["text_cfg"]

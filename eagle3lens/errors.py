@@ -6,6 +6,7 @@ Every exception type of the package lives here::
     Eagle3LensError                      base; never a traceback for the user
     ├── FileError(path, problem)         an input file that is missing, unreadable or malformed
     │   ├── CheckpointError              a checkpoint file or directory (headers, index, config, tensors)
+    │   │   └── WriteVerifyError         bytes read back from a file being written differ from their source
     │   └── LogFileError                 a server log
     ├── UsageError                       arguments that do not make sense (unknown engine, bad value)
     ├── ConversionRefused                a rewrite that cannot be done faithfully (--force where allowed)
@@ -38,6 +39,10 @@ class FileError(Eagle3LensError):
 
 class CheckpointError(FileError):
     """A checkpoint file or directory is missing, malformed or unsafe."""
+
+
+class WriteVerifyError(CheckpointError):
+    """Bytes read back from a file being written (``convert``'s output) differ from their source."""
 
 
 class LogFileError(FileError):

@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from .errors import UsageError
+from .errors import LogFileError, UsageError
 from .io.inputs import GiB, open_regular
 
 MAX_LAUNCH_CHARS = 1 << 20  # a pasted command line or one log line
+MAX_NESTING = 100  # brackets in one start-up line: a real ServerArgs(...) nests a few levels
 _SHELL_OPERATORS = {";", "&&", "||", "|", "&", "(", ")", ";;", "|&"}
 _ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
@@ -150,9 +151,9 @@ def _sglang_launch(options: Mapping[str, Any], source: str) -> Launch:
         target=_text(options.get("model_path") or options.get("model")),
         algorithm=algorithm,
         draft=_text(options.get("speculative_draft_model_path") or options.get("speculative_draft")),
-        num_steps=_count(options.get("speculative_num_steps")),
-        num_draft_tokens=_count(options.get("speculative_num_draft_tokens")),
-        topk=_count(options.get("speculative_eagle_topk")),
+        num_steps=_count(options, "speculative_num_steps", source),
+        num_draft_tokens=_count(options, "speculative_num_draft_tokens", source),
+        topk=_count(options, "speculative_eagle_topk", source),
         cuda_graph=None if disable is None else not _truthy(disable),
         options=dict(options))
 
@@ -164,12 +165,14 @@ def _vllm_launch(options: Mapping[str, Any], source: str, version: str | None = 
     spec = spec if isinstance(spec, Mapping) else {}
     method = spec.get("method")
     draft = spec.get("model") or options.get("speculative_model")
-    tokens = spec.get("num_speculative_tokens", spec.get("num_spec_tokens", options.get("num_speculative_tokens")))
+    key = next((k for k in ("num_speculative_tokens", "num_spec_tokens") if k in spec), None)
+    tokens = _count(spec, key, source, "--speculative-config ") if key else _count(options, "num_speculative_tokens",
+                                                                                  source)
     eager = options.get("enforce_eager")
     return Launch(
         engine="vllm", source=source, target=_text(options.get("model")),
         algorithm=str(method).lower() if method not in (None, "") else ("draft" if draft else None),
-        draft=_text(draft), num_steps=_count(tokens), num_draft_tokens=None, topk=None,
+        draft=_text(draft), num_steps=tokens, num_draft_tokens=None, topk=None,
         cuda_graph=None if eager is None else not _truthy(eager), engine_version=version,
         options={**options, "speculative_config": dict(spec)} if spec else dict(options))
 
@@ -190,13 +193,24 @@ def _bounded_int(text: str) -> int:
     return int(text)
 
 
-def _count(value: Any) -> int | None:
-    if isinstance(value, bool) or value is None:
+def _count(options: Mapping[str, Any], key: str, source: str, within: str = "") -> int | None:
+    """The count ``options[key]`` gives (None when absent or None); anything but a whole number is refused."""
+    value = options.get(key)
+    if value is None or value == "None":
         return None
-    if isinstance(value, int):
-        return value if 0 <= value < 1 << 31 else None
-    text = str(value).strip()
-    return int(text) if text.isdigit() and len(text) <= 9 else None
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 31:
+        return value
+    text = value.strip() if isinstance(value, str) else None
+    if text is not None and re.fullmatch(r"[0-9]{1,9}", text, re.ASCII):
+        return int(text)
+    flag = f"{within}{key}" if within else f"--{key.replace('_', '-')}"
+    where = "--launch" if source == "command line" else source
+    raise UsageError(f"{where}: {flag} is {_shown(value)}, not a count (a whole number below 2**31)")
+
+
+def _shown(value: Any) -> str:
+    text = repr(value) if isinstance(value, str) else str(_plain(value))
+    return text if len(text) <= 60 else text[:60] + "…"
 
 
 def _truthy(value: Any) -> bool:
@@ -226,28 +240,68 @@ _VLLM_ENGINE = re.compile(r"LLM engine \(v(?P<version>[0-9][0-9A-Za-z.+-]{0,40})
 def launch_from_log(path: str | Path) -> Launch | None:
     """The launch the first start-up line of a server log records, or None when the log has none."""
     vllm_version: str | None = None
-    for line in _lines(path):
-        start = line.find(_SERVER_ARGS)
-        if start >= 0:
-            keywords = _call_keywords(line[start:].rstrip())
-            if keywords is not None:
-                return _sglang_launch(keywords, f"ServerArgs line of {Path(path).name}")
-        engine = _VLLM_ENGINE.search(line)
-        if engine:
-            vllm_version = engine.group("version")
-            keywords = _call_keywords("f(" + line[engine.end():].rstrip() + ")")
-            if keywords is not None and "speculative_config" in keywords:
-                return _vllm_launch(_vllm_config_dump(keywords), f"vLLM engine config of {Path(path).name}",
-                                    vllm_version)
-        at = line.find(_VLLM_ARGS)
-        if at >= 0:
-            try:
-                value = ast.literal_eval(line[at + len(_VLLM_ARGS):].strip())
-            except (ValueError, SyntaxError, RecursionError, MemoryError, TypeError):
-                continue
-            if isinstance(value, dict):
-                return _vllm_launch(value, f"vLLM non-default args of {Path(path).name}", vllm_version)
+    for number, line in enumerate(_lines(path), 1):
+        try:
+            start = line.find(_SERVER_ARGS)
+            if start >= 0:
+                keywords = _call_keywords(line[start:].rstrip(), "its ServerArgs(...) call")
+                if keywords is not None:
+                    return _sglang_launch(keywords, f"ServerArgs line of {Path(path).name}")
+            engine = _VLLM_ENGINE.search(line)
+            if engine:
+                vllm_version = engine.group("version")
+                keywords = _call_keywords("f(" + line[engine.end():].rstrip() + ")", "vLLM's engine config")
+                if keywords is not None and "speculative_config" in keywords:
+                    return _vllm_launch(_vllm_config_dump(keywords), f"vLLM engine config of {Path(path).name}",
+                                        vllm_version)
+            at = line.find(_VLLM_ARGS)
+            if at >= 0:
+                value = _literal_text(line[at + len(_VLLM_ARGS):].strip(), "vLLM's non-default args")
+                if isinstance(value, dict):
+                    return _vllm_launch(value, f"vLLM non-default args of {Path(path).name}", vllm_version)
+        except _TooDeep as exc:
+            raise LogFileError(path, f"line {number}: {exc} is nested too deeply to read: not a server's "
+                                     "start-up line; pass --launch with the server command line") from None
     return None
+
+
+class _TooDeep(Exception):
+    """A start-up line nested beyond :data:`MAX_NESTING` levels (or beyond what the parser's recursion allows)."""
+
+
+def _literal_text(text: str, what: str) -> Any:
+    """``ast.literal_eval(text)``, None when it is no literal; :class:`_TooDeep` when it nests too deeply."""
+    if _depth(text) > MAX_NESTING:
+        raise _TooDeep(what)
+    try:
+        return ast.literal_eval(text)
+    except RecursionError:
+        raise _TooDeep(what) from None
+    except (ValueError, SyntaxError, MemoryError, TypeError):
+        return None
+
+
+def _depth(text: str) -> int:
+    """The deepest bracket nesting of ``text`` outside quotes (linear)."""
+    depth = deepest = 0
+    quote = None
+    escaped = False
+    for ch in text:
+        if quote:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == quote:
+                quote = None
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in ")]}":
+            depth -= 1
+    return deepest
 
 
 def _lines(path: str | Path) -> Iterator[str]:
@@ -261,8 +315,9 @@ def _lines(path: str | Path) -> Iterator[str]:
             yield raw.decode("utf-8", "replace")[:MAX_LAUNCH_CHARS].rstrip("\r\n")
 
 
-def _call_keywords(text: str) -> dict[str, Any] | None:
-    """Keyword arguments of the call expression ``text`` starts with, literal values only (others as text)."""
+def _call_keywords(text: str, what: str) -> dict[str, Any] | None:
+    """Keyword arguments of the call expression ``text`` starts with, literal values only (others as text);
+    :class:`_TooDeep` (naming it ``what``) when it nests beyond :data:`MAX_NESTING` levels."""
     depth, end, quote = 0, None, None
     i = 0
     while i < len(text):  # find the closing parenthesis, skipping quoted text: linear
@@ -284,18 +339,17 @@ def _call_keywords(text: str) -> dict[str, Any] | None:
         i += 1
     if end is None:
         return None
+    if _depth(text[:end]) > MAX_NESTING:
+        raise _TooDeep(what)
     try:
         node = ast.parse(text[:end].strip(), mode="eval").body
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        if not isinstance(node, ast.Call):
+            return None
+        return {keyword.arg: _literal(keyword.value) for keyword in node.keywords if keyword.arg is not None}
+    except RecursionError:  # nesting without brackets (a chain of unary minus or attributes)
+        raise _TooDeep(what) from None
+    except (SyntaxError, ValueError, MemoryError):
         return None
-    if not isinstance(node, ast.Call):
-        return None
-    out: dict[str, Any] = {}
-    for keyword in node.keywords:
-        if keyword.arg is None:
-            continue
-        out[keyword.arg] = _literal(keyword.value)
-    return out
 
 
 def _literal(node: ast.expr) -> Any:
@@ -303,7 +357,7 @@ def _literal(node: ast.expr) -> Any:
         return {k.arg: _literal(k.value) for k in node.keywords if k.arg is not None}
     try:
         return ast.literal_eval(node)
-    except (ValueError, SyntaxError, RecursionError, MemoryError, TypeError):
+    except (ValueError, SyntaxError, MemoryError, TypeError):
         return ast.unparse(node)[:200]
 
 

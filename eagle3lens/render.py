@@ -13,7 +13,7 @@ from typing import Any
 
 from .findings import Report, Severity
 from .plots.registry import figures, html_view, rich_view
-from .plots.style import SEVERITY_COLOR, SEVERITY_STYLE, html_text, markup, plain
+from .plots.style import SEVERITY_COLOR, SEVERITY_STYLE, fix_html, html_text, markup, plain, scroll_box
 
 
 def verdict(report: Report) -> str:
@@ -32,22 +32,32 @@ def _verdict(report: Report) -> str:
     return f"{worst.value.upper()}: {first.title} · {tally}"
 
 
-def print_renderable(result: Any, console: Any = None) -> None:
-    """Print one result's terminal view (nothing when it has none)."""
+def terminal(**kwargs: Any) -> Any:
+    """A rich Console whose closed pipe (``eagle3lens engines | head -1``) raises ``BrokenPipeError`` for the CLI
+    to end quietly with 0, instead of rich's own ``SystemExit(1)`` (1 means findings)."""
     from rich.console import Console
 
+    class PipeConsole(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            raise BrokenPipeError(32, "Broken pipe")
+
+    return PipeConsole(**kwargs)
+
+
+def print_renderable(result: Any, console: Any = None) -> None:
+    """Print one result's terminal view (nothing when it has none)."""
     view = rich_view(result)
     if view is not None:
-        (console or Console()).print(view)
+        (console or terminal()).print(view)
 
 
 def render_report_terminal(report: Report, console: Any = None) -> None:
     """Verdict line first, then each probe's section (the doctor's ranked causes lead), then the findings in detail."""
-    from rich.console import Console
     from rich.padding import Padding
     from rich.text import Text
 
-    console = console or Console()
+    console = console or terminal()
     style = SEVERITY_STYLE.get(report.worst, "bold green") if report.worst else "bold green"
     console.print(f"[{style}]{markup(verdict(report))}[/]")
     ck = report.checkpoint
@@ -73,9 +83,8 @@ def render_report_terminal(report: Report, console: Any = None) -> None:
 
 
 # Inline, so the layout holds where page CSS does not reach or is overridden: JupyterLab's output CSS
-# right-aligns every table cell and lets a fix command wrap at its spaces (``--to`` on a line of its own).
+# right-aligns every table cell (the fix command's own box: plots.style.fix_html).
 CELL_STYLE = "text-align:left;vertical-align:top"
-FIX_STYLE = "white-space:nowrap"
 
 
 def findings_html(report: Report) -> str:
@@ -91,10 +100,11 @@ def findings_html(report: Report) -> str:
             f"{td}<code>{html_text(f.code)}</code></td>{td}<b>{html_text(f.title)}</b><br>"
             f"{html_text(f.detail, newlines=True)}"
             f"<details><summary>evidence</summary><pre style='text-align:left'>{evidence}</pre></details></td>"
-            f"{td}<code class='cmd' style='{FIX_STYLE}'>{html_text(f.fix or '')}</code></td></tr>"
+            f"{td}{fix_html(f.fix)}</td></tr>"
         )
     head = "".join(f"<th style='{CELL_STYLE}'>{name}</th>" for name in ("#", "severity", "code", "what", "fix"))
-    return f"<table class='findings'><thead><tr>{head}</tr></thead><tbody>" + "".join(rows) + "</tbody></table>"
+    return scroll_box(f"<table class='findings'><thead><tr>{head}</tr></thead><tbody>" + "".join(rows)
+                      + "</tbody></table>")
 
 
 def render_report_fragment(report: Report) -> str:

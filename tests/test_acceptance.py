@@ -5,12 +5,14 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import shutil
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
 import torch
 import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
 
 from eagle3lens import cli
 from eagle3lens.checkpoint import Checkpoint
@@ -356,7 +358,8 @@ def test_doctor_scores_an_eagle_launch_as_aux_off(demo_dir: Path) -> None:
 
 def test_aux_ids_in_the_other_convention(demo_dir: Path, tmp_path: Path) -> None:
     """vLLM's V1 runner reads eagle/'s SGLang-convention ids raw (the default V2 runner ignores them): live capture scores it and the aux-ids toggle restores it;
-    a dump without those layers leaves as served unscored (a note, no finding)."""
+    a dump without those layers is scored by running the target again for them, and left unscored (a note, no
+    finding) when the target cannot run."""
     from eagle3lens.probes.acceptance import live_samples
 
     prompts = tmp_path / "prompts.json"
@@ -369,6 +372,17 @@ def test_aux_ids_in_the_other_convention(demo_dir: Path, tmp_path: Path) -> None
     assert live.toggles["aux-ids"] == pytest.approx(live.views["as_trained"].accept_len)
     dump = estimate_acceptance(demo_dir / "eagle", demo_dir / "hidden-states", target=demo_dir / "target",
                                engine="vllm==0.33.0:v1", steps=2, limit=3)
-    assert dump.views["as_served"].accept_len is None and "[1, 4, 6]" in (dump.views["as_served"].unavailable or "")
-    assert not [f for f in dump.findings if "not servable" in f.title]
-    assert any("not scored" in n for n in dump.notes)
+    assert dump.views["as_served"].setup["layers_hf"] == [1, 4, 6] and dump.accept_len("as_served") is not None
+    assert any("run again" in n and "[1, 4, 6]" in n for n in dump.notes)
+    head_only = tmp_path / "head-only"
+    head_only.mkdir()
+    shutil.copy(demo_dir / "target" / "config.json", head_only / "config.json")
+    tensors = load_file(str(next((demo_dir / "target").glob("*.safetensors"))))
+    save_file({k: tensors[k] for k in ("model.norm.weight", "lm_head.weight", "model.embed_tokens.weight")},
+              str(head_only / "model.safetensors"))
+    unscored = estimate_acceptance(demo_dir / "eagle", demo_dir / "hidden-states", target=head_only,
+                                   engine="vllm==0.33.0:v1", steps=2, limit=3)
+    assert unscored.accept_len("as_served") is None
+    assert "[1, 4, 6]" in (unscored.views["as_served"].unavailable or "")
+    assert not [f for f in unscored.findings if "not servable" in f.title]
+    assert any("not scored" in n for n in unscored.notes)

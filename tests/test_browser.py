@@ -179,3 +179,27 @@ def test_exported_html_draws_its_figures_offline(demo_dir, tmp_path, browser):
     assert page.evaluate("() => typeof window.Plotly") == "object"
     assert requested == []
     context.close()
+
+
+def test_fix_columns_stay_inside_a_narrow_panel(browser, demo_dir, tmp_path):
+    """An 800 px output area that clips what overflows, as the 00_triage panel's output does: every fix command of
+    the report (the triage and the findings table), a long checkpoint path in it, sits in a box inside the panel
+    that scrolls to its end, on one line, instead of running past the panel's edge and being cut off there."""
+    from eagle3lens.doctor import diagnose
+    from eagle3lens.notebook.kernel import to_html
+
+    long = tmp_path / ("a-rather-long-folder-name-for-checkpoints-" * 3) / "speculators"
+    shutil.copytree(demo_dir / "speculators", long)
+    html = to_html(diagnose(long, engine="sglang==0.5.11", weights=False, log=demo_dir / "sglang.log"))
+    page = browser.new_page(viewport={"width": 900, "height": 900})
+    page.set_content(f"<div id='panel' style='width:800px;overflow:hidden'>{html}</div>")
+    panel = page.locator("#panel").bounding_box()
+    boxes = page.evaluate("""() => [...document.querySelectorAll('code.cmd')].filter(c => c.textContent).map(c => {
+        const box = c.parentElement.getBoundingClientRect();
+        return {right: box.right, scroll: c.parentElement.scrollWidth, code: c.getBoundingClientRect().width,
+                overflow: getComputedStyle(c.parentElement).overflowX, text: c.textContent}})""")
+    assert len(boxes) >= 4 and all(str(long) in b["text"] for b in boxes)
+    for box in boxes:
+        assert box["right"] <= panel["x"] + panel["width"] + 0.5, box  # the box is inside the panel
+        assert box["overflow"] == "auto" and box["scroll"] >= box["code"] - 0.5, box  # and scrolls to the end
+    page.close()

@@ -71,3 +71,23 @@ def test_readme_says_how_to_reach_the_command_and_run_jupyter_as_root() -> None:
     readme = (ROOT / "README.md").read_text()
     assert ". .venv/bin/activate" in readme and ".venv/bin/eagle3lens doctor" in readme
     assert "jupyter lab --allow-root" in readme
+
+
+def test_readme_quotes_each_demo_figure_once() -> None:
+    """Each demo phrase the generator rewrites is in the README exactly once (so none is left stale beside it)."""
+    from eagle3lens import demo_readme
+
+    readme = (ROOT / "README.md").read_text()
+    assert all(len(hits) == 1 for hits in demo_readme.found(readme).values()), demo_readme.found(readme)
+
+
+def test_readme_demo_figures_match_a_fresh_demo_run(demo_dir) -> None:
+    """The accept lengths the README quotes for the demo are what the demo's commands print on a fresh build
+    (regenerate with ``python -m eagle3lens.demo_readme --write``)."""
+    from eagle3lens import demo_readme
+
+    expected = demo_readme.phrases(demo_readme.demo_figures(demo_dir))
+    readme = (ROOT / "README.md").read_text()
+    assert demo_readme.found(readme) == {name: [text] for name, text in expected.items()}, (
+        "regenerate the README's demo figures: python -m eagle3lens.demo_readme --write")
+    assert demo_readme.splice(readme, expected) == readme

@@ -498,3 +498,80 @@ def test_release_ranges_follow_pep_440():
         assert era_of(engine, Version(version)).releases == releases
     rc = parse_log(V085.format(mean="1.00"), engine="vllm==0.8.5rc1")  # an 0.8.5 pre-release logs like 0.8.5
     assert rc.summary.mean_accept_len == 2.0
+
+
+# ---------------------------------------------------------------- issue 23 residue: conventions from the line itself
+
+V085_HEALTHY = ("INFO 05-02 11:21:10 [metrics.py:82] SpecDecoding metrics: Draft acceptance rate: 34.0%, Mean "
+                "acceptance length: {mean}, Accepted: 306 tokens, Drafted: 900 tokens, Per-position acceptance rate: "
+                "0.500, 0.320, 0.200\n")
+
+
+def test_vllm_mean_equal_to_the_sum_of_the_positions_is_the_0_8_5_convention():
+    """vllm 0.8.5 metrics.py:76,82 logs mean = accepted/drafts = the sum of the per-position rates (0.9.0 adds 1):
+    without a start-up version line, a healthy 0.8.5 draft's 1.02 is 2.02 with the bonus, not zero acceptance."""
+    r = parse_log(V085_HEALTHY.format(mean="1.02"))
+    assert r.summary.mean_accept_len == pytest.approx(2.02) and r.samples[0].logged_accept_len == 1.02
+    assert codes(r) == [] and r.readings == ()
+    assert any("equals the sum of the per-position rates" in n for n in r.notes)
+    newer = parse_log(V085_HEALTHY.format(mean="2.02"))  # 1 + the sum: 0.9.0+, read as logged
+    assert newer.summary.mean_accept_len == pytest.approx(2.02) and codes(newer) == [] and newer.readings == ()
+    assert any("1 + the sum of the per-position rates" in n for n in newer.notes)
+    # a named release still decides: 0.9.0 never prints a mean equal to the sum, so 1.02 is read as logged
+    assert codes(parse_log(V085_HEALTHY.format(mean="1.02"), engine="vllm==0.9.0")) == ["logs/zero-acceptance"]
+
+
+TREE = ("[2026-05-04 09:12:00] WARNING server_args.py:3477: Spec v1 is used for eagle/eagle3/standalone speculative "
+        "decoding because spec v2 currently only supports topk = 1.\n")
+
+
+def test_sglang_tree_launch_without_server_args_leaves_k_unknown():
+    """3 steps, topk 4, 8 draft tokens under 0.5.11+: the rate's denominator is num_draft_tokens - 1 = 7, which is
+    not K; the log's tree warning says so, and without speculative_num_steps K is unknown rather than 7."""
+    decode = sg("3.10", "0.30")  # (3.10 - 1) / 7; no num_draft_tokens fits 3.10 / n = 0.30
+    guessed = parse_log(decode)  # no tree evidence: topk 1 is assumed, K = num_draft_tokens - 1
+    assert (guessed.inference.num_draft_tokens, guessed.inference.draft_steps) == (8, 7)
+    r = parse_log(TREE + decode)
+    assert (r.inference.formula, r.inference.num_draft_tokens, r.inference.draft_steps) == ("0.5.11+", 8, None)
+    assert "drafts a tree (topk > 1)" in r.inference.explanation
+    topk = parse_log(ARGS.replace("speculative_num_steps=5, ", "") + decode)  # topk 4 named, steps not
+    assert (topk.inference.num_draft_tokens, topk.inference.draft_steps) == (8, None)
+    with_steps = parse_log(ARGS.replace("speculative_num_steps=5", "speculative_num_steps=3") + decode)
+    assert with_steps.inference.draft_steps == 3
+
+
+# ---------------------------------------------------------------- the fast paths read what the general ones read
+
+def test_block_escape_stripping_equals_stripping_each_line():
+    import random
+
+    from eagle3lens.io.textsafe import strip_escapes
+    from eagle3lens.probes.logs import _BLOCK_ESCAPES
+
+    rng = random.Random(0)
+    alphabet = ["\x1b", "[", "]", "\x07", "\\", "P", "_", "X", "^", "m", "3", ";", "a", " ", "\n", "\r", "\x9c", "/", "~"]
+    for _ in range(5000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
+        assert _BLOCK_ESCAPES.sub("", text).split("\n") == [strip_escapes(line) for line in text.split("\n")], repr(text)
+
+
+@pytest.mark.parametrize("line", [
+    "[t] Decode batch, #running-req: 9, #token: 5100, token usage: 0.02, accept len: 2.31, accept rate: 0.33, "
+    "cuda graph: True, gen throughput (token/s): 40.00, #queue-req: 0",
+    "[t] Decode batch, #running-req: 9, accept len: 2.31, accept rate: 1.33, gen throughput (token/s): 40.00",  # rate > 1
+    "[t] Decode batch, #running-req: 9, block accept len: 3.00, accept len: 2.31, accept rate: 0.33, "
+    "gen throughput (token/s): 40.00",  # a fork's label holding "accept len"
+    "[t] Decode batch, #running-req: 9, accept len: 2.31, accept rate: 0.33, gen throughput (token/s): 40.00e3",
+    "[t] Decode batch, #running-req: 9, accept len: 2.31, accept rate: 0.33, gen throughput (token/s): 4.5%",
+    "[t] Decode batch. #running-req: 9, accept len: 2.31, accept rate: 0.33, gen throughput (token/s): 40.00",
+])
+def test_sglang_decode_fast_path_agrees_with_the_field_reader(line):
+    from eagle3lens.probes import log_formats
+
+    at = line.find(log_formats.SGLANG_DECODE)
+    general = log_formats._SGLANG_FIELDS.read(line[at + len(log_formats.SGLANG_DECODE):])
+    fast = log_formats._parse_sglang_fast(line, at)
+    if fast is not None:
+        assert (fast, []) == general
+    fmt, values, rejected = log_formats._parse_sglang(line)
+    assert (values, rejected) == general

@@ -293,6 +293,8 @@ WALKTHROUGHS = {
                                      f"{d}/target", "--engine", "sglang==0.5.11"]),
     "07_provenance": ({}, lambda d: ["provenance", "--data", f"{d}/hidden-states", "--target", f"{d}/target",
                                      "--draft", f"{d}/mismatched-ids", "--engine", "sglang==0.5.11"]),
+    "08_low_acceptance": ({}, lambda d: ["provenance", "--data", f"{d}/hidden-states-raw", "--target", f"{d}/target",
+                                         "--chat", f"{d}/chat.jsonl"]),
 }
 
 
@@ -471,3 +473,27 @@ def test_walkthroughs_use_the_checkouts_demo_when_make_demo_built_it(monkeypatch
     assert notebook_module.default_demo_dir() == tmp_path / "cache" / "eagle3lens" / "demo"  # not a demo
     (checkout / "demo" / "manifest.json").write_text('{"tool": "eagle3lens demo"}')
     assert notebook_module.default_demo_dir() == checkout / "demo"
+
+
+def test_large_parameter_is_passed_by_file_not_embedded(tmp_path):
+    """A 1.5 MB parameter used to be embedded in the notebook JSON (the injected cell and its metadata), which every
+    per-cell save and the HTML export carried: it now travels in a parameters file the notebook reads."""
+    nb = new_notebook([
+        code("blob = ''\nsmall = 0", tags=["parameters"]),
+        code("print(len(blob), blob[:3], blob[-3:], small)"),
+    ])
+    path = tmp_path / "big.ipynb"
+    nbformat.write(nb, path)
+    blob = "abc" + "x" * 1_500_000 + "xyz"
+    run = run_notebook(path, {"blob": blob, "small": 7}, tmp_path / "out", progress=False)
+    executed = nbformat.read(run.executed, as_version=4)
+    printed = "".join(o.get("text", "") for c in executed.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    assert printed.strip() == f"{len(blob)} abc xyz 7"  # the kernel saw the whole value and the inline one
+    assert run.executed.stat().st_size < 100_000 and run.html.stat().st_size < 20_000_000
+    assert blob not in run.executed.read_text() and blob not in run.html.read_text()
+    params_file = tmp_path / "out" / "big.parameters.json"
+    assert json.loads(params_file.read_text()) == {"blob": blob}
+    assert executed.metadata.papermill.parameters == {"small": 7}  # papermill injects only the small one
+    from eagle3lens.notebook.runner import split_parameters
+
+    assert split_parameters({"blob": blob, "small": 7}) == ({"small": 7}, {"blob": blob})

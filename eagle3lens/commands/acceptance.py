@@ -10,6 +10,7 @@ from ..errors import UsageError
 from ..findings import Report
 from ..probes.engine_init import EMPTY_MEMORY
 from ..progress import TqdmBars
+from ._target import require_target_weights
 from . import add_output_options, example_epilog, finish, positive_int
 
 
@@ -17,10 +18,18 @@ def run(args: argparse.Namespace) -> int:
     from ..checkpoint import Checkpoint
     from ..probes.acceptance import estimate_acceptance
 
-    if (args.data is None) == (args.prompts is None):
-        raise UsageError("give --data D (a hidden-state dump) or --target T --prompts F (live capture), one of them")
+    if sum(x is not None for x in (args.data, args.prompts, args.chat)) != 1:
+        raise UsageError("give --data D (a hidden-state dump), or --target T with --prompts F or --chat FILE.jsonl "
+                         "(live capture), one of them")
+    if args.top_p is not None and args.temperature is None:
+        raise UsageError("--top-p needs --temperature: top-p shapes the distribution the server samples from")
+    from ..probes.traffic_result import Sampling
+
+    sampling = Sampling(args.temperature, 1.0 if args.top_p is None else args.top_p) \
+        if args.temperature is not None else None
     if args.target is None:
         raise UsageError("acceptance needs --target T: its final norm and lm_head give the teacher's tokens")
+    require_target_weights(args.target, "acceptance", "06_acceptance")
     if args.device == "cuda":
         import torch
 
@@ -34,13 +43,34 @@ def run(args: argparse.Namespace) -> int:
 
         data, target = live_samples(draft, args.target, args.prompts, args.engine, new_tokens=args.new_tokens,
                                     device=args.device, device_map=args.device_map, limit=args.limit)
+    if args.chat is not None:
+        from ..probes.chat import chat_samples
+
+        data, target = chat_samples(draft, args.target, args.chat, args.engine, new_tokens=args.new_tokens,
+                                    device=args.device, device_map=args.device_map, limit=args.limit)
     progress = TqdmBars(unit="sample") if not args.json and sys.stderr.isatty() else None
     result = estimate_acceptance(draft, data, target=target, engine=args.engine, steps=args.steps,
                                  scenario=args.scenario, device=args.device, limit=args.limit,
-                                 fixed=not args.no_fixed, empty_memory=args.empty_memory, progress=progress)
+                                 fixed=not args.no_fixed, empty_memory=args.empty_memory, progress=progress,
+                                 sampling=sampling, served_vocab=args.data is None,
+                                 traffic="chat" if args.chat else "prompts" if args.prompts else "dump")
     report = Report(checkpoint=draft.summary(), engine=result.engine)
     report.add("acceptance", result)
     report.notes.extend(result.notes)
+    from ..probes.traffic import sampling_notes
+
+    report.notes.extend(sampling_notes(result, sampling, args.engine))
+    if args.log is not None:
+        from ..probes.chain_break import chain_note, compare_chain
+        from ..probes.logs import parse_log
+
+        logged = parse_log(args.log).summary.mean_per_position
+        comparison = compare_chain(result, logged, log=args.log)
+        if comparison is None:
+            report.notes.append(f"{args.log}: no per-position acceptance rates (vLLM prints them): no curve to compare")
+        else:
+            report.add("chain", comparison)
+            report.notes.append(chain_note(comparison))
     return finish(report, args)
 
 
@@ -57,6 +87,8 @@ def register(sub: argparse._SubParsersAction) -> None:
             "eagle3lens acceptance demo/eagle --data demo/hidden-states --target demo/target --engine sglang==0.5.11 "
             "--scenario aux-off",
             "eagle3lens acceptance demo/speculators --target demo/target --prompts prompts.txt --engine vllm==0.33.0",
+            "eagle3lens acceptance demo/speculators --target demo/target --chat demo/chat.jsonl --temperature 0.7 "
+            "--top-p 0.9",
             "eagle3lens acceptance out/draft --data hs/ --target big/target --device cuda --steps 3 --json"))
     p.add_argument("draft", metavar="DRAFT", help="draft checkpoint (directory or file)")
     p.add_argument("--data", metavar="D", help="hidden-state dump: a folder or one sample file")
@@ -64,6 +96,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                                                  "lm_head are read, and embed_tokens where the engine shares it)")
     p.add_argument("--prompts", metavar="F", help="prompts for live capture: text lines (target's tokenizer), lines "
                                                   "of token ids, or a JSON list of id lists")
+    p.add_argument("--chat", metavar="FILE.jsonl",
+                   help="live capture over served conversations: one JSON list of {role, content} messages a line, "
+                        "rendered with the target tokenizer's chat_template (generation prompt on)")
+    p.add_argument("--temperature", type=float, metavar="T",
+                   help="also score speculative sampling at temperature T (as SGLang and vLLM verify: the draft's "
+                        "greedy token accepted with the target's probability of it)")
+    p.add_argument("--top-p", type=float, metavar="P", help="with --temperature: the target's top-p")
+    p.add_argument("--log", metavar="F", help="server log with per-position acceptance rates (vLLM's SpecDecoding "
+                                              "metrics): the served curve beside the offline one, where they part")
     p.add_argument("--engine", metavar="E", help="serving engine NAME[==VERSION]: adds the as-served and fixed views")
     p.add_argument("--steps", type=positive_int, metavar="K",
                    help="draft steps per verify step (default: the config's speculative tokens, else 3)")

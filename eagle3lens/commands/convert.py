@@ -35,20 +35,43 @@ def run(args: argparse.Namespace) -> int:
     if args.data:  # a dump that does not fit stops here, before anything is written
         from ..probes.acceptance import check_data
 
-        check_data(args.checkpoint, args.data, target=args.target)
+        check_data(args.checkpoint, args.data, target=args.target, limit=args.limit)  # every sample scored
     overrides = _repair_tensors(args.checkpoint, args.target) if args.repair_d2t else None
+    layers, layers_note = args.aux_layers, None
+    if args.data and layers is None:  # the layers the dump holds, measured, decide what the engine must capture
+        layers, layers_note = _data_layers(args)
     result = convert(args.checkpoint, args.to, None if args.in_place else args.out, in_place=args.in_place,
                      force=args.force, tensor_overrides=overrides,
-                     progress=bars(not args.json and sys.stderr.isatty(), min_total=0))
+                     progress=bars(not args.json and sys.stderr.isatty(), min_total=0), aux_layers=layers)
     report = Report(checkpoint=Checkpoint.open(result.out).summary(), engine=result.engine)
     report.add("convert", result)
     if result.load is not None:
         report.add("keys", result.load)
+    if layers_note:
+        report.notes.append(layers_note)
     if args.data:
         verified = _verify(args, result)
         report.add("acceptance", verified)
         report.notes.extend(verified.notes)
     return finish(report, args)
+
+
+def _data_layers(args: argparse.Namespace) -> tuple[list[int] | None, str | None]:
+    """The HF layers provenance attributes the dump's aux chunks to (None when some chunk matches no layer)."""
+    from ..probes.provenance import trace_provenance
+
+    found = trace_provenance(args.data, args.target, draft=args.checkpoint).layers
+    if any(k is None for k in found):
+        return None, "provenance could not attribute every aux chunk of the data: ids written from the config"
+    layers = [k for k in found if k is not None]
+    return layers, f"aux layers from the data's provenance: hidden_states {layers}"
+
+
+def _layers(text: str) -> list[int]:
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a comma-separated list of HF hidden_states indices, not {text!r}") from None
 
 
 def _verify(args: argparse.Namespace, result: Any) -> Any:
@@ -79,7 +102,7 @@ def _intermixed(parser: argparse.ArgumentParser) -> None:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("convert", usage="eagle3lens convert CKPT (OUT | --in-place) [--to E] [--repair-d2t] [--target T] "
-                                        "[--data D [--limit N]] [--force] [--json] [--fail-on SEVERITY]",
+                                        "[--data D [--limit N]] [--aux-layers K,K,K] [--force] [--json] [--fail-on SEVERITY]",
                        help="rename keys / rewrite config for an engine, safely (temp, verify, rename)",
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        epilog=example_epilog("eagle3lens convert demo/speculators --to sglang==0.5.11 fixed/",
@@ -98,6 +121,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--data", metavar="D", help="hidden-state dump: verify offline that the output, as engine E serves "
                                                "it, accepts what the draft accepts as trained (needs --to, --target)")
     p.add_argument("--limit", type=positive_int, metavar="N", help="with --data: score at most N samples")
+    p.add_argument("--aux-layers", type=_layers, metavar="K,K,K",
+                   help="HF hidden_states indices the draft was trained on, written as ids in E's convention "
+                        "(default: measured from --data by provenance, else the source config's ids as its trainer "
+                        "meant them)")
     add_output_options(p)
     p.set_defaults(func=run)
     _intermixed(p)

@@ -21,12 +21,11 @@ class DemoBuilt:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from ..demo import build_demo
     from ..plots.registry import rich_view
+    from ..render import terminal
 
-    console = Console(stderr=args.json)
+    console = terminal(stderr=args.json)
     with console.status("building the demo...") as status:
         paths = build_demo(args.dir, force=args.force, progress=lambda message: status.update(printable(message)))
     manifest = json.loads(paths.manifest.read_text(encoding="utf-8"))

@@ -70,7 +70,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                                              "eagle3lens engines --detect --host gpu1"))
     p.add_argument("--detect", action="store_true",
                    help="find the installed sglang / vllm (package metadata, never imported), hash its loader files "
-                        "and name the matching profile; engine/patched-source when a file matches no release")
+                        "where the package imports from (an editable install's checkout included) and name the "
+                        "matching profile; engine/patched-source when a file matches no release, "
+                        "engine/mixed-release when it is another release's (that release is simulated)")
     p.add_argument("--host", metavar="H", help="run --detect on GPU host H over SSH (implies --detect)")
     p.add_argument("--python", default="python3", help="the Python on --host whose packages to inspect")
     p.add_argument("--ssh-config", metavar="FILE", help="ssh config file for --host (default ~/.ssh/config)")

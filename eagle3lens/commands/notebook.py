@@ -73,11 +73,19 @@ def absolute_paths(parameters: dict[str, Any], base: Path) -> dict[str, Any]:
     return {key: resolved(key, value) for key, value in parameters.items()}
 
 
-def list_walkthroughs() -> int:
+def list_walkthroughs(as_json: bool = False) -> int:
+    """The walkthroughs, one per line, or (``as_json``) the report schema with ``results.walkthroughs``."""
     from ..notebook.runner import walkthrough_title, walkthroughs
 
-    for name, path in walkthroughs().items():
-        print(printable(f"{name:20s} {walkthrough_title(path)}"))
+    found = [{"name": name, "title": walkthrough_title(path), "path": str(path)}
+             for name, path in walkthroughs().items()]
+    if as_json:
+        report = Report(checkpoint={})
+        report.results["walkthroughs"] = found
+        sys.stdout.write(report.to_json() + "\n")
+        return 0
+    for item in found:
+        print(printable(f"{item['name']:20s} {item['title']}"))
     return 0
 
 
@@ -137,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
     from ..notebook.runner import run_notebook
 
     if args.list:
-        return list_walkthroughs()
+        return list_walkthroughs(args.json)
     if not args.name:
         raise UsageError("give a walkthrough NAME or path (see `eagle3lens notebook --list`)")
     parameters = read_params_file(args.params_file) if args.params_file else {}

@@ -7,6 +7,7 @@ import sys
 
 from ..errors import UsageError
 from ..findings import Report
+from ._target import require_target_weights
 from . import add_output_options, example_epilog, finish, positive_int
 
 
@@ -19,6 +20,7 @@ def run(args: argparse.Namespace) -> int:
 
         if not torch.cuda.is_available():
             raise UsageError("--device cuda: no CUDA device is visible here; use --device cpu")
+    require_target_weights(args.target, "provenance", "07_provenance")
     result = trace_provenance(args.data, args.target, draft=args.draft, engine=args.engine, samples=args.samples,
                               device=args.device, device_map=args.device_map, progress=TqdmBars(unit="position") if not args.json and sys.stderr.isatty() else None)
     checkpoint = {"path": str(args.draft), "layout": "unknown"} if args.draft else {}
@@ -29,6 +31,11 @@ def run(args: argparse.Namespace) -> int:
     report = Report(checkpoint=checkpoint, engine=result.engine)
     report.add("provenance", result)
     report.notes.append(f"compared {result.positions} positions from {result.sequences} sequences")
+    from ..probes.chat import served_template_check
+
+    template = served_template_check(args.data, args.target, args.chat)
+    if template is not None:
+        report.add("template", template)
     return finish(report, args)
 
 
@@ -51,6 +58,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--target", metavar="T", required=True, help="HF target model directory (weights are run)")
     p.add_argument("--draft", metavar="C", help="the draft trained on the data: its config's aux ids are compared")
     p.add_argument("--engine", metavar="E", help="serving engine NAME[==VERSION]: the layers it captures are compared")
+    p.add_argument("--chat", metavar="FILE.jsonl", help="served conversations (one JSON list of {role, content} "
+                                                       "messages a line): the template check reads its markers "
+                                                       "from the first (default: a one-line user turn)")
     p.add_argument("--samples", type=positive_int, default=256, metavar="N",
                    help="positions to compare (default 256: a few hundred settle a layer's identity)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where to run the target")

@@ -17,6 +17,7 @@ from typing import Any, Literal, Mapping
 from packaging.version import Version
 
 from ..checkpoint import DraftSpec
+from ..draft_spec import DECODER_KEY
 from .params import ParamSpec
 from .steps import Context, Lookup, Route, Steps, final_lookup, run
 from .tables import build_table
@@ -300,6 +301,13 @@ class EngineProfile:
         """Decoder layers the class builds: config num_hidden_layers, capped where the class has one layer."""
         n = spec.num_hidden_layers or max(spec.num_decoder_layers, 1)
         return min(n, self.max_layers) if self.max_layers else n
+
+    def native_name(self, key: str) -> str:
+        """The name this engine's native layout gives checkpoint key ``key`` (what ``convert --to`` writes)."""
+        m = DECODER_KEY.match(key)
+        if m:
+            return self.native_decoder.format(i=int(m.group("index") or 0)) + key[m.end():]
+        return key[len("model."):] if key.startswith("model.") else key
 
     def decoder_prefix(self, i: int) -> str:
         return self.decoder.format(i=i) + "."

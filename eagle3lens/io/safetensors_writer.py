@@ -1,6 +1,11 @@
 """Writing safetensors files byte by byte: the header built from validated entries, padded so that the data sits
 at the source's offset within a page, and each tensor's bytes copied from its source file (in-kernel where the
 offsets allow) or, for a replacement tensor, from memory. The reader's counterpart is ``safetensors_header``.
+
+Verified while written to disk: once a file's bytes are copied (into the page cache), its one fsync runs on a
+thread while every tensor is read back from the output and compared byte for byte with its source (both still
+in the page cache), so the comparison costs no time of its own where the disk is the slower part, and no
+tensor is held in memory.
 """
 
 from __future__ import annotations
@@ -12,11 +17,12 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..checkpoint import Checkpoint, TensorInfo
-from ..errors import CheckpointError, UsageError
+from ..errors import CheckpointError, UsageError, WriteVerifyError
 from ..progress import Counter
 from .safetensors_header import st_dtype
 
-CHUNK = 1 << 20  # userspace copies: a buffer that stays in L2
+CHUNK = 1 << 20  # userspace copies and comparisons: buffers that stay in L2
+SLICE = 32 << 20  # in-kernel copies, one call each
 PAGE = 4096
 
 
@@ -39,7 +45,8 @@ def tensor_nbytes(ckpt: Checkpoint, overrides: Mapping[str, Any], key: str) -> i
 def write_file(ckpt: Checkpoint, keys: list[str], names: dict[str, str], overrides: Mapping[str, Any], path: Path,
                metadata: dict[str, str], written: Counter) -> None:
     """Write ``keys`` of ``ckpt`` (renamed by ``names``; ``overrides`` replace tensors or add new ones) as one
-    safetensors file at ``path``, adding the bytes written to ``written``."""
+    safetensors file at ``path``, adding the bytes written to ``written``. Every tensor's bytes are read back and
+    compared with their source as they are written (``WriteVerifyError`` names the first that differs)."""
     header: dict[str, Any] = {"__metadata__": metadata} if metadata else {}
     offset = 0
     for key in keys:
@@ -53,17 +60,79 @@ def write_file(ckpt: Checkpoint, keys: list[str], names: dict[str, str], overrid
         offset += size
     raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
     raw += b" " * header_padding(len(raw), ckpt.tensors[keys[0]].begin if keys and keys[0] not in overrides else None)
-    with open(path, "wb") as fh:
+    copied: list[tuple[str, int]] = []  # (key, offset in the output) of tensors copied from a file
+    with open(path, "w+b") as fh:
         fh.write(struct.pack("<Q", len(raw)))
         fh.write(raw)
         for key in keys:
             if key in overrides:
                 data = tensor_bytes(overrides[key])
+                fh.flush()
+                start = fh.tell()
                 fh.write(data)
+                fh.flush()
+                _verify_written(fh.fileno(), start, memoryview(data), key, path)
                 written.add(len(data))
                 continue
             copy_tensor(ckpt, key, fh)
+            if ckpt.tensors[key].begin is not None:
+                copied.append((key, fh.tell() - ckpt.tensors[key].nbytes))
             written.add(ckpt.tensors[key].nbytes)
+        fh.flush()
+        _verify_while_syncing(ckpt, copied, fh.fileno(), path)
+
+
+def _verify_while_syncing(ckpt: Checkpoint, copied: list[tuple[str, int]], fd: int, path: Path) -> None:
+    """fsync ``fd`` on a thread while each copied tensor is compared with its source; the first difference (or the
+    fsync's error) is raised once both are done."""
+    import threading
+
+    failed: list[OSError] = []
+
+    def sync() -> None:
+        try:
+            os.fsync(fd)
+        except OSError as exc:
+            failed.append(exc)
+
+    syncing = threading.Thread(target=sync, name="eagle3lens-fsync")
+    syncing.start()
+    try:
+        bufs = (bytearray(CHUNK), bytearray(CHUNK))
+        for key, at in copied:
+            info = ckpt.tensors[key]
+            with open(info.file, "rb", buffering=0) as src:
+                assert info.begin is not None
+                if not _compare_ranges(src.fileno(), info.begin, fd, at, info.nbytes, bufs):
+                    raise WriteVerifyError(path, f"tensor {key!r}: the bytes written differ from the source "
+                                                 f"{info.file} (or it changed while being copied)")
+    finally:
+        syncing.join()
+    if failed:
+        raise failed[0]
+
+
+def _verify_written(fd: int, start: int, expected: memoryview, key: str, path: Path) -> None:
+    """Read ``len(expected)`` bytes at ``start`` back from ``fd`` and compare them with ``expected``."""
+    buf = bytearray(min(CHUNK, len(expected)))
+    view = memoryview(buf)
+    for pos in range(0, len(expected), CHUNK):
+        n = min(CHUNK, len(expected) - pos)
+        if os.preadv(fd, [view[:n]], start + pos) != n or (buf if n == len(buf) else buf[:n]) != expected[pos:pos + n]:
+            raise WriteVerifyError(path, f"tensor {key!r}: the bytes read back differ from those written")
+
+
+def _compare_ranges(src: int, src_at: int, dst: int, dst_at: int, n: int, bufs: tuple[bytearray, bytearray]) -> bool:
+    """Byte-for-byte equality of ``n`` bytes of two descriptors (``bytearray ==`` is a memcmp)."""
+    a, b = bufs
+    va, vb = memoryview(a), memoryview(b)
+    for pos in range(0, n, len(a)):
+        k = min(len(a), n - pos)
+        if os.preadv(src, [va[:k]], src_at + pos) != k or os.preadv(dst, [vb[:k]], dst_at + pos) != k:
+            return False
+        if (a if k == len(a) else a[:k]) != (b if k == len(b) else b[:k]):
+            return False
+    return True
 
 
 def header_padding(json_len: int, first_begin: int | None) -> int:
@@ -77,37 +146,55 @@ def header_padding(json_len: int, first_begin: int | None) -> int:
 
 def copy_tensor(ckpt: Checkpoint, key: str, fh: Any) -> None:
     """Copy one tensor's byte range: in-kernel (copy_file_range) when source and destination offsets sit alike
-    within a page, else (or on another filesystem or an old kernel) through a reused 1 MiB buffer."""
+    within a page, else (or on another filesystem or an old kernel) through a reused 1 MiB buffer. A pickled
+    tensor's bytes are read back and compared as they are written; the others ``write_file`` compares."""
     info = ckpt.tensors[key]
-    if info.begin is None:  # a pickled tensor
+    if info.begin is None:  # a pickled tensor: write its bytes, then read them back against the source
         for chunk in ckpt.iter_chunks(key, CHUNK):
             fh.write(chunk)
+            fh.flush()
+            _verify_written(fh.fileno(), fh.tell() - len(chunk), memoryview(chunk), key, Path(fh.name))
         return
     fh.flush()
     start = fh.tell()
+    buf = bytearray(min(CHUNK, info.nbytes))
     with open(info.file, "rb", buffering=0) as src:
-        if hasattr(os, "copy_file_range") and (start - info.begin) % PAGE == 0:
-            try:
-                done = 0
-                while done < info.nbytes:
-                    n = os.copy_file_range(src.fileno(), fh.fileno(), min(info.nbytes - done, 1 << 30), info.begin + done)
-                    if n <= 0:
-                        raise OSError("copy_file_range made no progress")
-                    done += n
-                fh.seek(start + info.nbytes)
-                return
-            except OSError:  # fall back to plain reads
-                fh.seek(start)
-                fh.truncate()
-        src.seek(info.begin)
-        view = memoryview(bytearray(min(CHUNK, info.nbytes)))
-        left = info.nbytes
-        while left:
-            n = src.readinto(view[:min(left, len(view))])
-            if not n:
-                raise CheckpointError(info.file, f"tensor {key!r}: file ended before its last byte")
-            fh.write(view[:n])
-            left -= n
+        in_kernel = hasattr(os, "copy_file_range") and (start - info.begin) % PAGE == 0
+        done = 0
+        while done < info.nbytes:
+            n = min(SLICE, info.nbytes - done)
+            if in_kernel:
+                try:
+                    _copy_in_kernel(src.fileno(), info.begin + done, fh.fileno(), start + done, n)
+                except OSError:  # fall back to plain reads from here on
+                    in_kernel = False
+            if not in_kernel:
+                _copy_through_buffer(src.fileno(), info.begin + done, fh.fileno(), start + done, n, buf, info, key)
+            done += n
+    fh.seek(start + info.nbytes)
+
+
+def _copy_in_kernel(src: int, src_at: int, dst: int, dst_at: int, n: int) -> None:
+    done = 0
+    while done < n:
+        k = os.copy_file_range(src, dst, n - done, src_at + done, dst_at + done)
+        if k <= 0:
+            raise OSError("copy_file_range made no progress")
+        done += k
+
+
+def _copy_through_buffer(src: int, src_at: int, dst: int, dst_at: int, n: int, buf: bytearray, info: TensorInfo,
+                         key: str) -> None:
+    view = memoryview(buf)
+    done = 0
+    while done < n:
+        k = os.preadv(src, [view[:min(len(buf), n - done)]], src_at + done)
+        if not k:
+            raise CheckpointError(info.file, f"tensor {key!r}: file ended before its last byte")
+        written = 0
+        while written < k:
+            written += os.pwrite(dst, view[written:k], dst_at + done + written)
+        done += k
 
 
 def tensor_bytes(tensor: Any) -> memoryview:

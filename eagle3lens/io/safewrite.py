@@ -5,11 +5,16 @@ destination that exists but is not a regular file (a device node, FIFO, socket o
 replacing it by rename would turn ``/dev/null`` into a file.
 
 ``replace_dir`` keeps a small journal beside the target (``.NAME.eagle3lens-convert.json``) for as long as a
-temporary directory exists. It names the temporary directory, the owning process and the state, so that a
-run killed at any step is recovered by the next one: a dead owner's temporary directory is removed, and a
-swap interrupted between its two renames is rolled back (the original returns from ``NAME.orig``). A journal
-whose owner is alive means another run is writing the same target. Files and directories are fsynced before
-each rename, so a power cut cannot leave a renamed directory with unwritten files.
+temporary directory exists. It names the temporary directory, the owning process, the state and a random
+token that the temporary directory also carries in a marker file (``MARKER``) written when it is created, so
+that a run killed at any step is recovered by the next one: a dead owner's temporary directory is removed, but
+only when it carries that marker (a planted or stale journal naming a directory eagle3lens did not create
+deletes nothing), and a swap interrupted between its two renames is rolled back (the original returns from
+``NAME.orig``). A journal whose owner is alive means another run is writing the same target.
+
+Durability costs one fsync per written file and directory, taken once, before the rename that publishes them
+(a power cut cannot leave a renamed directory with unwritten files), and one of the journal when it marks an
+in-place swap; the journal's other states only need to outlive a killed process, which the page cache does.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from ..checkpoint import _inside
 from ..errors import CheckpointError, ConversionRefused, Eagle3LensError, UsageError
 
 JOURNAL_SUFFIX = ".eagle3lens-convert.json"
+MARKER = ".eagle3lens-convert-tmp"  # inside a temporary directory: the token of the journal that created it
 
 
 def backup_path(path: Path) -> Path:
@@ -110,15 +116,17 @@ def _owner_alive(journal: dict[str, Any]) -> bool:
     return start is None or _start_time(pid) in (None, start)
 
 
-def _write_journal(path: Path, data: dict[str, Any], exclusive: bool = False) -> None:
-    """Write the journal durably through a file of this process beside it, then either link it into place
+def _write_journal(path: Path, data: dict[str, Any], exclusive: bool = False, durable: bool = False) -> None:
+    """Write the journal through a file of this process beside it, then either link it into place
     (``exclusive``: claiming the target fails with FileExistsError when a journal is there) or rename it over
-    the previous state. A reader never sees a half-written journal."""
+    the previous state. A reader never sees a half-written journal. ``durable``: fsynced, file and folder (the
+    in-place swap's state must survive a power cut; the others only a killed process)."""
     part = path.with_name(f"{path.name}.new-{os.getpid()}")
     fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         os.write(fd, (json.dumps(data) + "\n").encode())
-        os.fsync(fd)
+        if durable:
+            os.fsync(fd)
     finally:
         os.close(fd)
     try:
@@ -130,7 +138,36 @@ def _write_journal(path: Path, data: dict[str, Any], exclusive: bool = False) ->
     finally:
         with suppress(FileNotFoundError):
             os.unlink(part)
-    fsync_path(path.parent)
+    if durable:
+        fsync_path(path.parent)
+
+
+def _make_tmp(tmp: Path, token: str) -> None:
+    """Create the temporary directory with its marker (the journal's token): only a directory carrying it is ever
+    removed by a later recovery."""
+    tmp.mkdir()
+    (tmp / MARKER).write_text(token + "\n")
+
+
+def _ours(tmp: Path, journal: dict[str, Any]) -> bool:
+    """Whether ``tmp`` is the temporary directory the journal's run created: a real directory (not a link) with the
+    inode the journal recorded, or (killed before it was recorded) holding the marker with the journal's token."""
+    token = journal.get("token")
+    if not isinstance(token, str) or len(token) < 16:
+        return False
+    try:
+        st = os.lstat(tmp)
+        if not stat.S_ISDIR(st.st_mode):
+            return False
+        inode = journal.get("inode")
+        if isinstance(inode, list):
+            return inode == [st.st_dev, st.st_ino]
+        marker = tmp / MARKER
+        if not stat.S_ISREG(os.lstat(marker).st_mode) or os.lstat(marker).st_size > 256:
+            return False
+        return marker.read_text(encoding="ascii").strip() == token
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
 
 
 def _remove_stale_parts(journal: Path) -> None:
@@ -189,11 +226,13 @@ def recover(target: str | Path) -> list[str]:
         elif target.exists() and backup.exists() and tmp.exists():
             raise CheckpointError(journal, f"interrupted --in-place run left {target.name}, {backup.name} and "
                                            f"{tmp_name} side by side; check which is which and remove the journal")
-    if tmp.is_dir() and not tmp.is_symlink():
+    if _ours(tmp, data):
         shutil.rmtree(tmp, ignore_errors=True)
         notes.append(f"removed {tmp_name}, the temporary directory of an interrupted run (pid {data.get('pid')})")
+    elif tmp.exists() or tmp.is_symlink():
+        notes.append(f"left {tmp_name} alone: a stale convert journal named it, but it does not carry the marker "
+                     "of a directory eagle3lens created")
     journal.unlink()
-    fsync_path(target.parent)
     return notes
 
 
@@ -241,7 +280,8 @@ def replace_dir(target: Path, build: Callable[[Path], None], verify: Callable[[P
         raise CheckpointError(target.parent, f"cannot create the output's folder ({exc.strerror or exc})") from None
     tmp = target.with_name(f".{target.name}.tmp-{uuid.uuid4().hex[:8]}")
     journal = journal_path(target)
-    state = {**_owner(), "tmp": tmp.name, "in_place": in_place, "state": "building"}
+    state: dict[str, Any] = {**_owner(), "tmp": tmp.name, "in_place": in_place, "state": "building",
+                             "token": uuid.uuid4().hex}
     try:
         _write_journal(journal, state, exclusive=True)
     except FileExistsError:
@@ -249,21 +289,26 @@ def replace_dir(target: Path, build: Callable[[Path], None], verify: Callable[[P
         raise UsageError(f"{target}: is being written by another convert; try again") from None
     except OSError as exc:
         raise CheckpointError(target.parent, f"cannot write there ({exc.strerror or exc})") from None
+    made = False
     try:
-        tmp.mkdir()
         try:
+            _make_tmp(tmp, state["token"])
+            made = True
+            st = os.lstat(tmp)
+            state["inode"] = [st.st_dev, st.st_ino]  # recognised after the marker is gone (just before the rename)
+            _write_journal(journal, state)
             build(tmp)
         except OSError as exc:
             raise _write_error(target, exc) from None
         verify(tmp)
         try:
+            (tmp / MARKER).unlink()
             fsync_tree(tmp)
         except OSError as exc:
             raise _write_error(target, exc) from None
         if in_place:
-            _write_journal(journal, {**state, "state": "swapping"})
+            _write_journal(journal, {**state, "state": "swapping"}, durable=True)
             os.rename(target, backup)
-            fsync_path(target.parent)
             os.rename(tmp, target)
         else:
             _rename_new(tmp, target)
@@ -271,12 +316,12 @@ def replace_dir(target: Path, build: Callable[[Path], None], verify: Callable[[P
     except BaseException:
         if in_place and not target.exists() and backup.is_dir():  # failed (or interrupted) between the renames
             os.rename(backup, target)
-        shutil.rmtree(tmp, ignore_errors=True)
+        if made:
+            shutil.rmtree(tmp, ignore_errors=True)
         with suppress(OSError):
             journal.unlink()
         raise
     journal.unlink()
-    fsync_path(target.parent)
     return backup if in_place else None
 
 

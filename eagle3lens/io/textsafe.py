@@ -42,13 +42,11 @@ def is_printable(text: str) -> bool:
 
 # ESC sequences: CSI (ESC [ ... final), OSC (ESC ] ... BEL or ST), DCS/SOS/PM/APC (ESC P/X/^/_ ... ST), any other
 # ESC + intermediates + final; and their 8-bit C1 forms. Every branch is a run of one disjoint class: linear.
-_ESCAPES = re.compile(
-    "\x1b\\[[0-?]*[ -/]*[@-~]?"
-    "|\x1b\\][^\x07\x1b\x9c]*(?:\x07|\x1b\\\\|\x9c)?"
-    "|\x1b[PX^_][^\x1b\x9c]*(?:\x1b\\\\|\x9c)?"
-    "|\x1b[ -/]*[0-~]?"
-    "|\x9b[0-?]*[ -/]*[@-~]?"
-    "|[\x9d\x90\x98\x9e\x9f][^\x07\x1b\x9c]*(?:\x07|\x1b\\\\|\x9c)?")
+ESC_BRANCHES = ("\x1b\\[[0-?]*[ -/]*[@-~]?", "\x1b\\][^\x07\x1b\x9c]*(?:\x07|\x1b\\\\|\x9c)?",
+                "\x1b[PX^_][^\x1b\x9c]*(?:\x1b\\\\|\x9c)?", "\x1b[ -/]*[0-~]?")  # each starts with ESC
+C1_BRANCHES = ("\x9b[0-?]*[ -/]*[@-~]?", "[\x9d\x90\x98\x9e\x9f][^\x07\x1b\x9c]*(?:\x07|\x1b\\\\|\x9c)?")
+ESCAPE_PATTERN = "|".join(ESC_BRANCHES + C1_BRANCHES)
+_ESCAPES = re.compile(ESCAPE_PATTERN)
 _REPLACED = {c: "\ufffd" for c in [*range(0x20), 0x7f, *range(0x80, 0xa0), 0x061c, 0x200e, 0x200f,
                                     *range(0x202a, 0x202f), *range(0x2066, 0x206a), 0x2028, 0x2029]}
 _REPLACED[ord("\t")] = " "

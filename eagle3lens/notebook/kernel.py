@@ -24,8 +24,20 @@ from .runner import FINDINGS_MIME, findings_of
 from ..plots.registry import VIEWS, figures, html_view, rich_view
 from ..io.textsafe import printable
 
-__all__ = ["FINDINGS_MIME", "codes", "demo", "default_demo_dir", "findings_of", "init", "record_findings", "show",
-           "show_figure"]
+__all__ = ["FINDINGS_MIME", "codes", "demo", "default_demo_dir", "file_parameters", "findings_of", "init",
+           "record_findings", "show", "show_figure"]
+
+
+def file_parameters(path: str | Path) -> dict[str, Any]:
+    """The parameters a headless run passed by file (values too large to inline in the notebook's JSON)."""
+    from ..io.jsonio import read_json
+
+    data = read_json(path, "parameters file")
+    if not isinstance(data, dict):
+        from ..errors import UsageError
+
+        raise UsageError(f"{path}: parameters file must hold a JSON object of name -> value")
+    return data
 
 
 def init() -> None:

@@ -333,17 +333,23 @@ def run_notebook(name_or_path: str | Path, parameters: Mapping[str, Any] | None,
     executed = out / f"{source.stem}.ipynb"
     html = out / f"{source.stem}.html"
     findings_json = out / f"{source.stem}.findings.json"
-    for output in (executed, html, findings_json):  # papermill writes the .ipynb itself, not through safewrite
-        check_destination(output)
+    inline, by_file = split_parameters(parameters)
+    params_file = out / f"{source.stem}.parameters.json"
+    for output in (executed, html, findings_json, *([params_file] if by_file else [])):
+        check_destination(output)  # papermill writes the .ipynb itself, not through safewrite
     _check_kernel(kernel_name)
     start = time.perf_counter()
     with _writing(out):
         out.mkdir(parents=True, exist_ok=True)
+        notebook: Any = str(source)
+        if by_file:
+            write_text_atomic(params_file, json.dumps(by_file))
+            notebook = with_file_parameters(read_notebook(source), params_file, by_file)
         try:
             # The kernel inherits this environment: plotly emits text/html with plotly.js inlined, and
             # no progress-bar widgets (transformers' weight loading) clutter the report.
             with _environ(PLOTLY_RENDERER="notebook", HF_HUB_DISABLE_PROGRESS_BARS="1"), _quiet_papermill():
-                papermill.execute_notebook(str(source), str(executed), parameters=parameters,
+                papermill.execute_notebook(notebook, str(executed), parameters=inline,
                                            kernel_name=kernel_name, progress_bar=progress,
                                            cwd=str(source.parent), execution_timeout=timeout,
                                            extra_arguments=list(KERNEL_ARGUMENTS), shutdown_kernel="immediate")
@@ -356,6 +362,41 @@ def run_notebook(name_or_path: str | Path, parameters: Mapping[str, Any] | None,
                                                      "findings": [f.to_dict() for f in findings]}, indent=2) + "\n")
     return NotebookRun(source, executed, html, findings_json, parameters, findings,
                        time.perf_counter() - start)
+
+
+INLINE_PARAMETER_CHARS = 4096
+"""A parameter whose JSON text is longer is passed by file: papermill would embed it in the notebook's JSON (twice:
+the injected cell and its metadata), which every per-cell save, the HTML export and its highlighter then carry
+(a 1.5 MB value cost 116 s of CPU and 1.9 GB)."""
+
+FILE_PARAMETERS_TAG = "eagle3lens-file-parameters"
+
+
+def split_parameters(parameters: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(inline, by file): the parameters papermill injects as literals, and the large ones read from a file."""
+    inline: dict[str, Any] = {}
+    by_file: dict[str, Any] = {}
+    for name, value in parameters.items():
+        large = name.isidentifier() and len(json.dumps(to_jsonable(value))) > INLINE_PARAMETER_CHARS
+        (by_file if large else inline)[name] = value
+    return inline, by_file
+
+
+def with_file_parameters(nb: Any, params_file: Path, names: Iterable[str]) -> Any:
+    """``nb`` with a cell, right after its ``parameters`` cell (papermill puts its injected cell between them),
+    that reads the named parameters from ``params_file`` through the library: the notebook's JSON holds the
+    file's path, not the values."""
+    nbformat = _nbformat()
+    lines = ["from eagle3lens.notebook.kernel import file_parameters",
+             f"_file_parameters = file_parameters({str(params_file)!r})  # too large to inline: passed by file"]
+    lines += [f"{name} = _file_parameters[{name!r}]" for name in names]
+    cell = nbformat.v4.new_code_cell("\n".join(lines))
+    cell.metadata["tags"] = [FILE_PARAMETERS_TAG]
+    if (nb.get("nbformat"), nb.get("nbformat_minor", 0)) < (4, 5):
+        cell.pop("id", None)  # cell ids came with nbformat 4.5
+    at = next((i + 1 for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", [])), 0)
+    nb.cells.insert(at, cell)
+    return nb
 
 
 def _cell_error(source: Path, executed: Path, html: Path, exc: Exception, timeout: float | None) -> NotebookCellError:

@@ -6,7 +6,7 @@ every notebook cell that shows a panel also shows the probe's result statically 
 
 from __future__ import annotations
 
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any, Callable, Mapping, Sequence
 
 import ipywidgets as widgets
@@ -65,10 +65,23 @@ def tensor_picker(checkpoint: str | Path, value: str | None = None,
 
 
 def scenario_toggles(options: Sequence[str], value: str | None = None, description: str = "scenario") -> widgets.ToggleButtons:
-    """Mutually exclusive scenario buttons (e.g. broken vs fixed wiring)."""
+    """Mutually exclusive scenario buttons (e.g. broken vs fixed wiring). Paths are labelled by their file or
+    folder name (the parent folders added only where two names agree); the value stays the full path."""
     options = list(options)
-    return widgets.ToggleButtons(options=options, value=value if value in options else options[0],
-                                 description=description)
+    return widgets.ToggleButtons(options=list(zip(short_labels(options), options, strict=True)),
+                                 value=value if value in options else options[0], description=description,
+                                 tooltips=options)
+
+
+def short_labels(paths: Sequence[str]) -> list[str]:
+    """The shortest trailing part of each path that tells it from the others (``sglang.log``, ``eagle``)."""
+    parts = [PurePath(p).parts or (p,) for p in paths]
+    depth = 1
+    while True:
+        labels = [printable("/".join(q[-depth:])) for q in parts]
+        if len(set(labels)) == len(labels) or depth >= max(len(q) for q in parts):
+            return labels
+        depth += 1
 
 
 def probe_panel(probe: Callable[..., Any], controls: Mapping[str, widgets.ValueWidget],

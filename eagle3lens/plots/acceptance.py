@@ -54,6 +54,9 @@ def acceptance_rich(result: AcceptanceResult) -> Any:
         for cause, value in toggle_rows(result):
             toggles.add_row(escape(cause), value)
         parts.append(toggles)
+    from .traffic import traffic_rich
+
+    parts += traffic_rich(result)
     return Group(*parts)
 
 
@@ -69,7 +72,9 @@ def acceptance_html(result: AcceptanceResult) -> str:
         out += ("<p>Each cause fixed alone (accept len):</p><table>"
                 + "".join(f"<tr><td>{html.escape(c)}</td><td>{v}</td></tr>" for c, v in toggle_rows(result))
                 + "</table>")
-    return out
+    from .traffic import traffic_html
+
+    return out + traffic_html(result)
 
 
 def accept_len_figure(result: AcceptanceResult) -> Any:
@@ -121,4 +126,6 @@ def acceptance_figures(result: AcceptanceResult) -> list[Any]:
     out = [accept_len_figure(result), per_position_figure(result)]
     if result.toggles:
         out.append(toggles_figure(result))
-    return out
+    from .traffic import traffic_figures
+
+    return out + traffic_figures(result)

@@ -6,7 +6,7 @@ from typing import Any
 
 from ..doctor import Triage
 from .registry import html_view, rich_view
-from .style import SEVERITY_COLOR, html_text, markup, plain
+from .style import SEVERITY_COLOR, fix_html, html_text, markup, plain, scroll_box
 
 
 def _fixes(triage: Triage) -> list[tuple[list[int], str]]:
@@ -40,6 +40,7 @@ def triage_table(triage: Triage) -> Any:
     return Group(table, *fixes, *skipped)
 
 
+
 @html_view.register
 def triage_html(triage: Triage) -> str:
     if not triage.causes:
@@ -47,9 +48,11 @@ def triage_html(triage: Triage) -> str:
     rows = "".join(
         f"<tr><td>{c.rank}</td><td style='color:{SEVERITY_COLOR[c.finding.severity]}'>"
         f"<code>{html_text(c.finding.code)}</code><br>{html_text(c.finding.title)}</td>"
-        f"<td>{html_text(c.explains)}</td><td><code class='cmd'>{html_text(c.finding.fix or '')}</code></td></tr>"
+        f"<td>{html_text(c.explains)}</td><td>{fix_html(c.finding.fix)}</td></tr>"
         for c in triage.causes
     )
     skipped = "".join(f"<li>{html_text(name)}: {html_text(why)}</li>" for name, why in triage.skipped.items())
-    return ("<h3>Likely causes, in causal order</h3><table><tr><th>#</th><th>cause</th><th>explains</th><th>fix</th>"
-            f"</tr>{rows}</table>" + (f"<p>Not run:</p><ul>{skipped}</ul>" if skipped else ""))
+    table = f"<table><tr><th>#</th><th>cause</th><th>explains</th><th>fix</th></tr>{rows}</table>"
+    return ("<h3>Likely causes, in causal order</h3>" + scroll_box(table)
+            + (f"<p>Not run:</p><ul>{skipped}</ul>" if skipped else ""))
+

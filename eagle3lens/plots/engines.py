@@ -69,11 +69,13 @@ def detection_rich(result: Detection) -> Any:
         label = f"{markup(e.name)} {markup(e.version)}\n[dim]--engine {markup(e.profile or 'none')}[/]"
         for i, f in enumerate(e.files):
             if f.sha12 is None:
-                match = "[dim]absent[/]"
+                match = f"[yellow]not read[/] ({markup(f.problem)})" if f.problem else "[dim]absent[/]"
             elif f.patched:
                 match = f"[bold red]no release[/] (nearest {markup(e.nearest or '?')})"
             else:
                 match = _span(f.matches)
+                if e.mixed_from and f.expected != f.sha12:
+                    match = f"[bold yellow]another release[/]: {match}"
             table.add_row(label if i == 0 else "", markup(f.path.rsplit("/", 1)[-1]), f.sha12 or "-", match)
     return table
 

@@ -68,6 +68,6 @@ def _(r: ProvenanceResult) -> list[Any]:
     fig = go.Figure(go.Heatmap(z=[list(row) for row in r.rel_error], x=labels, y=[c.chunk for c in r.chunks],
                                colorscale="Viridis_r", zmin=0, zmax=1, colorbar={"title": "relative error"},
                                hovertemplate="%{y} vs %{x}: %{z:.4f}<extra></extra>"))
-    fig.update_layout(title="relative error of each dump chunk against each target state (dark = match)",
+    fig.update_layout(title="relative error of each dump chunk against each target state (bright = match: low error)",
                       xaxis={"tickangle": -45}, height=320 + 12 * len(r.chunks), margin={"b": 140})
     return [fig]

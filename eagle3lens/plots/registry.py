@@ -39,6 +39,8 @@ VIEWS: dict[str, str] = {
     "eagle3lens.probes.prediction.WiringPrediction": "eagle3lens.plots.prediction",
     "eagle3lens.probes.acceptance_result.AcceptanceResult": "eagle3lens.plots.acceptance",
     "eagle3lens.probes.provenance.ProvenanceResult": "eagle3lens.plots.provenance",
+    "eagle3lens.probes.chat.TemplateCheck": "eagle3lens.plots.traffic",
+    "eagle3lens.probes.chain_break.ChainComparison": "eagle3lens.plots.traffic",
     "eagle3lens.commands.demo.DemoBuilt": "eagle3lens.plots.demo",
     "eagle3lens.remote.runs.RemoteRun": "eagle3lens.plots.remote",
     "eagle3lens.notebook.runner.NotebookRun": "eagle3lens.plots.notebook",

@@ -18,6 +18,20 @@ SEVERITY_STYLE = {Severity.CRITICAL: "bold red", Severity.WARNING: "yellow", Sev
 SEVERITY_COLOR = {Severity.CRITICAL: "#c62828", Severity.WARNING: "#b26a00", Severity.INFO: "#1565c0"}
 
 
+def fix_html(fix: str | None) -> str:
+    """A fix command for an HTML table cell: on one line (it copies cleanly and ``--to`` never lands on a line of
+    its own) in a box of fixed width that scrolls sideways (a box sized by its content would widen the column to
+    the whole command), so a long path never pushes the table past its panel, where a notebook output cuts it off.
+    Styles inline: a notebook's output CSS wins over a stylesheet."""
+    return (f"<div class='fix' style='width:18em;overflow-x:auto'><code class='cmd' style='white-space:nowrap'>"
+            f"{html_text(fix or '')}</code></div>")
+
+
+def scroll_box(table: str) -> str:
+    """``table`` in a box that scrolls sideways when its panel is narrower than the table's least width."""
+    return f"<div style='max-width:100%;overflow-x:auto'>{table}</div>"
+
+
 def plain(text: object, *, newlines: bool = False) -> str:
     """Data for a rich ``Text`` or a plain print: control characters as visible escapes."""
     return printable(text, newlines=newlines)

@@ -38,13 +38,15 @@ def flow_stages(result: "WiringResult") -> list[tuple[str, str, str]]:
     width_ok = width == r.fc_in_features
     fed_ok = r.fc_ran and r.engine_error is None
     widths = " + ".join(str(m.shape[-1]) for _, m in r.captured) or "-"
+    each = {m.shape[-1] for _, m in r.captured}  # what the target handed over (a 405B target: 16384, whatever H_t says)
+    per_layer = next(iter(each)) if len(each) == 1 else r.target_hidden_size
     used = ", ".join(str(k) for k in layers) if layers else "final (post-norm)"
     n = r.logits.shape[-1] if r.logits else "?"
     d2t_state, d2t_note = D2T_STAGE.get(r.d2t_state, ("unknown", r.d2t_state))
     stages = [
         ("target layers", f"{r.num_target_layers} layers<br>used: {used}<br>trained: "
                           f"{', '.join(map(str, r.resolution.trained_with))}", layers_ok),
-        ("capture", f"{len(r.captured)} x [T, {r.target_hidden_size}]<br>{widths}", layers_ok),
+        ("capture", f"{len(r.captured)} x [T, {per_layer}]<br>{widths}", layers_ok),
         ("concat", f"width {width}<br>fc wants {r.fc_in_features}", width_ok),
         ("fc", ("ran: " if r.fc_ran else "BYPASSED: ") + f"{r.fc_in_features} -> {r.hidden_size}"
                + (f"<br>{html_text(r.engine_error[:60])}" if r.engine_error else ""), fed_ok),

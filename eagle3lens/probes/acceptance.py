@@ -60,9 +60,12 @@ from ..draft import (
 from ..engines import EngineProfile, resolve
 from ..errors import CheckpointError, UsageError
 from ..findings import Finding, Severity, fix_command
-from .acceptance_result import CAUSE_LABELS, AcceptanceResult, AcceptanceView
+from .acceptance_result import CAUSE_LABELS, AcceptanceResult, AcceptanceView, within_noise
 from .data import Sample, describe_dump, iter_samples
+from .limits import check_length, check_steps, check_token_ids, max_positions
 from .engine_init import EMPTY_MEMORY, EmptyMemory, apply_engine_init
+from .traffic import TrafficScorer
+from .traffic_result import Sampling
 
 Progress = Callable[[int, "int | None", str], None]
 DEFAULT_STEPS = 3  # speculators' ttt_steps default
@@ -83,10 +86,13 @@ class Setup:
     aux_off: bool = False
     weights: str = "as trained"
     never_written: tuple[tuple[str, str], ...] = ()  # (parameter, the init it holds) the engine never wrote
+    # "stored": the data's own aux states, as the draft was trained on them; "layers": the target's states at
+    # ``layers`` (from the data where it records them, else captured again from the target)
+    feed: str = "layers"
 
     def describe(self) -> dict[str, Any]:
         return {"weights": self.weights, "layers_hf": list(self.layers), "fc_gate": self.gate,
-                "scenario": "aux-off" if self.aux_off else None,
+                "scenario": "aux-off" if self.aux_off else None, "feed": self.feed,
                 "never_written": dict(self.never_written)}
 
 
@@ -130,7 +136,8 @@ def estimate_acceptance(draft: str | Path | Checkpoint, data: str | Path | Itera
                         engine: str | EngineProfile | None = None, steps: int | None = None,
                         scenario: str | None = None, device: str = "cpu", limit: int | None = None,
                         fixed: bool | str | Path = True, empty_memory: EmptyMemory = "noise",
-                        progress: Progress | None = None) -> AcceptanceResult:
+                        progress: Progress | None = None, sampling: Sampling | None = None,
+                        served_vocab: bool = False, traffic: str | None = None) -> AcceptanceResult:
     """Acceptance of ``draft`` over ``data`` (a dump path or Samples), as trained and as ``engine`` serves it.
 
     ``target``: the target checkpoint (its final norm and lm_head are the teacher; embed where the engine shares
@@ -138,6 +145,10 @@ def estimate_acceptance(draft: str | Path | Checkpoint, data: str | Path | Itera
     ``scenario="aux-off"``: the engine captures no aux states. ``fixed``: also score ``convert --to engine`` (a
     path: score that checkpoint, one ``convert`` already wrote, as the fixed view).
     ``empty_memory``: what a ``torch.empty`` parameter the engine never writes holds, ``"noise"`` or ``"zeros"``.
+    ``sampling``: also score each serving view under speculative sampling at that temperature / top-p
+    (``result.traffic.sampled``); ``served_vocab``: count the target's tokens outside the draft vocabulary
+    (``result.traffic.vocab``, for as served, else as trained); ``traffic``: what the samples are (``"chat"``,
+    ``"prompts"``, ``"dump"``), for the report.
     """
     if empty_memory not in EMPTY_MEMORY:
         raise UsageError(f"--empty-memory is one of {', '.join(EMPTY_MEMORY)}, not {empty_memory!r}")
@@ -151,9 +162,8 @@ def estimate_acceptance(draft: str | Path | Checkpoint, data: str | Path | Itera
     if device == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda: no CUDA device is visible here; use --device cpu")
     dev = torch.device(device)
-    K = steps or _config_steps(ckpt) or DEFAULT_STEPS
-    if K < 1:
-        raise UsageError(f"--steps must be at least 1, got {K}")
+    K = check_steps(steps) if steps is not None else check_steps(
+        _config_steps(ckpt) or DEFAULT_STEPS, f"{ckpt.path}: speculative_tokens in config.json")
     if data is None:
         raise UsageError("acceptance needs data: a hidden-state dump, or samples captured live from the target")
     teacher = Teacher.open(target, dev)
@@ -193,18 +203,29 @@ def estimate_acceptance(draft: str | Path | Checkpoint, data: str | Path | Itera
         counts = {"metrics": _Counts(K), **_shared_counts({n: st for n, (st, serving) in setups.items() if serving}, K)}
         toggle_counts = _shared_counts(toggles_setups, K, known=[(setups[n][0], c) for n, c in counts.items()
                                                                   if n != "metrics"])
+        scorer = TrafficScorer(K, sampling, teacher.lm_head, model=teacher.model,
+                               vocab_view=("as_served" if "as_served" in setups else "as_trained") if served_vocab
+                               else None, source=traffic)
         agree = [0.0, 0.0]
         total = _count(data, limit)
         done = 0
+        capture = tuple(sorted({k for st, serving in setups.values() for k in st.layers
+                                if serving and st.feed == "layers" and not st.aux_off}
+                               | {k for st in toggles_setups.values() for k in st.layers if not st.aux_off}))
+        origin = _Origin()
         for sample in _checked(samples, ckpt, teacher, trained):
-            prepared = _prepare(sample, teacher, trained, dev)
+            prepared = _prepare(sample, teacher, trained, dev, capture, origin, each=scorer.row_stats())
             agree[0] += prepared.agree
             agree[1] += prepared.agree_total
             scored: set[int] = set()  # setups that run alike share one _Counts: score it once per sample
+            chains: dict[int, list[torch.Tensor] | None] = {}
             for name, (setup, serving) in setups.items():
                 if id(counts[name]) not in scored:
-                    _score(setup, prepared, K, counts[name], serving)
+                    chains[id(counts[name])] = _score(setup, prepared, K, counts[name], serving)
                     scored.add(id(counts[name]))
+                preds = chains.get(id(counts[name]))
+                if serving and preds is not None and scorer.active:
+                    scorer.add(name, setup.draft, preds, prepared, id(counts[name]))
             for name, setup in toggles_setups.items():
                 if id(toggle_counts[name]) not in scored:
                     _score(setup, prepared, K, toggle_counts[name], True)
@@ -227,8 +248,18 @@ def estimate_acceptance(draft: str | Path | Checkpoint, data: str | Path | Itera
     if agreement is not None and agreement < 0.99:
         notes.append(f"the data follows the target's greedy path at {agreement:.1%} of positions: steps after a "
                      "departure are checked against a prefix the server would not have seen (approximate)")
-    result = AcceptanceResult(str(ckpt.path), data_name, label, K, done, views, toggles, agreement, notes=tuple(notes))
-    return replace(result, findings=tuple(gap_findings(result, ckpt)))
+    if origin.checked:
+        notes.append(f"as served: the target was run again on each sample's tokens to capture hidden_states "
+                     f"{list(capture)}, the layers the served views read")
+    result = AcceptanceResult(str(ckpt.path), data_name, label, K, done, views, toggles, agreement, notes=tuple(notes),
+                              traffic=scorer.result({n: v.accept_len for n, v in views.items()}))
+    findings = gap_findings(result, ckpt)
+    if origin.foreign:
+        from .provenance import not_from_target
+
+        findings.insert(0, not_from_target(origin.foreign, origin.checked, origin.worst, origin.first_foreign or "",
+                                           teacher.source))
+    return replace(result, findings=tuple(findings))
 
 
 def _shared_counts(setups: dict[str, Setup], K: int,
@@ -246,7 +277,7 @@ def _shared_counts(setups: dict[str, Setup], K: int,
 
 
 def _runs_alike(a: Setup, b: Setup) -> bool:
-    if (a.layers, a.aux_off) != (b.layers, b.aux_off) or _effective_gate(a) != _effective_gate(b):
+    if (a.layers, a.aux_off, a.feed) != (b.layers, b.aux_off, b.feed) or _effective_gate(a) != _effective_gate(b):
         return False
     sa, sb = a.draft.state_dict(), b.draft.state_dict()
     return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa if k != "t2d")
@@ -308,6 +339,55 @@ class Teacher:
         return cls(ckpt.read(norm_key).float().to(device), float(config.get("rms_norm_eps") or 1e-6), head,
                    num_layers, int(head.shape[1]), str(ckpt.path), ckpt=ckpt)
 
+    @property
+    def runnable(self) -> bool:
+        """The whole target is at hand (a loaded model, or a checkpoint holding every decoder layer's weights)."""
+        if self.model is not None:
+            return True
+        keys = self.ckpt.tensors if self.ckpt is not None else {}
+        return all(any(f"layers.{i}." in k for k in keys) for i in range(self.num_layers))
+
+    def states(self, ids: torch.Tensor, layers: tuple[int, ...],
+               full: bool) -> tuple[dict[int, torch.Tensor], torch.Tensor | None, torch.Tensor | None]:
+        """The target run on ``ids`` [T]: the inputs of decoder layers ``layers`` (HF indices) as the engine captures
+        them, each [T, H]; with ``full`` also the final norm's input and output (else the forward stops after the
+        deepest layer asked for). The target is loaded on first use."""
+        from .wiring import find_decoder_layers, input_device, load_target
+
+        if self.model is None:
+            self.model = load_target(self.ckpt, "cpu")
+        model = self.model
+        decoder_path, decoder = find_decoder_layers(model)
+        seen: dict[Any, torch.Tensor] = {}
+
+        def grab(key: Any) -> Callable[..., None]:
+            def hook(_module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+                seen[key] = (args[0] if args else kwargs["hidden_states"])[0].detach().float()
+            return hook
+
+        def enough(_module: Any, _args: Any, _kwargs: Any) -> None:
+            raise _Enough
+
+        hooks = [decoder[k].register_forward_pre_hook(grab(k), with_kwargs=True) for k in layers]
+        deepest = max(layers) + 1
+        norm = None
+        if full:
+            parent = decoder_path.rsplit(".", 1)[0] if "." in decoder_path else ""
+            norm = model.get_submodule(f"{parent}.norm" if parent else "norm")
+            hooks.append(norm.register_forward_pre_hook(grab("pre"), with_kwargs=True))
+            hooks.append(norm.register_forward_hook(lambda _m, _a, out: seen.__setitem__("post", out[0].float())))
+        elif deepest < len(decoder):
+            hooks.append(decoder[deepest].register_forward_pre_hook(enough, with_kwargs=True))
+        try:
+            with torch.no_grad():
+                model(input_ids=ids[None].to(input_device(model)), use_cache=False)
+        except _Enough:
+            pass
+        finally:
+            for handle in hooks:
+                handle.remove()
+        return {k: seen[k] for k in layers}, seen.get("pre"), seen.get("post")
+
     def _rows(self, rows: torch.Tensor | None) -> torch.Tensor:
         """The verifier lm_head rows of the draft vocab (gathered once per mapping, not per sample)."""
         if rows is None:
@@ -327,12 +407,17 @@ class Teacher:
         x = last.float()
         return self.norm * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
 
-    def greedy(self, normed: torch.Tensor, rows: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Argmax over the full vocabulary and over the draft-vocab rows ``rows`` (index into the draft vocab)."""
+    def greedy(self, normed: torch.Tensor, rows: torch.Tensor | None,
+               each: Callable[[torch.Tensor], None] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Argmax over the full vocabulary and over the draft-vocab rows ``rows`` (index into the draft vocab);
+        ``each`` sees every block of full-vocabulary logits (the sampled view gathers its statistics there)."""
         full, draft = [], []
         sub = self._rows(rows)
         for chunk in normed.split(TEACHER_CHUNK):
-            full.append((chunk @ self.lm_head.T).argmax(-1))
+            logits = chunk @ self.lm_head.T
+            if each is not None:
+                each(logits)
+            full.append(logits.argmax(-1))
             draft.append((chunk @ sub.T).argmax(-1))
         return torch.cat(full), torch.cat(draft)
 
@@ -375,24 +460,25 @@ def _trained_setup(ckpt: Checkpoint, teacher: Teacher, L: int, dev: torch.device
     if "lm_head.weight" not in {canonical_key(k) for k in ckpt.tensors} and t2d_rows is not None:
         _install(module, "lm_head.weight", teacher.lm_head[t2d_rows.to(teacher.lm_head.device)].cpu())
     layers, _ = trained_with(ckpt.spec, L)
-    return Setup(module.to(dev), tuple(sorted(set(layers))), "always")
+    return Setup(module.to(dev), tuple(sorted(set(layers))), "always", feed="stored")
 
 
 def _served_setup(ckpt: Checkpoint, profile: EngineProfile, teacher: Teacher, L: int, dev: torch.device,
                   aux_off: bool, empty: EmptyMemory) -> Setup:
-    from .aux_layers import resolve_aux_layers
-    from .keys import simulate_load
+    """The draft as :func:`~eagle3lens.served.serve_draft` says ``profile`` serves it: the keys it loads, the init
+    of every parameter it never writes, the tables it shares from the target, the layers it captures, its fc gate."""
+    from ..served import serve_draft
 
-    load = simulate_load(ckpt, profile)
-    module = _reference(ckpt, load.loaded_keys)
-    loaded = {canonical_key(k) for k in load.loaded_keys}
-    never_written = apply_engine_init(module, _written(module, ckpt, load.loaded_keys), profile, empty=empty)
-    for role, name, table in (("embed", "embed_tokens.weight", teacher.embed),
-                              ("lm_head", "lm_head.weight", lambda: teacher.lm_head.cpu())):
-        if profile.shared(role, ckpt.spec) and (name not in loaded or role == "embed") and _install(module, name, table()):
-            never_written.pop(name, None)
-    resolution = resolve_aux_layers(ckpt.spec, L, profile, checkpoint=ckpt.path)
-    return Setup(module.to(dev), resolution.captured, profile.fc_gate, aux_off, f"as {profile.spec} loads them",
+    served = serve_draft(ckpt, engine=profile, num_target_layers=L)
+    module = _reference(ckpt, served.loaded_keys)
+    never_written = apply_engine_init(module, _written(module, ckpt, served.loaded_keys), profile, empty=empty)
+    tables = {"embed": ("embed_tokens.weight", teacher.embed), "lm_head": ("lm_head.weight", lambda: teacher.lm_head.cpu())}
+    for param in served.params:
+        if param.source == "target" and param.role in tables:
+            name, table = tables[param.role]
+            if _install(module, name, table()):
+                never_written.pop(name, None)
+    return Setup(module.to(dev), served.captured, profile.fc_gate, aux_off, f"as {profile.spec} loads them",
                  tuple(sorted(never_written.items())))
 
 
@@ -461,8 +547,8 @@ def _toggle_setups(served: Setup, trained: Setup, ckpt: Checkpoint, profile: Eng
             for key in keys:
                 module.state_dict()[key].copy_(t_state[key])
         out[cause] = replace(served, draft=module, weights=f"{served.weights}, {cause} as trained")
-    if served.layers != trained.layers and not aux_off:
-        out["aux-ids"] = replace(served, layers=trained.layers)
+    if served.layers != trained.layers and not aux_off:  # the engine's weights fed the data's own features
+        out["aux-ids"] = replace(served, layers=trained.layers, feed="stored")
     if aux_off:
         out["aux-capture"] = replace(served, aux_off=False)
     return out
@@ -523,7 +609,11 @@ def _config_steps(ckpt: Checkpoint) -> int | None:
 @dataclass
 class _Prepared:
     ids: torch.Tensor  # [T'] token i+1 at position i (speculators' shift_batch)
-    feats: dict[int, torch.Tensor]  # HF index -> [T', H] aux state of position i
+    stored: torch.Tensor | None  # [T', n_aux * H] the data's own aux states of position i (the training features)
+    feats: dict[int, torch.Tensor]  # HF index -> [T', H] aux state of position i (recorded, or captured again)
+    recorded: tuple[int, ...] | None  # the HF layers the data records for its chunks
+    rows: torch.Tensor  # [T', H] the target's final-norm state of position i+1 (its logits give teacher_full)
+    tokens: torch.Tensor  # [T'+1] the sample's own token ids (unshifted)
     final: torch.Tensor | None  # [T', H] the target's final post-norm state (aux-off feed)
     mask: torch.Tensor  # [T'] loss mask of position i (that of token i+1)
     teacher_full: torch.Tensor  # [T'] target greedy token after position i+1 (full vocab)
@@ -535,7 +625,10 @@ class _Prepared:
 def _checked(samples: Iterator[Sample], ckpt: Checkpoint, teacher: Teacher, trained: Setup) -> Iterator[Sample]:
     """Samples whose widths fit the draft and target (else one clear error naming the file and both widths)."""
     cfg = trained.draft.cfg
+    positions = max_positions(teacher.model.config if teacher.model is not None else
+                              (teacher.ckpt.config if teacher.ckpt is not None else None) or {})
     for s in samples:
+        check_length(len(s), positions, s.source)
         if s.last is not None and s.last.shape[-1] != teacher.hidden:
             raise CheckpointError(s.source, f"last hidden state is {s.last.shape[-1]} wide, the target's hidden size "
                                             f"is {teacher.hidden} ({teacher.source})")
@@ -549,30 +642,75 @@ def _checked(samples: Iterator[Sample], ckpt: Checkpoint, teacher: Teacher, trai
                                             f"{cfg.num_aux} x {H_t} = {cfg.num_aux * H_t} ({ckpt.path})")
         if s.last is None:
             raise CheckpointError(s.source, "the dump holds no last hidden state: the teacher cannot be computed")
-        if int(s.token_ids.max()) >= teacher.lm_head.shape[0] or int(s.token_ids.min()) < 0:
-            raise CheckpointError(s.source, f"token id {int(s.token_ids.max())} outside the target's vocabulary "
-                                            f"of {teacher.lm_head.shape[0]}")
+        for name, values in (("aux hidden states", s.aux), ("last hidden state", s.last)):
+            bad = (~torch.isfinite(values)).nonzero()
+            if bad.numel():
+                raise CheckpointError(s.source, f"non-finite values in the {name} (first at position "
+                                                f"{int(bad[0][0])}): the dump is not usable")
+        check_token_ids(s.token_ids, int(teacher.lm_head.shape[0]), s.source)
         yield s
 
 
-def _prepare(s: Sample, teacher: Teacher, trained: Setup, dev: torch.device) -> _Prepared:
-    """speculators' shift_batch (position i: token i+1, aux state of i, last hidden of i+1) and the teacher."""
+def _prepare(s: Sample, teacher: Teacher, trained: Setup, dev: torch.device, capture: tuple[int, ...],
+             origin: _Origin, each: Callable[[torch.Tensor], None] | None = None) -> _Prepared:
+    """speculators' shift_batch (position i: token i+1, aux state of i, last hidden of i+1) and the teacher; the
+    target's states at ``capture`` (HF indices the served setups read) taken from the data where it records them,
+    else captured again by running the target on the sample's tokens (when it can run here)."""
     module = trained.draft
-    chunks = s.aux.split(module.cfg.target_hidden, dim=-1)
-    # a dump that does not name its layers holds the ones the draft's config says it was trained with
-    layers = s.layers if s.layers is not None else trained.layers
-    if len(layers) != len(chunks):
+    H_t = module.cfg.target_hidden
+    chunks = s.aux.split(H_t, dim=-1)
+    feats: dict[int, torch.Tensor] = {}
+    if s.layers is not None:
+        if len(s.layers) != len(chunks):
+            raise CheckpointError(s.source, f"the dump holds {len(chunks)} aux layers but records {len(s.layers)} "
+                                            f"({list(s.layers)})")
+        feats = {k: c[:-1].to(dev, torch.float32) for k, c in zip(sorted(s.layers), chunks, strict=True)}
+    stored = s.aux[:-1].to(dev, torch.float32) if s.aux.shape[-1] == module.cfg.num_aux * H_t else None
+    if stored is None and not all(k in feats for k in trained.layers):
         raise CheckpointError(s.source, f"the dump holds {len(chunks)} aux layers, the draft was trained with "
-                                        f"{len(layers)} ({list(layers)})")
-    feats = {k: c[:-1].to(dev, torch.float32) for k, c in zip(sorted(layers), chunks, strict=True)}
+                              f"{module.cfg.num_aux} ({list(trained.layers)})")
     assert s.last is not None
+    missing = tuple(k for k in capture if k not in feats)
+    if missing and teacher.runnable:
+        captured, pre, post = teacher.states(s.token_ids, missing, full=origin.checked < ORIGIN_SAMPLES)
+        feats.update({k: v[:-1].to(dev) for k, v in captured.items()})
+        if pre is not None and post is not None:
+            origin.check(s, pre, post)
     normed = s.last.to(dev, torch.float32) if s.last_normed else teacher.final_norm(s.last.to(dev))
     rows = _draft_rows(module)
-    full, draft = teacher.greedy(normed[1:], rows.to(dev) if rows is not None else None)
+    full, draft = teacher.greedy(normed[1:], rows.to(dev) if rows is not None else None, each=each)
     ids = s.token_ids.to(dev)
     mask = s.loss_mask.to(dev)[1:]
     follows = (ids[2:] == full[:-1]) & mask[:-1]
-    return _Prepared(ids[1:], feats, normed[:-1], mask, full, draft, float(follows.sum()), float(mask[:-1].sum()))
+    return _Prepared(ids[1:], stored, feats, s.layers, normed[1:], ids, normed[:-1], mask, full, draft,
+                     float(follows.sum()), float(mask[:-1].sum()))
+
+
+class _Enough(Exception):
+    """Raised by a hook to end a target forward once the layers asked for are captured."""
+
+
+ORIGIN_SAMPLES = 4  # samples whose last hidden states are checked against the target's (the whole forward runs)
+
+
+class _Origin:
+    """Whether the data's last hidden states are this target's own (checked wherever the target is run again)."""
+
+    def __init__(self) -> None:
+        self.checked = self.foreign = 0
+        self.worst = 0.0
+        self.first_foreign: str | None = None
+
+    def check(self, s: Sample, pre: torch.Tensor, post: torch.Tensor) -> None:
+        from .provenance import MATCH_TOLERANCE, relative_error
+
+        assert s.last is not None
+        error = min(relative_error(s.last, pre), relative_error(s.last, post))
+        self.checked += 1
+        self.worst = max(self.worst, error)
+        if error > MATCH_TOLERANCE:
+            self.foreign += 1
+            self.first_foreign = self.first_foreign or s.source
 
 
 # -- scoring ----------------------------------------------------------------------------------------
@@ -581,35 +719,42 @@ def _feature(setup: Setup, p: _Prepared) -> torch.Tensor:
         if p.final is None:
             raise UsageError("aux-off needs the target's final hidden state")
         return p.final
+    if setup.feed == "stored" and p.stored is not None:  # as wide as fc reads: the training features as stored
+        return p.stored
     missing = [k for k in setup.layers if k not in p.feats]
     if missing:
-        raise _MissingLayers(missing, sorted(p.feats))
+        raise _MissingLayers(setup.layers, p.recorded)
     return torch.cat([p.feats[k] for k in setup.layers], dim=-1)
 
 
 class _MissingLayers(Exception):
-    def __init__(self, missing: list[int], have: list[int]) -> None:
-        super().__init__(f"the data holds aux layers {have} (HF indices), this setup captures {missing} too: "
-                         "give --target T --prompts F to capture them live")
+    def __init__(self, wanted: tuple[int, ...], recorded: tuple[int, ...] | None) -> None:
+        held = (f"the dump holds {list(recorded)}" if recorded is not None else
+                "the dump does not record which layers it holds")
+        super().__init__(f"the engine captures hidden_states {list(wanted)}, {held}, and the target cannot be run "
+                         "here to capture them (its checkpoint lacks decoder weights): give a full target, or "
+                         "--target T --prompts F")
 
 
-def _score(setup: Setup, p: _Prepared, K: int, counts: _Counts, serving: bool) -> None:
+def _score(setup: Setup, p: _Prepared, K: int, counts: _Counts, serving: bool) -> list[torch.Tensor] | None:
+    """Score one sample into ``counts``; the chain's predictions (None when the view cannot run)."""
     if counts.error or counts.unavailable:
-        return
+        return None
     try:
         feature = _feature(setup, p)
         preds = chain(setup.draft, p.ids, feature, setup.gate, K,
                       teacher_forced=None if serving else p.ids)
     except _MissingLayers as exc:
         counts.unavailable = str(exc)
-        return
+        return None
     except (AssertionError, RuntimeError) as exc:  # the engine's fc shape check, or fc's matmul on the wrong width
         counts.error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
-        return
+        return None
     if serving:
         _score_serving(setup.draft, preds, p, K, counts)
     else:
         _score_metrics(preds, p, K, counts)
+    return preds
 
 
 def _score_metrics(preds: list[torch.Tensor], p: _Prepared, K: int, counts: _Counts) -> None:
@@ -793,38 +938,52 @@ def restored(result: AcceptanceResult) -> bool | None:
     trained, fixed = result.accept_len("as_trained"), result.accept_len("fixed")
     if trained is None or fixed is None:
         return None
-    return _within_noise(fixed, trained)
+    return within_noise(fixed, trained)
 
 
-def _within_noise(value: float | None, trained: float) -> bool:
-    return value is not None and abs(value - trained) <= max(0.05, 0.05 * trained)
-
-
-def check_data(draft: str | Path | Checkpoint, data: str | Path, *, target: str | Path) -> None:
-    """The checks ``estimate_acceptance`` makes of each sample, on the dump's first one (``convert --data`` runs
-    them before it writes anything): one error naming the file and both widths when the dump does not fit."""
+def check_data(draft: str | Path | Checkpoint, data: str | Path, *, target: str | Path,
+               limit: int | None = None) -> None:
+    """The checks ``estimate_acceptance`` makes of each sample, on every sample it will score (the first
+    ``limit``; ``convert --data`` runs them before it writes anything): one error naming the file and both widths
+    when a sample does not fit. Samples are read one at a time."""
     ckpt = (draft if isinstance(draft, Checkpoint) else Checkpoint.open(draft)).require_draft()
     cpu = torch.device("cpu")
     teacher = Teacher.open(target, cpu)
     trained = _trained_setup(ckpt, teacher, teacher.num_layers, cpu)
-    for _ in _checked(iter_samples(data, limit=1), ckpt, teacher, trained):
-        pass
+    H_t = trained.draft.cfg.target_hidden
+    for s in _checked(iter_samples(data, limit=limit), ckpt, teacher, trained):
+        layers = s.layers if s.layers is not None else trained.layers
+        if len(layers) != s.aux.shape[-1] // H_t:  # what _prepare refuses, without running the teacher
+            raise CheckpointError(s.source, f"the dump holds {s.aux.shape[-1] // H_t} aux layers, the draft was "
+                                            f"trained with {len(layers)} ({list(layers)})")
 
 
 def verify_conversion(source: str | Path, out: str | Path, data: str | Path, *, target: str | Path,
                       engine: str | EngineProfile, steps: int | None = None, device: str = "cpu",
                       limit: int | None = None, progress: Progress | None = None) -> AcceptanceResult:
     """``convert --data``: the source as trained and as ``engine`` serves it, beside ``out`` (what convert wrote)
-    as ``engine`` serves it; ``acceptance/not-restored`` when ``out`` falls short of as trained."""
+    as ``engine`` serves it, fed the layers the engine captures. "Verified" needs both: ``out`` restores as trained
+    within noise, and provenance of the data against ``out`` and ``engine`` is clean (the engine feeds the layers
+    the data came from); ``acceptance/not-restored`` when ``out`` falls short of as trained."""
+    from .provenance import trace_provenance
+
     result = estimate_acceptance(source, data, target=target, engine=engine, steps=steps, device=device,
                                  limit=limit, fixed=out, progress=progress)
     trained, fixed = result.accept_len("as_trained"), result.accept_len("fixed")
     view = result.views.get("fixed")
-    if fixed is None and view is not None and view.unavailable:  # the data lacks a layer the engine captures
+    foreign = [f for f in result.findings if f.code == "data/not-from-target"]
+    if foreign:
+        return replace(result, notes=(*result.notes, f"acceptance not verified: {foreign[0].title}"))
+    if fixed is None and view is not None and view.unavailable:  # the engine's layers could not be fed
         return replace(result, findings=(), notes=(*result.notes, f"acceptance not verified: {view.unavailable}"))
     if restored(result):
+        provenance = trace_provenance(data, target, draft=out, engine=engine, device=device)
+        bad = [f for f in provenance.findings if f.severity.rank >= Severity.WARNING.rank]
+        if bad:
+            return replace(result, findings=tuple(bad), notes=(
+                *result.notes, f"acceptance not verified: provenance of the data against {out}: {bad[0].title}"))
         note = (f"acceptance verified: {out} as served by {result.engine} accepts {fixed:.2f}, as trained "
-                f"{trained:.2f}")
+                f"{trained:.2f}; the engine feeds the layers the data came from")
         return replace(result, findings=(), notes=(*result.notes, note))
     shown = "not scored" if fixed is None else f"{fixed:.2f}"
     finding = Finding("acceptance/not-restored", Severity.CRITICAL,
@@ -840,7 +999,7 @@ def verify_conversion(source: str | Path, out: str | Path, data: str | Path, *, 
 def _gap_fix(result: AcceptanceResult, ckpt: Checkpoint, trained: float, fixed: float | None) -> str | None:
     """convert when it restores as trained; with aux capture off, switching capture on (and convert if needed)."""
     def restores(value: float | None) -> bool:
-        return _within_noise(value, trained)
+        return within_noise(value, trained)
 
     convert = fix_command("convert", ckpt.path, "--to", result.engine or "", "OUT")
     view = result.views.get("as_served")
@@ -887,12 +1046,13 @@ def _count(data: Any, limit: int | None) -> int | None:
 def needed_layers(draft: str | Path | Checkpoint, num_target_layers: int,
                   engine: str | EngineProfile | None = None) -> tuple[int, ...]:
     """HF hidden_states indices a live capture must keep: the trained layers and those ``engine`` captures."""
-    from .aux_layers import resolve_aux_layers, trained_with
+    from ..served import serve_draft
+    from .aux_layers import trained_with
 
     ckpt = draft if isinstance(draft, Checkpoint) else Checkpoint.open(draft)
     layers = set(trained_with(ckpt.spec, num_target_layers)[0])
     if engine is not None:
-        layers |= set(resolve_aux_layers(ckpt.spec, num_target_layers, resolve(engine), checkpoint=ckpt.path).captured)
+        layers |= set(serve_draft(ckpt, engine=engine, num_target_layers=num_target_layers).captured)
     return tuple(sorted(k for k in layers if 0 <= k < num_target_layers))
 
 
@@ -908,7 +1068,7 @@ def live_samples(draft: str | Path | Checkpoint, target: Any, prompts: str | Pat
     tokenizer = target.root if isinstance(target, Checkpoint) else target if isinstance(target, (str, Path)) else None
     ids = read_prompts(prompts, tokenizer_dir=tokenizer)[:limit]
     layers = needed_layers(draft, len(find_decoder_layers(model)[1]), engine)
-    return list(capture_samples(model, ids, layers, new_tokens=new_tokens)), model
+    return list(capture_samples(model, ids, layers, new_tokens=new_tokens, source=prompts)), model
 
 
 def doctor_acceptance(draft: Checkpoint, target: Any, engine: str | EngineProfile | None, *,

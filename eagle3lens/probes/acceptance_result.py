@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..findings import Finding, to_jsonable
+from .traffic_result import Traffic
 
 VIEW_NAMES = ("metrics", "as_trained", "as_served", "fixed")
 CAUSE_LABELS = {"keys": "keys fixed alone", "aux-ids": "aux ids fixed alone", "aux-capture": "aux capture on alone",
@@ -48,6 +49,7 @@ class AcceptanceResult:
     greedy_agreement: float | None = None
     findings: tuple[Finding, ...] = ()
     notes: tuple[str, ...] = ()
+    traffic: Traffic | None = None  # sampling as served and the served vocabulary, when asked for
 
     def accept_len(self, view: str) -> float | None:
         v = self.views.get(view)
@@ -57,4 +59,11 @@ class AcceptanceResult:
         out: dict[str, Any] = {name: view.to_dict() for name, view in self.views.items()}
         out.update(toggles=dict(self.toggles), draft=self.draft, data=self.data, engine=self.engine, steps=self.steps,
                    samples=self.samples, greedy_agreement=self.greedy_agreement, notes=list(self.notes))
+        if self.traffic is not None:
+            out["traffic"] = self.traffic.to_dict()
         return to_jsonable(out)
+
+
+def within_noise(value: float | None, trained: float) -> bool:
+    """Two accept lengths that offline estimation cannot tell apart (0.05 or 5 %, the larger)."""
+    return value is not None and abs(value - trained) <= max(0.05, 0.05 * trained)

@@ -68,6 +68,15 @@ class AuxResolution:
             "findings": [f.to_dict() for f in self.findings]})
 
 
+def _ignored_fix(profile: EngineProfile, checkpoint: str | Path) -> str:
+    """convert when the engine reads some config field (it writes the ids there); else only the launch can help."""
+    if profile.aux_ids_sources:
+        return fix_command("convert", checkpoint, "--to", profile.spec, "OUT")
+    eager = [p for p, over in profile.paths.items() if dict(over).get("aux_ids_sources")]
+    return (f"launch with --disable-cuda-graph ({profile.name}'s {eager[0]} path reads the ids), or serve with a "
+            "release that reads them" if eager else "serve with a release that reads the config's aux ids")
+
+
 def trained_with(spec: DraftSpec, num_layers: int | None) -> tuple[tuple[int, ...], str]:
     """HF indices the draft was trained with, inferred from the convention of the tool that wrote its config.
 
@@ -143,7 +152,7 @@ def resolve_aux_layers(draft: CheckpointLike | DraftSpec, num_target_layers: int
                else f" The draft was trained with {list(trained) or 'unknown layers'}."),
             evidence={"ids_by_source": written, "engine_reads": list(profile.aux_ids_sources),
                       "captured_hf": list(captured), "trained_with_hf": list(trained)},
-            fix=None if harmless else fix_command("convert", checkpoint, "--to", label, "OUT")))
+            fix=None if harmless else _ignored_fix(profile, checkpoint)))
     if requested and requested != tuple(sorted(requested)):
         findings.append(Finding(
             "config/aux-ids-unsorted", Severity.INFO, "aux layer ids are not in layer order",

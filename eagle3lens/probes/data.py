@@ -25,8 +25,10 @@ bounded size before it is opened, and only one sample is in memory at a time.
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import re
+import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,12 +38,18 @@ import torch
 from torch import nn
 
 from ..errors import CheckpointError, UsageError
+from .limits import MIN_TOKENS, check_length, check_token_ids, max_positions
 
 MANIFEST = "eagle3lens-dump.json"
 FORMAT_NAME = "eagle3lens-hidden-states"
 MAX_SAMPLE_BYTES = 16 << 30  # one sample file; a dump of many GB is many files
 MAX_PROMPT_BYTES = 64 << 20
+MAX_GZIP_RATIO = 16  # a .ckpt.gz sample may expand to 16x its size (float hidden states compress ~1.1x)
+MIN_GZIP_CAP = 64 << 20
 FORMATS = ("speculators", "specforge", "eagle3lens")
+MAX_AUX_LAYERS = 64
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "vocab.json", "spiece.model")
+_ID_LINE = re.compile(r"[\s,]*[-+]?\d+(?:[\s,]+[-+]?\d+)*[\s,]*", re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -139,17 +147,24 @@ def read_sample(file: Path, fmt: str, manifest: dict[str, Any] | None = None) ->
                        last_normed=True)
     data = _safetensors(file)
     manifest = manifest if manifest is not None else {}
-    layers = manifest.get("aux_layers")
     return _sample(file, _need(data, file, "token_ids"), _need(data, file, "aux_hidden_states"),
                    data.get("last_hidden_state"), data.get("loss_mask"),
-                   last_normed=manifest.get("last_hidden") == "post-norm",
-                   layers=tuple(int(k) for k in layers) if isinstance(layers, list) else None)
+                   last_normed=manifest.get("last_hidden") == "post-norm", layers=manifest_layers(manifest))
+
+
+def manifest_layers(manifest: dict[str, Any]) -> tuple[int, ...] | None:
+    """The aux layers a (checked) eagle3lens manifest records, as HF hidden_states indices."""
+    layers = manifest.get("aux_layers")
+    return tuple(layers) if isinstance(layers, list) else None
 
 
 def _sample(file: Path, ids: torch.Tensor, aux: torch.Tensor, last: torch.Tensor | None, mask: torch.Tensor | None,
             last_normed: bool, layers: tuple[int, ...] | None = None) -> Sample:
     ids = ids.reshape(-1).long()
     T = ids.shape[0]
+    if T < MIN_TOKENS:
+        raise CheckpointError(file, f"the sample holds {T} token{'s' if T != 1 else ''}: at least {MIN_TOKENS} are "
+                                    "needed (a position and the token it predicts)")
     if aux.dim() != 2 or aux.shape[0] != T:
         raise CheckpointError(file, f"aux hidden states have shape {list(aux.shape)}, expected [{T}, n_aux * H]")
     if last is not None and (last.dim() != 2 or last.shape[0] != T):
@@ -212,15 +227,34 @@ def _safetensors(file: Path) -> dict[str, torch.Tensor]:
         raise CheckpointError(file, f"cannot read as safetensors ({str(exc)[:160]})") from None
 
 
+def _gunzip(file: Path) -> io.BytesIO:
+    """A ``.ckpt.gz`` decompressed by streaming, refused once it expands past ``MAX_GZIP_RATIO`` times its size
+    (at least ``MIN_GZIP_CAP``, at most ``MAX_SAMPLE_BYTES``): hidden states barely compress, a bomb does."""
+    cap = min(MAX_SAMPLE_BYTES, max(MIN_GZIP_CAP, MAX_GZIP_RATIO * file.stat().st_size))
+    out = io.BytesIO()
+    try:
+        with gzip.open(file, "rb") as fh:
+            while chunk := fh.read(1 << 20):
+                if out.tell() + len(chunk) > cap:
+                    raise CheckpointError(file, f"expands past {cap} bytes when decompressed (over {MAX_GZIP_RATIO}x "
+                                                "its size): not a hidden-state sample")
+                out.write(chunk)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise CheckpointError(file, f"cannot decompress ({type(exc).__name__}: {str(exc)[:160]})") from None
+    out.seek(0)
+    return out
+
+
 def _torch_load(file: Path) -> dict[str, torch.Tensor]:
     import pickle
+    import warnings
 
+    source: Path | io.BytesIO = _gunzip(file) if file.name.endswith(".gz") else file
     try:
-        if file.name.endswith(".gz"):
-            with gzip.open(file, "rb") as fh:
-                obj = torch.load(cast(IO[bytes], fh), map_location="cpu", weights_only=True)
-        else:
-            obj = torch.load(file, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch's "Detected pickle protocol N" note is not the user's business
+            warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
+            obj = torch.load(cast(IO[bytes], source) if isinstance(source, io.BytesIO) else source,
+                             map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:
         raise CheckpointError(file, "refused: not a plain tensor pickle (only tensors are accepted)") from None
     except (RuntimeError, EOFError, OSError, ValueError, KeyError, TypeError) as exc:
@@ -239,6 +273,14 @@ def _manifest(root: Path) -> dict[str, Any]:
         raise CheckpointError(file, f"not JSON ({exc})") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT_NAME:
         raise CheckpointError(file, f"not an eagle3lens dump manifest (format must be {FORMAT_NAME!r})")
+    layers = data.get("aux_layers")
+    if layers is not None and not (isinstance(layers, list) and 0 < len(layers) <= MAX_AUX_LAYERS and all(
+            isinstance(k, int) and not isinstance(k, bool) and 0 <= k < 1 << 20 for k in layers)):
+        raise CheckpointError(file, f"aux_layers must be null or a list of layer indices (integers >= 0), not "
+                                    f"{json.dumps(layers)[:80]}")
+    if data.get("last_hidden", "pre-norm") not in ("pre-norm", "post-norm"):
+        raise CheckpointError(file, f"last_hidden must be 'pre-norm' or 'post-norm', not "
+                                    f"{json.dumps(data.get('last_hidden'))[:80]}")
     return data
 
 
@@ -284,35 +326,63 @@ def read_prompts(path: str | Path, tokenizer_dir: str | Path | None = None) -> l
     stripped = text.strip()
     if stripped.startswith("["):
         try:
-            data = json.loads(stripped)
+            data = json.loads(stripped, parse_int=_bounded_int)
+        except RecursionError:
+            raise CheckpointError(file, "not a JSON list of token-id lists (nested too deeply)") from None
         except ValueError as exc:
-            raise CheckpointError(file, f"not a JSON list of token-id lists ({exc})") from None
-        if not isinstance(data, list) or not all(isinstance(r, list) and r and all(isinstance(i, int) for i in r)
-                                                 for r in data):
-            raise CheckpointError(file, "a JSON prompts file must be a list of non-empty lists of token ids")
+            raise CheckpointError(file, f"not a JSON list of token-id lists ({str(exc)[:120]})") from None
+        if not (isinstance(data, list) and data and all(
+                isinstance(r, list) and r and all(isinstance(i, int) and not isinstance(i, bool) for i in r)
+                for r in data)):
+            raise CheckpointError(file, "a JSON prompts file must be a non-empty list of non-empty lists of token ids")
         return [torch.tensor(r, dtype=torch.long) for r in data]
     lines = [line for line in text.splitlines() if line.strip()]
     if not lines:
         raise CheckpointError(file, "no prompts in the file")
-    if all(re.fullmatch(r"[\d\s,]+", line) for line in lines):
-        return [torch.tensor([int(t) for t in re.split(r"[\s,]+", line.strip()) if t], dtype=torch.long)
-                for line in lines]
+    if all(_ID_LINE.fullmatch(line) for line in lines):
+        try:
+            return [torch.tensor([_bounded_int(t) for t in re.split(r"[\s,]+", line.strip(" \t,")) if t],
+                                 dtype=torch.long) for line in lines]
+        except ValueError as exc:
+            raise CheckpointError(file, f"a line of token ids holds {exc}") from None
+    return _tokenize(file, lines, tokenizer_dir)
+
+
+def _bounded_int(text: str) -> int:
+    """An integer of at most 18 digits (int64 range): longer ones are no token id and need not be parsed."""
+    if len(text.lstrip("+-")) > 18:
+        raise ValueError(f"an integer of {len(text.lstrip('+-'))} digits (token ids have at most 18)")
+    return int(text)
+
+
+def _tokenize(file: Path, lines: list[str], tokenizer_dir: str | Path | None) -> list[torch.Tensor]:
+    """Text prompts through the target's tokenizer (one clear line when it has none)."""
     if tokenizer_dir is None:
         raise UsageError(f"{file}: text prompts need the target's tokenizer (give --target)")
+    root = Path(tokenizer_dir)
+    if not any((root / name).is_file() for name in TOKENIZER_FILES):
+        raise UsageError(f"{file}: the target has no tokenizer ({root}): give one line of token ids per prompt")
     try:
         from transformers import AutoTokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
-    except (OSError, ValueError) as exc:
-        raise CheckpointError(tokenizer_dir, f"no tokenizer to encode text prompts ({str(exc)[:120]}); "
-                                             "give token ids instead") from None
-    return [torch.tensor(tokenizer(line)["input_ids"], dtype=torch.long) for line in lines]
+        tokenizer = AutoTokenizer.from_pretrained(str(root))
+        encoded = [tokenizer(line)["input_ids"] for line in lines]
+    except Exception as exc:  # noqa: BLE001  # any failure of a third-party tokenizer on a user's files
+        problem = " ".join(str(exc).split())
+        problem = problem if len(problem) <= 160 else problem[:160].rsplit(" ", 1)[0] + " …"
+        raise CheckpointError(root, f"the target's tokenizer does not load ({type(exc).__name__}: {problem}): give "
+                                    "one line of token ids per prompt") from None
+    empty = [n for n, ids in enumerate(encoded, 1) if not ids]
+    if empty:
+        raise CheckpointError(file, f"prompt {empty[0]} encodes to no tokens")
+    return [torch.tensor(ids, dtype=torch.long) for ids in encoded]
 
 
 def capture_samples(target: nn.Module, prompts: Iterable[torch.Tensor], layers: Sequence[int],
-                    new_tokens: int = 32) -> Iterator[Sample]:
+                    new_tokens: int = 32, source: str | Path = "prompts") -> Iterator[Sample]:
     """Live samples: each prompt continued greedily by ``target``; aux = inputs of decoder layers ``layers`` (HF
-    ``hidden_states`` indices), last = the final norm's output, loss mask on the generated tokens only."""
+    ``hidden_states`` indices), last = the final norm's output, loss mask on the generated tokens only.
+    Every prompt is checked against the target's vocabulary and positions first (``source`` names them)."""
     from .wiring import find_decoder_layers, input_device
 
     _, decoder_layers = find_decoder_layers(target)
@@ -320,6 +390,8 @@ def capture_samples(target: nn.Module, prompts: Iterable[torch.Tensor], layers: 
     bad = [k for k in layers if not 0 <= k < L]
     if bad:
         raise UsageError(f"aux layers {bad} are not inputs of any of the target's {L} decoder layers")
+    prompts = list(prompts)
+    check_prompts(prompts, target, new_tokens, source)
     device = input_device(target)
     for prompt in prompts:
         with torch.no_grad():
@@ -329,6 +401,17 @@ def capture_samples(target: nn.Module, prompts: Iterable[torch.Tensor], layers: 
         mask[prompt.numel():] = True
         yield Sample(ids[0].cpu(), torch.cat([f[0].float().cpu() for f in feats], dim=-1), normed[0].float().cpu(),
                      mask, True, "live", tuple(sorted(set(layers))))
+
+
+def check_prompts(prompts: Sequence[torch.Tensor], target: nn.Module, new_tokens: int, source: str | Path) -> None:
+    """Each prompt's ids inside the target's vocabulary, and prompt + ``new_tokens`` inside its positions."""
+    from .trace import input_embeddings
+
+    vocab = int(input_embeddings(target).weight.shape[0])
+    limit = max_positions(getattr(target, "config", {}))
+    for n, ids in enumerate(prompts, 1):
+        check_token_ids(ids, vocab, source, what=f"prompt {n}: ")
+        check_length(ids.numel() + new_tokens, limit, source, what=f"prompt {n} with {new_tokens} new tokens")
 
 
 def _greedy(target: nn.Module, ids: torch.Tensor, new_tokens: int) -> torch.Tensor:

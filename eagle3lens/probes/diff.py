@@ -17,7 +17,6 @@ from ..errors import CheckpointError
 from ..findings import Finding, to_jsonable
 from ..progress import Counter, Progress
 from ..io.safetensors_header import DTYPE_BITS
-from .stats import as_float64
 
 CHUNK = 16 << 20  # hashing unpaired tensors
 COMPARE_CHUNK = 1 << 20  # paired tensors: two 1 MiB buffers fit in L2, so memcmp runs from cache
@@ -163,6 +162,8 @@ def _value_change(a: Checkpoint, x: str, b: Checkpoint, y: str) -> ValueChange:
     """Max abs / max rel difference and the count of differing elements, streamed chunk by chunk (bounded memory;
     each chunk is widened to float64 on its own)."""
     import torch
+
+    from .stats import as_float64  # numpy comes with it: only value diffs need it (convert's header diff does not)
 
     info = a.tensors[x]
     max_abs, scale, n_diff, seen = 0.0, 0.0, 0, False

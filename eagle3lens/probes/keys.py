@@ -22,6 +22,7 @@ from ..checkpoint import (
 from ..engines import EngineProfile, ParamSpec, all_profiles, resolve
 from ..errors import UsageError
 from ..findings import Finding, Severity, fix_command, to_jsonable
+from ..engines.stops import ServerStop, class_absent
 
 CRITICAL_ROLES = ("decoder", "fc", "norm", "lm_head")
 FATE_ORDER = ("raises", "dropped", "loaded-shard", "loaded", "converted", "skipped", "not-reached")
@@ -190,7 +191,9 @@ def simulate_load(draft: CheckpointLike, engine: EngineProfile | str | None = No
     sources = tuple(_param_source(p, written.get(p.name, []), profile, spec) for p in params.values())
     recognised = profile.recognises(ckpt.config)
     mapping = {f.key: f.param for f in fates if f.param and f.fate in ("loaded", "loaded-shard", "converted")}
-    findings = _findings(ckpt, profile, spec, fates, sources, recognised, num_target_layers)
+    absent = class_absent(profile, spec)
+    findings = (_findings(ckpt, profile, spec, fates, sources, recognised, num_target_layers) if absent is None
+                else [_class_absent(profile, spec, absent)])
     if profile.path:  # every finding says which runtime path it assumed
         findings = [replace(f, detail=f"{f.detail} (Assumed runtime path: {profile.path_label}.)".strip(),
                             evidence={**f.evidence, "runtime_path": profile.path_label}) for f in findings]
@@ -198,6 +201,17 @@ def simulate_load(draft: CheckpointLike, engine: EngineProfile | str | None = No
     return LoadResult(str(ckpt.path), profile.spec, profile.label, profile.source, recognised, tuple(fates),
                       sources, tuple(findings), notes, mapping, missing_d2t(profile, spec), profile.draft_class,
                       profile.release, profile.path)
+
+
+def _class_absent(profile: EngineProfile, spec: DraftSpec, stop: ServerStop) -> Finding:
+    """The release does not ship the draft's class: the server stops, nothing is loaded (what would be dropped or
+    left at init is moot, and no key renaming fixes it)."""
+    arch = spec.architectures[0]
+    return Finding(
+        "config/unrecognized", Severity.CRITICAL, f"{profile.spec} does not ship the draft class {arch}: the server "
+        "stops at start", f"The draft worker resolves config.architectures and stops: {stop.error}",
+        evidence={"architectures": list(spec.architectures), "error": stop.error, "stage": stop.stage,
+                  "accepted": sorted(profile.all_architectures())}, fix=stop.remedy)
 
 
 def _release_notes(profile: EngineProfile) -> tuple[str, ...]:
@@ -254,7 +268,33 @@ def _param_source(param: ParamSpec, writes: list[tuple[str, str | None]], profil
 
 # -- findings --------------------------------------------------------------------------------
 def _fix(ckpt: Checkpoint, profile: EngineProfile) -> str:
-    return fix_command("convert", ckpt.path, "--to", profile.spec, "OUT")
+    """``convert --to`` when it can write a checkpoint the engine loads; else why not, and what serves the draft."""
+    blocker = convert_blocker(ckpt, profile)
+    if blocker is None:
+        return fix_command("convert", ckpt.path, "--to", profile.spec, "OUT")
+    return f"no conversion makes {profile.spec} load this draft ({blocker}): serve it with another release"
+
+
+def convert_blocker(ckpt: Checkpoint, profile: EngineProfile) -> str | None:
+    """Why ``convert --to`` cannot write a checkpoint ``profile`` loads faithfully (None: it can), from the config
+    it would write and the engine's route for every renamed key (what convert refuses, decided before writing)."""
+    from ..checkpoint import build_spec
+    from ..convert_config import convert_config
+
+    config, _, refusals, _ = convert_config(ckpt.config or {}, ckpt.spec, profile)
+    if refusals:
+        return refusals[0]
+    names = {k: profile.native_name(k) for k in ckpt.tensors}
+    spec = build_spec(config, {names[k]: replace(info, name=names[k]) for k, info in ckpt.tensors.items()})
+    if not profile.recognises(config):
+        return "it does not recognise any config convert writes"
+    params = profile.parameters(spec, ckpt.path)
+    for key, new in names.items():
+        route = profile.route(new, params, spec)
+        full_vocab = (spec.draft_vocab_size or spec.vocab_size) == spec.vocab_size
+        if route.fate in ("dropped", "raises") and not (key.split(".")[-1] in ("d2t", "t2d") and full_vocab):
+            return f"{key} would be {route.fate}: {route.reason[:120]}"
+    return None
 
 
 def _findings(ckpt: Checkpoint, profile: EngineProfile, spec: DraftSpec, fates: list[TensorFate],
@@ -337,13 +377,18 @@ def _findings(ckpt: Checkpoint, profile: EngineProfile, spec: DraftSpec, fates: 
     at_init = [s for s in sources if s.status in ("left-at-init", "partial") and s.param.role != "vocab"]
     if at_init:
         severe = any(s.param.role in CRITICAL_ROLES for s in at_init)
+        renamed = suppliable(ckpt, profile, spec)
+        absent = [s.param.name for s in at_init if s.param.name not in renamed]
         out.append(Finding(
             "keys/left-at-init", Severity.CRITICAL if severe else Severity.WARNING,
             f"{len(at_init)} {label} parameter{'s' if len(at_init) != 1 else ''} never written: they keep their init values",
-            "No checkpoint tensor maps to these parameters and the engine does not check.",
+            "No checkpoint tensor maps to these parameters and the engine does not check."
+            + (f" The checkpoint holds no tensor for {', '.join(absent[:4])}{' ...' if len(absent) > 4 else ''} "
+               "under any name: renaming keys cannot supply it." if absent else ""),
             evidence={"parameters": {s.param.name: {"init": s.param.init, "shape": list(s.param.shape),
-                                                    "missing_shards": list(s.missing_shards)} for s in at_init}},
-            fix=fix))
+                                                    "missing_shards": list(s.missing_shards)} for s in at_init},
+                      "absent_from_checkpoint": absent},
+            fix=_absent_fix(absent, profile) if absent else fix))
     mismatched = [f for f in fates if f.shape_mismatch and f.fate in ("loaded", "loaded-shard")]
     if mismatched:
         first = mismatched[0]
@@ -358,6 +403,27 @@ def _findings(ckpt: Checkpoint, profile: EngineProfile, spec: DraftSpec, fates: 
     out += _flag_findings(ckpt, profile, spec, fates, fix)
     out += _aux_findings(ckpt, profile, num_target_layers)
     return out
+
+
+def _absent_fix(absent: list[str], profile: EngineProfile) -> str:
+    """A parameter no checkpoint tensor can fill: re-export it; a bias no trainer writes: another release."""
+    if all(name.endswith(".bias") for name in absent):
+        return (f"no trainer writes {absent[0]}: serve with a {profile.name} release whose draft class does not "
+                "create it")
+    return f"the checkpoint has no tensor for {absent[0]}{' (and more)' if len(absent) > 1 else ''}: re-export it " \
+           "from training"
+
+
+def suppliable(ckpt: Checkpoint, profile: EngineProfile, spec: DraftSpec) -> set[str]:
+    """The parameters (whole, every shard) the checkpoint's tensors would fill under the engine's native names, as
+    ``convert --to`` renames them: what a conversion can supply and what only a re-export can."""
+    params = profile.parameters(spec, ckpt.path)
+    shards: dict[str, set[str | None]] = {}
+    for key in ckpt.tensors:
+        route = profile.route(profile.native_name(key), params, spec)
+        if route.param in params and route.fate in ("loaded", "loaded-shard", "converted"):
+            shards.setdefault(route.param, set()).add(route.shard)
+    return {name for name, got in shards.items() if not params[name].shards or set(params[name].shards) <= got}
 
 
 def _vocab_shape_findings(ckpt: Checkpoint, spec: DraftSpec) -> list[Finding]:
@@ -443,4 +509,12 @@ def _aux_findings(ckpt: Checkpoint, profile: EngineProfile, num_target_layers: i
     from .aux_layers import resolve_aux_layers
 
     resolution = resolve_aux_layers(ckpt, num_target_layers, profile)
-    return [f for f in resolution.findings if f.code in ("config/aux-ids-ignored", "config/aux-ids-shifted")]
+    return [f for f in with_convert_fix(resolution.findings, ckpt, profile)
+            if f.code in ("config/aux-ids-ignored", "config/aux-ids-shifted")]
+
+
+def with_convert_fix(findings: Iterable[Finding], ckpt: Checkpoint, profile: EngineProfile) -> tuple[Finding, ...]:
+    """``findings`` whose fix is the plain ``convert --to`` given the fix that works (see :func:`_fix`)."""
+    plain = fix_command("convert", ckpt.path, "--to", profile.spec, "OUT")
+    fix = _fix(ckpt, profile) if any(f.fix == plain for f in findings) else plain
+    return tuple(replace(f, fix=fix) if f.fix == plain else f for f in findings)

@@ -35,6 +35,7 @@ from __future__ import annotations
 import codecs
 import math
 import os
+import re
 import statistics
 from array import array
 from collections import Counter
@@ -50,7 +51,7 @@ from ..engines import EngineProfile
 from ..errors import CheckpointError, LogFileError, UsageError
 from ..findings import Finding, Severity, fix_command, to_jsonable
 from ..io.inputs import GiB, open_regular
-from ..io.textsafe import clean_text, strip_escapes
+from ..io.textsafe import ESC_BRANCHES, clean_text, strip_escapes
 from .log_formats import (
     ENGINES,
     FORMAT_DESCRIPTIONS,
@@ -61,6 +62,7 @@ from .log_formats import (
     VLLM_SPEC,
     VLLM_STATS,
     VLLM_VERSION,
+    TREE_HINT,
     VLLM_VERSION_HINTS,
     DraftInference,
     anchored,
@@ -258,18 +260,32 @@ def _split_engine(engine: str | None) -> tuple[str | None, Version | None]:
 
 
 class _Block(NamedTuple):
-    """Lines of one read block, and whether any of them may need escape stripping or carries start-up facts."""
+    """Lines of one read block, the same lines without terminal escapes, and whether any carries start-up facts."""
 
     lines: list[str | None]  # None: a line over MAX_LINE_BYTES (skipped, never parsed)
-    escapes: bool
+    clean: list[str | None] | list[str]  # line i without escape sequences (``lines`` itself when none has one)
     startup: bool
     crlf: bool
 
 
+# textsafe's ESC-introduced sequences as one literal-prefixed pattern (found at memchr speed) whose classes stop at a
+# newline: over a block's lines joined by "\n" it removes from each line what strip_escapes removes from it alone,
+# when the block holds no 8-bit C1 introducer (those blocks are stripped line by line)
+_BLOCK_ESCAPES = re.compile("\x1b(?:" + "|".join(b.removeprefix("\x1b").replace("[^\x07\x1b\x9c]", "[^\x07\x1b\x9c\n]")
+                                                  .replace("[^\x1b\x9c]", "[^\x1b\x9c\n]") for b in ESC_BRANCHES) + ")")
+_C1 = ("\x9b", "\x9d", "\x90", "\x98", "\x9e", "\x9f")
+
+
 def _block(lines: list[str | None], *texts: str) -> _Block:
     escapes = any("\x1b" in t or "\x9b" in t or "\x9d" in t or "\x90" in t for t in texts)
-    startup = any("speculative_num_" in t or any(h in t for h in VLLM_VERSION_HINTS) for t in texts)
-    return _Block(lines, escapes, startup, any("\r" in t for t in texts))
+    startup = any("speculative_num_" in t or "speculative_eagle_topk" in t or TREE_HINT in t
+                  or any(h in t for h in VLLM_VERSION_HINTS) for t in texts)
+    clean: list[str | None] | list[str] = lines
+    if escapes and any(c in t for t in texts for c in _C1):
+        clean = [None if line is None else strip_escapes(line) for line in lines]
+    elif escapes:
+        clean = _BLOCK_ESCAPES.sub("", "\n".join("" if line is None else line for line in lines)).split("\n")
+    return _Block(lines, clean, startup, any("\r" in t for t in texts))
 
 
 def _file_blocks(handle: BinaryIO, path: Path) -> Iterator[_Block]:
@@ -356,8 +372,12 @@ class _Collector:
         self.pos_counts: list[int] = []
         self.lifetime: float | None = None
         self.lifetime_lines = 0
+        # 'Mean acceptance length' lines whose own arithmetic names the convention: mean = sum of the
+        # per-position rates (0.8.5-0.8.5.post1, bonus excluded) or 1 + that sum (0.9.0+, bonus included)
+        self.mean_is_sum = 0
+        self.mean_is_one_plus_sum = 0
 
-    def _add_vllm(self, values: dict[str, Any]) -> None:
+    def _add_vllm(self, fmt: str, values: dict[str, Any]) -> None:
         if (accepted := values.get("accepted_tokens")) is not None:
             self.accepted = (self.accepted or 0) + accepted
         if (drafted := values.get("drafted_tokens")) is not None:
@@ -368,6 +388,14 @@ class _Collector:
                 self.pos_counts.append(0)
             self.pos_sums[i] += p
             self.pos_counts[i] += 1
+        if fmt == "vllm-mean-length" and (mean := values.get("accept_len")) is not None and (
+                positions := values.get("per_position")):
+            total = math.fsum(positions)
+            slack = 0.005 + 0.0005 * len(positions) + 1e-9  # mean printed to 2 decimals, each rate to 3
+            if abs(mean - total) <= slack:
+                self.mean_is_sum += 1
+            elif abs(mean - 1 - total) <= slack:
+                self.mean_is_one_plus_sum += 1
 
     def add(self, number: int, fmt: str, values: dict[str, Any], line: str) -> None:
         self.count = count = self.count + 1
@@ -378,11 +406,12 @@ class _Collector:
         else:
             get = values.get
             length, rate = get("accept_len"), get("accept_rate")
+            sglang = self.engine == "sglang"
             if length is not None or rate is not None:
                 self.lengths.append(_NAN if length is None else length)
                 self.rates.append(_NAN if rate is None else rate)
-                self.codes.append(_FORMAT_CODES[fmt] * 2 + (get("accepted_tokens") == 0))
-                if length is not None and rate is not None and self.engine == "sglang":
+                self.codes.append(_FORMAT_CODES[fmt] * 2 + (not sglang and get("accepted_tokens") == 0))
+                if sglang and length is not None and rate is not None:
                     if len(self.pairs) < MAX_PAIRS:
                         self.pairs[(length, rate)] = None
                     elif (length, rate) not in self.pairs:
@@ -391,8 +420,8 @@ class _Collector:
                 self.tps.append(tps)
             if (running := get("running_reqs")) is not None:
                 self.running.append(running)
-            if self.engine == "vllm":  # only vLLM lines carry token counts and per-position rates
-                self._add_vllm(values)
+            if not sglang:  # only vLLM lines carry token counts and per-position rates
+                self._add_vllm(fmt, values)
             if count <= FIELD_SCAN_LINES and len(self.unknown) < MAX_UNKNOWN_FIELDS:
                 self.unknown |= unknown_labels(self.engine, line)
         if (count - 1) % self.stride == 0:
@@ -412,7 +441,7 @@ def _server_arg(line: str, name: str, found: dict[str, int], notes: list[str]) -
         found[name] = int(digits)
     elif f"bad-{name}" not in found:
         found[f"bad-{name}"] = 0
-        label = "speculative_num_draft_tokens" if name == "ndt" else "speculative_num_steps"
+        label = {"ndt": "speculative_num_draft_tokens", "steps": "speculative_num_steps"}.get(name, "speculative_eagle_topk")
         shown = digits if len(digits) <= 12 else f"<{len(digits)} digits>"
         notes.append(f"{label}={shown} in the log's server arguments is not a believable size: ignored")
 
@@ -451,24 +480,25 @@ def parse_log(log: str | os.PathLike[str], *, engine: str | EngineProfile | None
     cap, decode_anchor, spec_anchor, stats_anchor = MAX_LINE_BYTES, SGLANG_DECODE, VLLM_SPEC, VLLM_STATS  # locals
     want_time = True  # times count from the first timestamped line of the file (looked for in its first lines)
     for block in lines:
-        escapes, startup, crlf = block.escapes, block.startup, block.crlf
-        for raw in block.lines:
+        startup, crlf = block.startup, block.crlf
+        for raw, text in zip(block.lines, block.clean, strict=True):
             number += 1
-            if raw is None or len(raw) > cap:
+            if raw is None or text is None or len(raw) > cap:  # the cap is on the line as read, escapes included
                 overlong += 1
                 if len(overlong_at) < MAX_EXAMPLES:
                     overlong_at.append(number)
                 continue
-            line = raw.removesuffix("\r") if crlf else raw
-            if escapes:
-                line = strip_escapes(line)
+            line = text.removesuffix("\r") if crlf else text
             if want_time:
                 first_time = timestamp(line)[1]
                 want_time = first_time is None and number < 10_000
             if startup:
-                if "speculative_num_" in line:  # SGLang prints its ServerArgs at start-up
+                if "speculative_num_" in line or "speculative_eagle_topk" in line:  # SGLang's ServerArgs at start-up
                     _server_arg(line, "ndt", server_args, notes)
                     _server_arg(line, "steps", server_args, notes)
+                    _server_arg(line, "topk", server_args, notes)
+                if TREE_HINT in line:
+                    server_args.setdefault("tree", 1)
                 if log_version is None and (VLLM_VERSION_HINTS[0] in line or VLLM_VERSION_HINTS[1] in line) and (
                         vm := VLLM_VERSION.search(line)):
                     log_version = vm.group(1)
@@ -527,7 +557,8 @@ def parse_log(log: str | os.PathLike[str], *, engine: str | EngineProfile | None
         server_args["ndt"] if ndt_from_log else num_draft_tokens,
         server_args.get("steps") if chosen == "sglang" else None, baseline_tps, expected_accept_len,
         "server_args" if ndt_from_log else "option", use_version, version_source, engine_spec if mismatch else None,
-        overlong, rejected_count, tuple(rejected), requested)
+        overlong, rejected_count, tuple(rejected), requested,
+        tree=chosen == "sglang" and ("tree" in server_args or server_args.get("topk", 1) > 1))
 
 
 def _mean(values: list[float]) -> float | None:
@@ -539,7 +570,7 @@ def _build_result(source: str, engine: str | None, col: _Collector, first_time: 
                   num_draft_tokens: int | None, num_steps: int | None, baseline_tps: float | None,
                   expected_accept_len: float | None, ndt_given_by: str, version: Version | None,
                   version_source: str | None, mismatched_spec: str | None, overlong: int, rejected_count: int,
-                  rejected: tuple[tuple[int, str], ...], requested: str | None) -> LogResult:
+                  rejected: tuple[tuple[int, str], ...], requested: str | None, tree: bool = False) -> LogResult:
     formats = col.formats
     disagreement = None
     if mismatched_spec is not None and engine is not None:
@@ -574,6 +605,14 @@ def _build_result(source: str, engine: str | None, col: _Collector, first_time: 
             bonus = False
             notes.append(f"a mean acceptance length under 1.00 ({min(logged_means):.2f}) is printed only by vLLM "
                          "0.8.5-0.8.5.post1, whose mean excludes the bonus token: read with the bonus added (+1)")
+        elif era is None and col.mean_is_sum and not col.mean_is_one_plus_sum:
+            bonus = False  # vllm/v1/spec_decode/metrics.py 0.8.5:76,82: mean = accepted/drafts = sum of the rates
+            notes.append(f"on {col.mean_is_sum} 'Mean acceptance length' line(s) the mean equals the sum of the "
+                         "per-position rates, which only vLLM 0.8.5-0.8.5.post1 prints (accepted/drafts, bonus "
+                         "excluded; 0.9.0+ prints 1 + that sum): read with the bonus added (+1)")
+        elif era is None and col.mean_is_one_plus_sum and not col.mean_is_sum:
+            notes.append(f"on {col.mean_is_one_plus_sum} 'Mean acceptance length' line(s) the mean equals 1 + the "
+                         "sum of the per-position rates: vLLM 0.9.0+'s convention (bonus included)")
         elif era is None:
             mean = statistics.fmean(logged_means)
             readings = [LogReading("vllm 0.9.0-0.10.1.1", "mean acceptance length includes the bonus token",
@@ -601,7 +640,7 @@ def _build_result(source: str, engine: str | None, col: _Collector, first_time: 
                 "formula is inferred from the log itself")
             era = None
         inference = infer_draft_tokens(pairs, num_draft_tokens, era.first if era and era.first != "0" else None,
-                                       ndt_given_by, num_steps=num_steps)
+                                       ndt_given_by, num_steps=num_steps, tree=tree)
         steps = inference.draft_steps
         families = {c[0] for c in inference.candidates}
         if inference.formula is None and len(families) == 2:

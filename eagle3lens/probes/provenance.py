@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -24,11 +24,13 @@ import torch
 from torch import nn
 
 from ..checkpoint import Checkpoint
-from ..engines import EngineProfile, resolve
+from ..engines import EngineProfile, all_profiles, resolve
 from ..errors import CheckpointError, UsageError
-from ..findings import Finding, Severity, to_jsonable
-from .aux_layers import resolve_aux_layers, trained_with
+from ..findings import Finding, Severity, fix_command, to_jsonable
+from ..served import serve_draft
+from .aux_layers import trained_with
 from .data import Sample, describe_dump, iter_samples
+from .limits import check_length, max_positions
 
 Progress = Callable[[int, int | None, str], None]
 PRE, POST = -1, -2  # candidate indices for the last layer's output before and after the final norm
@@ -162,6 +164,7 @@ def trace_provenance(data: str | Path, target: str | Path | Checkpoint | nn.Modu
         raise UsageError(f"{data}: the dump's hidden width is {info.hidden} (aux {info.aux_width} wide), the "
                          f"target's is {H}: this data was not extracted from this target")
     n_aux = info.aux_width // H
+    positions = max_positions(config)
     norm = _final_norm(model)
     candidates = tuple(range(L)) + ((PRE,) if norm is not None else ()) + (POST,)
     acc_aux = _Accumulator(n_aux, len(candidates))
@@ -172,6 +175,7 @@ def trace_provenance(data: str | Path, target: str | Path | Checkpoint | nn.Modu
     for sample in iter_samples(data):
         if acc_aux.positions >= samples:
             break
+        check_length(len(sample), positions, sample.source)
         dtype = str(sample.aux.dtype).replace("torch.", "")
         if not bool(sample.loss_mask.any()):
             counts["empty_mask"] += 1
@@ -216,9 +220,9 @@ def trace_provenance(data: str | Path, target: str | Path | Checkpoint | nn.Modu
     trained = tuple(trained_with(spec, L)[0]) if spec is not None else None
     engine_layers = None
     if profile is not None and ckpt is not None:
-        engine_layers = resolve_aux_layers(ckpt.spec, L, profile, checkpoint=ckpt.path).captured
-    findings += _findings(layers, matches, last_hidden, trained, engine_layers, profile, spec, info.format,
-                          counts)
+        engine_layers = serve_draft(ckpt, engine=profile, num_target_layers=L).captured
+    findings += _findings(layers, matches, last_hidden, trained, engine_layers, profile, ckpt, info.format,
+                          counts, L)
     return ProvenanceResult(
         str(data), info.format, _name(target), L, H, dtype, counts["sequences"], acc_aux.positions, candidates,
         tuple(tuple(round(float(v), 6) for v in row) for row in cos),
@@ -319,9 +323,23 @@ def _convention(layers: tuple[int | None, ...], recorded: Any) -> str:
     return (f"as vLLM ids (input of layer k): {found}; as SGLang ids (output of layer k): {[k - 1 for k in found]}")
 
 
+def feeding_profiles(ckpt: Checkpoint, layers: tuple[int, ...], num_layers: int) -> tuple[list[str], list[str]]:
+    """Serving engine groups (newest release of each) whose capture for ``ckpt`` is / is not ``layers``."""
+    right: list[str] = []
+    wrong: list[str] = []
+    for profile in all_profiles():
+        if profile.kind != "serving":
+            continue
+        captured = serve_draft(ckpt, engine=profile, num_target_layers=num_layers).captured
+        (right if captured == layers else wrong).append(profile.spec)
+    return right, wrong
+
+
 def _findings(layers: tuple[int | None, ...], matches: list[ChunkMatch], last_hidden: str,
               trained: tuple[int, ...] | None, engine_layers: tuple[int, ...] | None,
-              profile: EngineProfile | None, spec: Any, fmt: str, counts: dict[str, int]) -> list[Finding]:
+              profile: EngineProfile | None, ckpt: Checkpoint | None, fmt: str, counts: dict[str, int],
+              num_layers: int) -> list[Finding]:
+    spec = ckpt.spec if ckpt is not None else None
     out: list[Finding] = []
     found = [k for k in layers if k is not None]
     evidence = {"data_layers_hf": list(layers), "chunks": [m.to_dict() for m in matches]}
@@ -339,16 +357,26 @@ def _findings(layers: tuple[int | None, ...], matches: list[ChunkMatch], last_hi
             f"{list(engine_layers)}",
             "The dump's aux states are the inputs of target layers "
             f"{found} (HF hidden_states indices); at serving the engine captures {list(engine_layers)}, so the draft "
-            "sees other features than it was trained on. Fix the ids in the draft's config for the engine's "
-            "convention (eagle3lens convert --to ENGINE) or re-extract the data.",
-            evidence={**evidence, "engine_layers_hf": list(engine_layers), "engine": profile.spec if profile else None}))
-    elif trained and found and tuple(found) != tuple(trained):
+            "sees other features than it was trained on. The fix writes the ids in the engine's convention so that "
+            "it captures the layers the data came from.",
+            evidence={**evidence, "engine_layers_hf": list(engine_layers), "engine": profile.spec if profile else None},
+            fix=_aux_fix(ckpt, profile, found)))
+    elif trained and found and len(found) == len(layers) and tuple(found) != tuple(trained) and ckpt is not None:
+        right, wrong = feeding_profiles(ckpt, tuple(found), num_layers)
+        everywhere = not right
         out.append(Finding(
-            "data/aux-layers-mismatch", Severity.WARNING,
-            f"the draft's config says layers {list(trained)}, the data came from layers {found}",
+            "data/aux-layers-mismatch", Severity.CRITICAL if everywhere else Severity.WARNING,
+            f"the draft's config says layers {list(trained)}, the data came from layers {found}"
+            + (": every engine release feeds other layers" if everywhere else ""),
             "The config's ids, read in its trainer's convention, describe other layers than the ones the data was "
-            "extracted from: every engine that reads them feeds features the draft was not trained on.",
-            evidence={**evidence, "config_layers_hf": list(trained)}))
+            "extracted from. " + ("Under every serving engine profile the engine captures other layers than the "
+                                  "data holds." if everywhere else
+                                  f"{len(wrong)} of {len(right) + len(wrong)} serving engine profiles capture other "
+                                  f"layers ({', '.join(wrong[:3])}{' ...' if len(wrong) > 3 else ''}); "
+                                  f"{', '.join(right[:3])}{' ...' if len(right) > 3 else ''} capture the data's."),
+            evidence={**evidence, "config_layers_hf": list(trained), "engines_feeding_data_layers": right,
+                      "engines_feeding_other_layers": wrong},
+            fix=_aux_fix(ckpt, None, found)))
     trainer = TRAINER_OF.get(fmt) or (TRAINER_OF.get(spec.flavour) if spec is not None else None)
     expected = EXPECTED_LAST.get(trainer or "")
     if expected == "pre-norm" and last_hidden == "post-norm":
@@ -380,6 +408,49 @@ def _findings(layers: tuple[int | None, ...], matches: list[ChunkMatch], last_hi
             "Non-finite features poison training; those sequences were skipped.",
             evidence={"sequences": counts["non_finite"]}))
     return out
+
+
+def _aux_fix(ckpt: Checkpoint | None, profile: EngineProfile | None, layers: list[int]) -> str | None:
+    """The convert that writes ids making the engine (or, without one, the config's own readers) capture ``layers``."""
+    if ckpt is None:
+        return None
+    ids = ",".join(str(k) for k in layers)
+    if profile is None or profile.kind != "serving":
+        return fix_command("convert", ckpt.path, "--aux-layers", ids, "OUT")
+    return fix_command("convert", ckpt.path, "--to", profile.spec, "--aux-layers", ids, "OUT")
+
+
+def priced_mismatch(finding: Finding, served: float, with_data_layers: float) -> Finding:
+    """``data/aux-layers-mismatch`` with its measured cost: the draft as served (the engine's layers) against the
+    same draft fed the layers the data holds. Within noise it is a warning naming both figures."""
+    from .acceptance_result import within_noise
+
+    cost = with_data_layers - served
+    calm = within_noise(served, with_data_layers)
+    words = (f"{finding.title}; measured: as served {served:.2f}, with the data's layers {with_data_layers:.2f}"
+             + (" (no measurable cost)" if calm else f" (costs {cost:.2f})"))
+    return replace(finding, severity=Severity.WARNING if calm else Severity.CRITICAL, title=words,
+                   evidence={**finding.evidence, "accept_len_served": served,
+                             "accept_len_with_data_layers": with_data_layers, "cost": round(cost, 6)})
+
+
+def relative_error(stored: torch.Tensor, reference: torch.Tensor) -> float:
+    """||stored - reference|| / ||reference|| over a whole sequence (float64)."""
+    a, b = stored.double().cpu(), reference.double().cpu()
+    return float((a - b).norm() / b.norm().clamp_min(1e-30))
+
+
+def not_from_target(foreign: int, checked: int, worst: float, first: str, target: str) -> Finding:
+    """The data's last hidden states are not what ``target`` computes on the data's own tokens."""
+    return Finding(
+        "data/not-from-target", Severity.CRITICAL,
+        f"{foreign} of {checked} samples were not produced by this target",
+        f"Run on each sample's own token ids, {target} computes other last hidden states than the dump holds "
+        f"(relative error up to {worst:.3f}; a stored copy of the same state stays under {MATCH_TOLERANCE}; first: "
+        f"{first}): the data comes from another model or another revision of it, and no acceptance figure on it "
+        "says anything about this target.",
+        evidence={"samples_checked": checked, "samples_foreign": foreign, "worst_rel_error": round(worst, 6),
+                  "first": first, "target": target})
 
 
 def _name(target: Any) -> str:

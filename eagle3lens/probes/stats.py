@@ -338,7 +338,12 @@ class StreamingStats:
             sample = int(np.isfinite(values).sum())
             return (lo, hi), (sample,), sample
         # NaN/Inf lie outside the range: not counted. float64 edges: float32 ones overflow for a range beyond 3.4e38
-        counts, edges = np.histogram(values, bins=HIST_BINS, range=(np.float64(lo), np.float64(hi)))
+        # a range wider than float64 holds (-1e308 .. 1e308) is binned at half scale: hi - lo would overflow
+        scale = 1.0 if hi is None or math.isfinite(hi - lo) else 0.5
+        with np.errstate(over="ignore", invalid="ignore"):  # numpy's own warnings never reach the user's terminal
+            counts, edges = np.histogram(values * scale if scale != 1.0 else values, bins=HIST_BINS,
+                                         range=(np.float64(lo) * scale, np.float64(hi) * scale))
+        edges = edges / scale
         return tuple(float(e) for e in edges), tuple(int(c) for c in counts), int(counts.sum())
 
 

@@ -608,20 +608,30 @@ def compare(ckpt: Checkpoint, against: Checkpoint, names: list[str], chunk_bytes
     """Relative change ||a - b|| / ||b|| and cosine similarity of every common float tensor (b = ``against``);
     tensors whose dtype torch lacks are skipped with a note in ``notes``."""
     changes, shape_differs = [], []
+    notes = notes if notes is not None else []
     for name in names:
         if name not in against:
             continue
-        if _unreadable(notes if notes is not None else [], "not compared", (ckpt, name), (against, name)):
+        if _unreadable(notes, "not compared", (ckpt, name), (against, name)):
             continue
         a_info, b_info = ckpt.info(name), against.info(name)
         if a_info.shape != b_info.shape:
             shape_differs.append(name)
+            continue
+        if _is_complex(a_info.dtype) != _is_complex(b_info.dtype):  # (re, im) pairs against plain values
+            notes.append(f"{name} is {a_info.dtype} here and {b_info.dtype} in {against.path}: a complex and a real "
+                         "tensor are not compared")
             continue
         changes.append(_change(ckpt, against, name, chunk_bytes, on_bytes))
     return Comparison(str(against.path), tuple(changes),
                       only_here=tuple(n for n in names if n not in against),
                       only_there=tuple(n for n in against.tensors if n not in ckpt),
                       shape_differs=tuple(shape_differs))
+
+
+def _is_complex(dtype: str) -> bool:
+    found = torch_dtype(dtype)
+    return found is not None and found.is_complex
 
 
 def _change(a: Checkpoint, b: Checkpoint, name: str, chunk_bytes: int,

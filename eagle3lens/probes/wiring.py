@@ -22,7 +22,8 @@ from ..engines import EngineProfile, own_loader, resolve
 from ..errors import CheckpointError, MetaTraceUnsupported, UsageError
 from ..findings import Finding, Severity, to_jsonable
 from ..io.jsonio import read_json
-from .aux_layers import AuxResolution, describe_layer, resolve_aux_layers
+from ..served import serve_draft
+from .aux_layers import AuxResolution, describe_layer
 from .trace import TensorMeta, Tracer, first_tensor, input_embeddings, meta_of
 
 SCENARIOS = ("aux-off", "ids-shifted", "ids-ignored")
@@ -96,11 +97,19 @@ def load_target(target: Any, device: str = "cpu", device_map: str | dict[str, An
     if isinstance(target, nn.Module):
         return target.eval()
     path = target.root if isinstance(target, Checkpoint) else Path(target)
-    if not (path / "config.json").is_file():
+    if not isinstance(target, Checkpoint) and path.is_file():  # a config.json given as the file itself
+        if device != "meta":
+            raise CheckpointError(path, "a config file holds no weights: add --device meta to trace the shapes it "
+                                        "describes (or give the model directory)")
+        spec = config_spec(path)
+    elif not (path / "config.json").is_file():
         raise CheckpointError(path, "not an HF model directory (no config.json)")
-    if isinstance(target, Checkpoint):
+    elif isinstance(target, Checkpoint):
         spec = target.spec
-    elif device == "meta" and config_only(path):  # a model not downloaded: its config builds it on meta
+    elif config_only(path):  # a model not downloaded: its config builds it on meta
+        if device != "meta":
+            raise CheckpointError(path, "holds only config.json, no weights: add --device meta to trace the shapes "
+                                        "it describes")
         spec = config_spec(path)
     else:
         spec = Checkpoint.open(path).spec
@@ -137,9 +146,14 @@ def build_on_meta(config: Any, dtype: torch.dtype | str = "auto") -> nn.Module:
             except ValueError:  # not mapped to a causal LM: the architecture the config names
                 names = [a for a in getattr(config, "architectures", None) or [] if isinstance(a, str)]
                 cls = getattr(transformers, names[0], None) if names and names[0].isidentifier() else None
-                if not (isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel)):
+                if isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel):
+                    return cls(config).eval()
+                # a wrapper transformers cannot build (Kimi-K2.5's remote-code KimiK25ForConditionalGeneration):
+                # its language model, whose layers the aux states come from (a DeepSeek-V3 text_config)
+                text = config.get_text_config() if hasattr(config, "get_text_config") else config
+                if text is config:
                     raise
-                return cls(config).eval()
+                return AutoModelForCausalLM.from_config(text).eval()
     finally:
         torch.set_default_dtype(previous)
 
@@ -151,10 +165,11 @@ def config_only(path: Path) -> bool:
 
 
 def config_spec(path: Path) -> DraftSpec:
-    """The normalised spec of a config-only model directory (no tensors)."""
-    config = read_json(path / "config.json", "config JSON", CheckpointError)
+    """The normalised spec of a config-only model directory, or of its config.json given as a file (no tensors)."""
+    file = path if path.is_file() else path / "config.json"
+    config = read_json(file, "config JSON", CheckpointError)
     if not isinstance(config, dict):
-        raise CheckpointError(path / "config.json", "config must be a JSON object")
+        raise CheckpointError(file, "config must be a JSON object")
     return build_spec(config, {})
 
 
@@ -214,15 +229,22 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 
 
 # -- the draft as an engine loads it ------------------------------------------------------------
-def load_draft_as(ckpt: Checkpoint, engine: EngineProfile | str | None = None, seed: int = 0) -> Eagle3Draft:
+def load_draft_as(ckpt: Checkpoint, engine: EngineProfile | str | None = None, seed: int = 0,
+                  device: torch.device | str | None = None) -> Eagle3Draft:
     """The reference draft holding only the tensors ``engine`` would load; the rest stays at init.
 
     Without an engine every tensor loads (the trainer's view). Init is the module's HF-style init
     (normal(0, initializer_range), norms 1.0), a deterministic stand-in for the engines' ``torch.empty``.
+    ``device="meta"``: the draft is built from the headers and config alone, its parameters on meta, and no
+    tensor byte is read (shape-only traces of a full-size draft cost its config, not its weights).
     """
     from ..draft import DraftConfig, check_config_fits
 
     cfg = DraftConfig.from_checkpoint(ckpt)
+    if device is not None and torch.device(device).type == "meta":
+        check_config_fits(cfg, ckpt, budget_bytes=2**62)  # shapes still checked; meta allocates nothing
+        with torch.device("meta"):
+            return Eagle3Draft(cfg).eval()
     check_config_fits(cfg, ckpt)  # before allocating: a config's sizes that do not match its tensors are refused
     torch.manual_seed(seed)
     draft = Eagle3Draft(cfg)
@@ -234,15 +256,12 @@ def load_draft_as(ckpt: Checkpoint, engine: EngineProfile | str | None = None, s
         if name in own and tuple(ckpt.tensors[key].shape) == tuple(own[name].shape):
             state[name] = ckpt.read(key)
     draft.load_state_dict(state, strict=False)
-    return draft.eval()
+    return draft.eval() if device is None else draft.to(device).eval()
 
 
 def loaded_keys(ckpt: Checkpoint, engine: EngineProfile | str) -> list[str]:
-    """Checkpoint keys the engine writes into a parameter (``simulate_load(...).mapping``)."""
-    from .keys import simulate_load
-
-    mapping = simulate_load(ckpt, engine).mapping
-    return [key for key in ckpt.tensors if key in mapping]
+    """Checkpoint keys the engine writes into a parameter, as the served derivation says."""
+    return list(serve_draft(ckpt, engine=engine).loaded_keys)
 
 
 def _share_embedding(module: Eagle3Draft, model: nn.Module, ckpt: Checkpoint, profile: EngineProfile) -> None:
@@ -280,8 +299,10 @@ def check_wiring(draft: CheckpointLike, *, target: Any = None, engine: EnginePro
     profile = own_loader(ckpt.spec.flavour) if engine is None else resolve(engine)
     model = load_target(target, device, device_map=device_map, dtype=dtype)
     _, layers = find_decoder_layers(model)
-    resolution = resolve_aux_layers(ckpt, len(layers), profile)
-    module = load_draft_as(ckpt, profile).to(draft_device(model))
+    served = serve_draft(ckpt, engine=profile, num_target_layers=len(layers))
+    assert served.aux is not None  # no launch: EAGLE-3, aux capture on
+    resolution = served.aux
+    module = load_draft_as(ckpt, profile, device=draft_device(model))
     if not is_shape_only(model):
         _share_embedding(module, model, ckpt, profile)
         return wire(model, module, resolution, profile, scenario=scenario, inputs=inputs, has_d2t=ckpt.spec.has_d2t,

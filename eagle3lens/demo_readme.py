@@ -1,0 +1,89 @@
+"""The README's demo figures, generated from a demo run (a test asserts the README holds them).
+
+Each phrase (:func:`phrases`) is found in the README by its pattern (:data:`PATTERNS`, the words fixed, the
+numbers free), once, so a table cell or a comment in a code block keeps its place while its numbers are rewritten::
+
+    python -m eagle3lens.demo_readme --write      # builds the demo in a temporary folder, rewrites ./README.md
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ENGINE = "sglang==0.5.11"
+
+
+def demo_figures(root: str | Path) -> dict[str, float]:
+    """Accept lengths the README quotes, computed on the demo at ``root`` exactly as the commands it shows run."""
+    from .probes.acceptance import estimate_acceptance
+    from .probes.logs import parse_log
+
+    demo = Path(root)
+    data, target = demo / "hidden-states", demo / "target"
+    speculators = estimate_acceptance(demo / "speculators", data, target=target, engine=ENGINE)
+    eagle_off = estimate_acceptance(demo / "eagle", data, target=target, engine=ENGINE, scenario="aux-off",
+                                    fixed=False)
+    figures = {"served": speculators.accept_len("as_served"), "trained": speculators.accept_len("as_trained"),
+               "fixed": speculators.accept_len("fixed"), "aux_off": eagle_off.accept_len("as_served"),
+               "log": parse_log(demo / "sglang.log", engine=ENGINE).summary.mean_accept_len,
+               "eagle_log": parse_log(demo / "sglang-eagle.log", engine=ENGINE).summary.mean_accept_len}
+    missing = [name for name, value in figures.items() if value is None]
+    if missing:
+        raise ValueError(f"the demo at {demo} gave no figure for {missing}")
+    return {name: float(value) for name, value in figures.items() if value is not None}
+
+
+def phrases(figures: dict[str, float]) -> dict[str, str]:
+    """The README's text for each marker."""
+    f = {name: f"{value:.2f}" for name, value in figures.items()}
+    return {
+        "acceptance": (f"`acceptance` on it: as served by `{ENGINE}` accept len {f['served']} (the log's {f['log']}), "
+                       f"as trained {f['trained']}, after `convert` {f['fixed']}; `eagle/` under `--scenario aux-off` "
+                       f"{f['aux_off']}"),
+        "doctor-eagle": f"as served {f['aux_off']} (the log: {f['eagle_log']})",
+    }
+
+
+_NUMBER = r"[0-9]+\.[0-9]{2}"
+PATTERNS = {
+    "acceptance": re.compile(rf"`acceptance` on it: as served by `{re.escape(ENGINE)}` accept len {_NUMBER} \(the "
+                             rf"log's {_NUMBER}\), as trained {_NUMBER}, after `convert` {_NUMBER}; `eagle/` under "
+                             rf"`--scenario aux-off` {_NUMBER}"),
+    "doctor-eagle": re.compile(rf"as served {_NUMBER} \(the log: {_NUMBER}\)"),
+}
+
+
+def found(readme: str) -> dict[str, list[str]]:
+    """Each phrase's occurrences in ``readme`` (the README must hold each exactly once)."""
+    return {name: pattern.findall(readme) for name, pattern in PATTERNS.items()}
+
+
+def splice(readme: str, texts: dict[str, str]) -> str:
+    """``readme`` with each phrase's numbers replaced by those of ``texts``."""
+    for name, pattern in PATTERNS.items():
+        readme = "".join(_pieces(pattern, readme, texts[name]))
+    return readme
+
+
+def _pieces(pattern: re.Pattern[str], readme: str, text: str) -> list[str]:
+    """``readme`` cut at each match of ``pattern``, the matches replaced by ``text`` (taken literally)."""
+    out, at = [], 0
+    for m in pattern.finditer(readme):
+        out += [readme[at:m.start()], text]
+        at = m.end()
+    return [*out, readme[at:]]
+
+
+if __name__ == "__main__":
+    import sys
+    import tempfile
+
+    from .demo import build_demo
+
+    with tempfile.TemporaryDirectory(prefix="eagle3lens-demo-") as tmp:
+        texts = phrases(demo_figures(build_demo(Path(tmp) / "demo").root))
+    if sys.argv[1:] == ["--write"]:  # rewrites ./README.md
+        Path("README.md").write_text(splice(Path("README.md").read_text(), texts))
+    else:
+        print("\n".join(f"{name}: {text}" for name, text in texts.items()))

@@ -1,0 +1,200 @@
+"""Views of served traffic: sampled beside greedy acceptance, the served vocabulary, the template check."""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from rich.markup import escape
+
+from ..io.textsafe import printable
+from ..probes.acceptance_result import AcceptanceResult
+from ..probes.chain_break import ChainComparison
+from ..probes.chat import TemplateCheck
+from .registry import figures, html_view, rich_view
+
+
+def traffic_rows(result: AcceptanceResult) -> list[tuple[str, str, str, str]]:
+    """(view, greedy accept len, sampled accept len, sampled full_acc per position)."""
+    if result.traffic is None:
+        return []
+    return [(name, "-" if v.greedy_accept_len is None else f"{v.greedy_accept_len:.2f}",
+             "-" if v.accept_len is None else f"{v.accept_len:.2f}", " ".join(f"{a:.3f}" for a in v.full_acc))
+            for name, v in result.traffic.sampled.items()]
+
+
+def vocab_rows(result: AcceptanceResult) -> list[tuple[str, str]]:
+    vocab = result.traffic.vocab if result.traffic is not None else None
+    if vocab is None:
+        return []
+    rows = [("target tokens outside the draft vocab", f"{vocab.oov_tokens} of {vocab.tokens}"),
+            ("per position (share of verify starts)", " ".join(f"{s:.3f}" for s in vocab.oov_share)),
+            ("chains cut there by the vocabulary", " ".join(str(c) for c in vocab.cut)),
+            ("accept len ceiling with this vocab", f"{vocab.ceiling_accept_len:.2f} of {1 + vocab.steps} "
+                                                   f"(cost {vocab.cost:.2f})")]
+    if vocab.sampled_oov_share is not None:
+        rows.append(("sampled mass outside, per position", " ".join(f"{s:.3f}" for s in vocab.sampled_oov_share)))
+    return rows
+
+
+def traffic_rich(result: AcceptanceResult) -> list[Any]:
+    """Tables appended to the acceptance view when the result carries served traffic."""
+    from rich.table import Table
+
+    parts: list[Any] = []
+    rows = traffic_rows(result)
+    if rows and result.traffic is not None:
+        label = next(iter(result.traffic.sampled.values())).sampling.label()
+        table = Table(title=f"speculative sampling as served ({label})", expand=False)
+        for col in ("view", "greedy accept len", "sampled accept len", "sampled full_acc per position"):
+            table.add_column(col)
+        for row in rows:
+            table.add_row(*(escape(c) for c in row))
+        parts.append(table)
+    vrows = vocab_rows(result)
+    if vrows:
+        table = Table(title="served vocabulary", show_header=False, expand=False)
+        for label, value in vrows:
+            table.add_row(escape(label), escape(value))
+        parts.append(table)
+    return parts
+
+
+def traffic_html(result: AcceptanceResult) -> str:
+    out = ""
+    rows = traffic_rows(result)
+    if rows:
+        out += ("<p>Speculative sampling as served:</p><table><tr><th>view</th><th>greedy</th><th>sampled</th>"
+                "<th>sampled full_acc</th></tr>" + "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r)
+                                                           + "</tr>" for r in rows) + "</table>")
+    vrows = vocab_rows(result)
+    if vrows:
+        out += ("<p>Served vocabulary:</p><table>" + "".join(f"<tr><td>{html.escape(a)}</td><td>{html.escape(b)}</td>"
+                                                             "</tr>" for a, b in vrows) + "</table>")
+    return out
+
+
+def sampled_figure(result: AcceptanceResult) -> Any:
+    """Per-position acceptance, greedy beside sampled, for each serving view."""
+    import plotly.graph_objects as go  # type: ignore[import-untyped]
+
+    fig = go.Figure()
+    assert result.traffic is not None
+    for name, sampled in result.traffic.sampled.items():
+        greedy = result.views[name].full_acc
+        x = [f"position {k + 1}" for k in range(len(greedy))]
+        fig.add_trace(go.Bar(x=x, y=list(greedy), name=f"{name} greedy"))
+        fig.add_trace(go.Bar(x=x, y=list(sampled.full_acc), name=f"{name} sampled ({sampled.sampling.label()})"))
+    fig.update_layout(barmode="group", title="Greedy vs sampled: per-position acceptance", height=380,
+                      yaxis_range=[0, 1], yaxis_title="rate", legend={"orientation": "h", "y": -0.2})
+    return fig
+
+
+def vocab_figure(result: AcceptanceResult) -> Any:
+    """Per position: share of starts whose target token is outside the draft vocab, and the ceiling it leaves."""
+    import plotly.graph_objects as go  # type: ignore[import-untyped]
+
+    assert result.traffic is not None and result.traffic.vocab is not None
+    vocab = result.traffic.vocab
+    x = [f"position {k + 1}" for k in range(vocab.steps)]
+    fig = go.Figure([go.Bar(x=x, y=list(vocab.oov_share), name="target token outside the draft vocab"),
+                     go.Scatter(x=x, y=list(vocab.ceiling), name="ceiling: every token so far inside", mode="lines+markers")])
+    fig.update_layout(title=f"Served vocabulary: accept len ceiling {vocab.ceiling_accept_len:.2f} of {1 + vocab.steps}",
+                      height=360, yaxis_range=[0, 1], legend={"orientation": "h", "y": -0.2})
+    return fig
+
+
+def traffic_figures(result: AcceptanceResult) -> list[Any]:
+    if result.traffic is None:
+        return []
+    out = [sampled_figure(result)] if result.traffic.sampled else []
+    if result.traffic.vocab is not None:
+        out.append(vocab_figure(result))
+    return out
+
+
+def marked_tokens(check: TemplateCheck) -> str:
+    """The shown sample as one line: shared tokens plain, [-x] only in the dump, [+x] only served."""
+    return " ".join(t if op == "=" else f"[{op}{t}]" for op, t in check.shown)
+
+
+@rich_view.register
+def template_rich(check: TemplateCheck) -> Any:
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=f"served chat template markers in {len(check.markers)} kinds, {check.samples} sequences",
+                  expand=False)
+    table.add_column("marker")
+    table.add_column("sequences holding it")
+    for label, n in check.carried.items():
+        table.add_row(escape(printable(label)), f"{n} / {check.samples}")
+    parts: list[Any] = [table]
+    if check.shown:
+        line = Text()
+        for op, tok in check.shown:
+            line.append(printable(tok if op == "=" else f"[{op}{tok}]") + " ", style={"=": "", "-": "bold red", "+": "bold green"}[op])
+        parts += [Text("one sequence against its content as served (red: only in the dump, green: only served):"),
+                  line]
+    return Group(*parts)
+
+
+@html_view.register
+def template_html(check: TemplateCheck) -> str:
+    rows = "".join(f"<tr><td>{html.escape(label)}</td><td>{n} / {check.samples}</td></tr>"
+                   for label, n in check.carried.items())
+    style = {"=": "", "-": "color:#c62828;text-decoration:line-through", "+": "color:#2e7d32;font-weight:bold"}
+    shown = " ".join(f"<span style=\"{style[op]}\">{html.escape(tok)}</span>" for op, tok in check.shown)
+    return (f"<h3>Served chat template ({check.samples} sequences)</h3><table><tr><th>marker</th><th>sequences"
+            f"</th></tr>{rows}</table>" + (f"<p>One sequence against its content as served:</p><p>{shown}</p>"
+                                           if shown else ""))
+
+
+@figures.register
+def template_figures(check: TemplateCheck) -> list[Any]:
+    import plotly.graph_objects as go  # type: ignore[import-untyped]
+
+    labels = list(check.carried)
+    fig = go.Figure(go.Bar(x=labels, y=[check.carried[m] / check.samples for m in labels],
+                           marker_color=["#c62828" if m in check.missing else "#2e7d32" for m in labels]))
+    fig.update_layout(title="Share of the dump's sequences holding each served-template marker", height=340,
+                      yaxis_range=[0, 1])
+    return [fig]
+
+
+@rich_view.register
+def chain_rich(c: ChainComparison) -> Any:
+    from rich.table import Table
+
+    curve = f"offline {c.view}" + (f" sampled ({c.sampled})" if c.sampled else "")
+    table = Table(title=f"per-position acceptance: the log beside {escape(curve)}", expand=False)
+    for col in ("position", "logged", "offline", ""):
+        table.add_column(col)
+    for k, (logged, offline) in enumerate(zip(c.logged, c.offline, strict=True)):
+        mark = "first parting" if c.first_parting == k + 1 else ""
+        table.add_row(str(k + 1), f"{logged:.3f}", f"{offline:.3f}", mark)
+    return table
+
+
+@html_view.register
+def chain_html(c: ChainComparison) -> str:
+    rows = "".join(f"<tr><td>{k + 1}</td><td>{a:.3f}</td><td>{b:.3f}</td><td>"
+                   f"{'first parting' if c.first_parting == k + 1 else ''}</td></tr>"
+                   for k, (a, b) in enumerate(zip(c.logged, c.offline, strict=True)))
+    return (f"<h3>Per-position acceptance: the log beside offline {html.escape(c.view)}</h3><table><tr><th>position"
+            f"</th><th>logged</th><th>offline</th><th></th></tr>{rows}</table>")
+
+
+@figures.register
+def chain_figures(c: ChainComparison) -> list[Any]:
+    import plotly.graph_objects as go  # type: ignore[import-untyped]
+
+    x = list(range(1, len(c.logged) + 1))
+    fig = go.Figure([go.Scatter(x=x, y=list(c.logged), name="served (log)", mode="lines+markers"),
+                     go.Scatter(x=x, y=list(c.offline), name=f"offline {c.view}", mode="lines+markers")])
+    if c.first_parting is not None:
+        fig.add_vline(x=c.first_parting, line_dash="dash", annotation_text="first parting")
+    fig.update_layout(title="Where the chain breaks: per-position acceptance", height=360, yaxis_range=[0, 1],
+                      xaxis_title="draft position")
+    return [fig]

@@ -1,0 +1,209 @@
+"""The served chat template: conversations rendered as the server renders them, and the dump held against it.
+
+    ids = render(tokenizer, [{"role": "user", "content": "hi"}])   # chat_template, generation prompt on
+    check = check_template("demo/hidden-states-raw", "demo/target")
+    [f.code for f in check.findings]                             # ['data/template-mismatch']
+
+Servers render a chat request with the target tokenizer's ``chat_template`` (transformers' ``apply_chat_template``,
+generation prompt on) and tokenize the text without adding special tokens again. A draft trained on text rendered
+otherwise (no template, another model's, another system prompt) sees other tokens at serving than in training.
+The check looks for the served template's markers in the dump's token stream: the special tokens its rendering
+of a conversation holds (role headers, turn ends, bos) and its generation prompt.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import CheckpointError, UsageError
+from ..findings import Finding, Severity, to_jsonable
+from ..io.inputs import MiB, read_regular
+
+MAX_CHAT_BYTES = 64 * MiB
+MAX_MESSAGES = 4096
+SHOWN = 48  # tokens of the sample shown beside its served rendering
+PROBE = [{"role": "user", "content": "Hello"}]  # the conversation the markers are read from without --chat
+Conversation = list[dict[str, str]]
+
+
+def read_chat(path: str | Path) -> list[Conversation]:
+    """One conversation per line: a JSON list of ``{"role", "content"}`` messages (or ``{"messages": [...]}``)."""
+    file = Path(path)
+    text = read_regular(file, MAX_CHAT_BYTES, "chat file").decode("utf-8", errors="replace")
+    out: list[Conversation] = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except ValueError as exc:
+            raise CheckpointError(file, f"line {n}: not JSON ({str(exc)[:80]})") from None
+        messages = item.get("messages") if isinstance(item, dict) else item
+        if not isinstance(messages, list) or not messages or len(messages) > MAX_MESSAGES:
+            raise CheckpointError(file, f"line {n}: a conversation is a non-empty JSON list of messages "
+                                        f"(at most {MAX_MESSAGES})")
+        for m in messages:
+            if not (isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)):
+                raise CheckpointError(file, f"line {n}: every message needs a string \"role\" and \"content\"")
+        out.append([{"role": m["role"], "content": m["content"]} for m in messages])
+    if not out:
+        raise CheckpointError(file, "no conversations in the chat file")
+    return out
+
+
+def load_tokenizer(target: str | Path) -> Any:
+    """The target's tokenizer, which must carry a chat template (what the server renders requests with)."""
+    try:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(str(target))
+    except (OSError, ValueError, TypeError) as exc:
+        raise CheckpointError(target, f"no tokenizer to render chat with ({str(exc)[:120]})") from None
+    if not getattr(tokenizer, "chat_template", None):
+        raise CheckpointError(target, "the tokenizer has no chat_template: the server would refuse chat requests")
+    return tokenizer
+
+
+def render(tokenizer: Any, conversation: Conversation, generation_prompt: bool = True) -> list[int]:
+    """Token ids of ``conversation`` as the server renders it (template text, then tokenized without specials)."""
+    try:
+        text = tokenizer.apply_chat_template(conversation, add_generation_prompt=generation_prompt, tokenize=False)
+    except Exception as exc:  # jinja's TemplateError and the template's own raise_exception: one line
+        raise UsageError(f"the chat template refuses the conversation ({type(exc).__name__}: {str(exc)[:120]})") \
+            from None
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def chat_samples(draft: Any, target: str | Path, chat: str | Path, engine: Any = None, new_tokens: int = 32,
+                 device: str = "cpu", device_map: str | None = None, limit: int | None = None) -> tuple[list, Any]:
+    """``live_samples`` over chat conversations: each rendered with the served template, continued greedily by
+    the target, the aux layers the draft and ``engine`` need captured; returns the samples and the target."""
+    import torch
+
+    from .acceptance import needed_layers
+    from .data import capture_samples
+    from .wiring import find_decoder_layers, load_target
+
+    tokenizer = load_tokenizer(target)
+    prompts = [torch.tensor(render(tokenizer, c), dtype=torch.long) for c in read_chat(chat)[:limit]]
+    model = load_target(target, device if device_map is None else "cpu", device_map=device_map)
+    layers = needed_layers(draft, len(find_decoder_layers(model)[1]), engine)
+    return list(capture_samples(model, prompts, layers, new_tokens=new_tokens)), model
+
+
+# -- the dump against the served template ----------------------------------------------------------------
+def markers(tokenizer: Any, conversation: Conversation) -> dict[str, tuple[int, ...]]:
+    """The served template's markers in its rendering of ``conversation``: each special token it holds, and the
+    generation prompt (what generation-prompt-on adds), by label -> token ids."""
+    with_prompt = render(tokenizer, conversation, True)
+    without = render(tokenizer, conversation, False)
+    special = set(getattr(tokenizer, "all_special_ids", []) or [])
+    special |= {i for i, tok in (getattr(tokenizer, "added_tokens_decoder", {}) or {}).items()
+                if getattr(tok, "special", False)}
+    special -= {tokenizer.pad_token_id, tokenizer.unk_token_id}
+    out: dict[str, tuple[int, ...]] = {}
+    for i in with_prompt:
+        if i in special:
+            out.setdefault(str(tokenizer.convert_ids_to_tokens(i)), (i,))
+    if with_prompt[:len(without)] == without and len(with_prompt) > len(without):
+        prompt = tuple(with_prompt[len(without):])
+        out.setdefault(f"generation prompt {tokenizer.decode(list(prompt))!r}", prompt)
+    return out
+
+
+@dataclass(frozen=True)
+class TemplateCheck:
+    """Which of the served template's markers the dump's sequences carry, and one sample beside its rendering."""
+
+    data: str
+    target: str
+    samples: int
+    markers: dict[str, tuple[int, ...]]
+    carried: dict[str, int]  # marker label -> samples holding it
+    shown: tuple[tuple[str, str], ...] = ()  # ("=" both | "-" dump only | "+" served only, token)
+    findings: tuple[Finding, ...] = field(default_factory=tuple)
+
+    @property
+    def missing(self) -> list[str]:
+        return [m for m, n in self.carried.items() if 2 * n < self.samples]
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_jsonable({"data": self.data, "target": self.target, "samples": self.samples,
+                            "markers": {k: list(v) for k, v in self.markers.items()}, "carried": self.carried,
+                            "missing": self.missing, "shown": [list(p) for p in self.shown]})
+
+
+def _holds(ids: Sequence[int], run: tuple[int, ...]) -> bool:
+    n = len(run)
+    return any(tuple(ids[i:i + n]) == run for i in range(len(ids) - n + 1)) if n > 1 else run[0] in ids
+
+
+def side_by_side(tokenizer: Any, dump_ids: Sequence[int], served_ids: Sequence[int]) -> tuple[tuple[str, str], ...]:
+    """The dump's tokens and the served rendering's, aligned: "=" in both, "-" only the dump's, "+" only served."""
+    def names(ids: Sequence[int]) -> list[str]:
+        return [str(t) for t in tokenizer.convert_ids_to_tokens(list(ids))]
+
+    a, b = list(dump_ids), list(served_ids)
+    out: list[tuple[str, str]] = []
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if op == "equal":
+            out += [("=", t) for t in names(a[i1:i2])]
+        else:
+            out += [("-", t) for t in names(a[i1:i2])] + [("+", t) for t in names(b[j1:j2])]
+    return tuple(out)
+
+
+def check_template(data: str | Path, target: str | Path, chat: str | Path | None = None,
+                   limit: int = 16) -> TemplateCheck:
+    """Does the dump carry the served template's markers where conversations would have them?
+
+    The markers are read from the template's rendering of the first conversation of ``chat`` (else a one-line
+    user turn); a marker that fewer than half of the first ``limit`` sequences hold is missing, and
+    ``data/template-mismatch`` shows the first such sequence beside its content rendered with the template.
+    """
+    from .data import iter_samples
+
+    tokenizer = load_tokenizer(target)
+    probe = read_chat(chat)[0] if chat is not None else PROBE
+    wanted = markers(tokenizer, probe)
+    seqs = [s.token_ids.tolist() for s in iter_samples(data, limit=limit)]
+    if not seqs:
+        raise CheckpointError(data, "no samples to check")
+    carried = {label: sum(_holds(ids, run) for ids in seqs) for label, run in wanted.items()}
+    check = TemplateCheck(str(data), str(target), len(seqs), wanted, carried)
+    if not check.missing:
+        return check
+    sample = next(ids for ids in seqs if not all(_holds(ids, wanted[m]) for m in check.missing))
+    content = tokenizer.decode(sample[:SHOWN], skip_special_tokens=True)
+    served = render(tokenizer, [{"role": "user", "content": content}])
+    shown = side_by_side(tokenizer, sample[:SHOWN], served[:2 * SHOWN])
+    marks = " ".join(t if op == "=" else f"[{op}{t}]" for op, t in shown)
+    finding = Finding(
+        "data/template-mismatch", Severity.WARNING,
+        f"the dump lacks the served chat template's {', '.join(check.missing)}",
+        f"Of {len(seqs)} sequences, {', '.join(f'{m}: {carried[m]}' for m in check.missing)} hold these markers, "
+        f"which the target tokenizer's chat_template puts in every served conversation: the draft was trained on "
+        f"text rendered otherwise (no template, another model's, another system prompt). One sequence against the "
+        f"same content as served ([-x] only in the dump, [+x] only served): {marks}",
+        evidence={"data": str(data), "samples": len(seqs), "carried": carried, "missing": check.missing,
+                  "shown": [list(p) for p in shown]},
+        fix="regenerate the training data with the served template (the target tokenizer's apply_chat_template) and "
+            "retrain, or serve with the template the data was rendered with")
+    return TemplateCheck(check.data, check.target, check.samples, wanted, carried, shown, (finding,))
+
+
+def served_template_check(data: str | Path, target: str | Path, chat: str | Path | None = None) -> TemplateCheck | None:
+    """``check_template`` where the target's tokenizer carries a chat template; None where it has none (a
+    target without a tokenizer, or a base model served without chat)."""
+    try:
+        load_tokenizer(target)
+    except CheckpointError:
+        if chat is not None:
+            raise
+        return None
+    return check_template(data, target, chat=chat)

@@ -1,0 +1,254 @@
+"""Sampling as served: the expected accept length when the server samples at a temperature (and top-p).
+
+Speculative sampling accepts a draft token x with probability min(1, p_target(x) / p_draft(x)) and, on a
+rejection, emits a token from the residual max(0, p_target - p_draft), renormalised; the accepted prefix plus
+that token is distributed exactly as the target samples. How SGLang and vLLM run it for EAGLE-3 (read from the
+wheels, restated):
+
+- vLLM 0.10.2: the EAGLE proposer's draft tokens are the argmax of the draft logits (``v1/spec_decode/eagle.py``
+  ``propose``: ``logits.argmax``) and no draft probabilities are passed, so the rejection sampler takes the
+  draft probability as 1 (``v1/sample/rejection_sampler.py``, ``NO_DRAFT_PROBS``): accept iff
+  ``target_prob / 1 >= u``. The target probabilities are ``softmax(apply_top_k_top_p(logits / T))``
+  (``compute_probs``): temperature first, then top-p on the target's logits (sorted ascending, the tokens whose
+  cumulative mass stays <= 1 - p masked, the top token always kept). The recovered token samples the target
+  probabilities with the draft token removed.
+- SGLang 0.5.11: ``speculative/eagle_info.py`` ``verify`` builds ``target_probs = top_p_renorm(top_k_renorm(
+  softmax(logits / T)))`` and passes ``draft_probs`` all zero to ``tree_speculative_sampling_target_only`` with
+  ``speculative_accept_threshold_single = speculative_accept_threshold_acc = 1.0`` (``server_args.py``
+  defaults); with topk 1 a draft token is then accepted when the coin is below its target probability (the CUDA
+  kernel is compiled into sgl-kernel 0.4.2 and its source is not in the wheel: this step is inferred from the
+  arguments). The draft tokens are the draft's top-1 (topk 1).
+
+So in both, top-p (and temperature) shape only the target's distribution, the draft's distribution is one-hot on
+its argmax, and min(1, p/q) = p(x): position k of a chain is accepted with the target's warped probability of the
+draft's token there. This module computes that per position exactly; ``accept_probability`` also takes a full
+draft distribution (the textbook rule, Leviathan et al. 2023) for servers that sample the draft.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from .traffic_result import SampledView, Sampling
+
+ROW_CHUNK = 256  # target rows per block when warping full-vocabulary distributions
+
+
+def warp(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
+    """The target's sampling distribution over the last dimension: ``logits / T``, then top-p, then softmax.
+
+    Top-p as vLLM's ``apply_top_k_top_p`` and SGLang's ``top_p_renorm_prob`` keep it: the smallest set of the most
+    likely tokens whose mass reaches p (a token is kept when the mass of the tokens above it is below p).
+    """
+    probs = torch.softmax(logits.float() / sampling.temperature, dim=-1)
+    if sampling.top_p >= 1.0:
+        return probs
+    kept = torch.where(_top_p_keep(probs, sampling.top_p), probs, 0.0)
+    return kept / kept.sum(-1, keepdim=True)
+
+
+def _top_p_keep(probs: torch.Tensor, top_p: float, first_k: int = 64) -> torch.Tensor:
+    """The top-p mask, found from the few most likely tokens of each row (a partial sort, widened only for the
+    rows whose cut lies further down: a peaked distribution never pays for sorting its whole vocabulary)."""
+    V = probs.shape[-1]
+    flat = probs.reshape(-1, V)
+    keep = torch.zeros_like(flat, dtype=torch.bool)
+    todo = torch.arange(flat.shape[0], device=probs.device)
+    k = min(first_k, V)
+    while todo.numel():
+        vals, idx = torch.topk(flat[todo], k, dim=-1)  # descending
+        inside = (vals.cumsum(-1) - vals) < top_p  # the mass ranked above each token is below p
+        inside[:, 0] = True
+        done = ~inside[:, -1] if k < V else torch.ones_like(inside[:, -1])  # the cut falls inside the top k
+        keep[todo[done]] = torch.zeros_like(keep[todo[done]]).scatter(-1, idx[done], inside[done])
+        todo, k = todo[~done], min(V, 8 * k)
+    return keep.reshape(probs.shape)
+
+
+def accept_probability(target_probs: torch.Tensor, draft: torch.Tensor) -> torch.Tensor:
+    """P(accept) at each row: sum_x min(p(x), q(x)); ``draft`` is a distribution over the same vocab or, as the
+    engines run EAGLE-3, the draft's token ids (q one-hot there: min(1, p/q) = p(x))."""
+    if draft.dtype in (torch.int64, torch.int32):
+        return target_probs.gather(-1, draft.long().unsqueeze(-1)).squeeze(-1)
+    return torch.minimum(target_probs, draft.to(target_probs.dtype)).sum(-1)
+
+
+@dataclass
+class RowStats:
+    """Per row of the target's logits under ``sampling``: the top-p cut (the least kept scaled logit) and the
+    log-normaliser over the kept tokens, gathered from the logits the teacher already computes; then
+    ``p(x) = exp(l_x / T - lse)`` where ``l_x / T >= cut``, else 0, from one dot product per wanted token."""
+
+    sampling: Sampling
+    cut: list[torch.Tensor] = field(default_factory=list)
+    lse: list[torch.Tensor] = field(default_factory=list)
+
+    def add(self, logits: torch.Tensor) -> None:
+        scaled = logits.float() / self.sampling.temperature
+        lse = torch.logsumexp(scaled, dim=-1)
+        if self.sampling.top_p >= 1.0:
+            self.cut.append(torch.full_like(lse, float("-inf")))
+            self.lse.append(lse)
+            return
+        cut, mass = _top_p_cut(scaled, lse, self.sampling.top_p)
+        self.cut.append(cut)
+        self.lse.append(lse + torch.log(mass))
+
+    def probs(self, rows: torch.Tensor, lm_head: torch.Tensor,
+              wanted: Sequence[tuple[int, torch.Tensor]]) -> list[torch.Tensor]:
+        """As :func:`token_probs`, from the gathered statistics (rows = the same final-norm states)."""
+        cut, lse = torch.cat(self.cut), torch.cat(self.lse)
+        out = []
+        for k, tokens in wanted:
+            n = min(tokens.shape[0], rows.shape[0] - k)
+            r = torch.arange(k, k + n, device=rows.device)
+            scaled = (rows[r].float() * lm_head[tokens[:n]].float()).sum(-1) / self.sampling.temperature
+            slack = 1e-4 * (cut[r].abs() + 1.0)  # the dot product rounds otherwise than the matmul did
+            p = torch.where(scaled >= cut[r] - slack, torch.exp(scaled - lse[r]), 0.0)
+            out.append(torch.cat([p, torch.zeros(tokens.shape[0] - n, device=rows.device)]))
+        return out
+
+
+def _top_p_cut(scaled: torch.Tensor, lse: torch.Tensor, top_p: float,
+               first_k: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row of scaled logits [R, V]: the least kept scaled logit under top-p and the kept probability mass,
+    from the top k logits only (k widened for the rows whose cut lies deeper); no pass over the whole row."""
+    R, V = scaled.shape
+    cut, mass = torch.empty(R, device=scaled.device), torch.empty(R, device=scaled.device)
+    todo = torch.arange(R, device=scaled.device)
+    k = min(first_k, V)
+    while todo.numel():
+        vals = torch.topk(scaled[todo], k, dim=-1).values  # descending
+        probs = torch.exp(vals - lse[todo, None])
+        inside = (probs.cumsum(-1) - probs) < top_p  # a prefix: the mass ranked above each token is below p
+        inside[:, 0] = True
+        done = ~inside[:, -1] if k < V else torch.ones_like(inside[:, -1])
+        count = inside.sum(-1, keepdim=True)
+        cut[todo[done]] = vals.gather(-1, count - 1).squeeze(-1)[done]
+        mass[todo[done]] = (probs * inside).sum(-1)[done]
+        todo, k = todo[~done], min(V, 8 * k)
+    return cut, mass
+
+
+def token_probs(rows: torch.Tensor, lm_head: torch.Tensor, sampling: Sampling,
+                wanted: Sequence[tuple[int, torch.Tensor]]) -> list[torch.Tensor]:
+    """``p_target(token)`` under ``sampling`` for each (offset, tokens) in ``wanted``: entry i of the result for
+    offset k is the warped probability, at row i + k of ``rows`` [R, H] (final-norm states; logits =
+    rows @ lm_head.T), of ``tokens[i]``. Rows are warped in blocks; only the wanted entries are kept."""
+    R = rows.shape[0]
+    out = [torch.zeros(t.shape[0], device=rows.device) for _, t in wanted]
+    for start in range(0, R, ROW_CHUNK):
+        stop = min(start + ROW_CHUNK, R)
+        probs = warp(rows[start:stop].float() @ lm_head.T, sampling)
+        for (k, tokens), dest in zip(wanted, out, strict=True):
+            lo, hi = max(start - k, 0), min(stop - k, tokens.shape[0])  # i with start <= i + k < stop
+            if lo < hi:
+                i = torch.arange(lo, hi, device=rows.device)
+                dest[lo:hi] = probs[i + k - start, tokens[lo:hi]]
+    return out
+
+
+def chain_token_probs(model: torch.nn.Module, prefix: torch.Tensor, starts: torch.Tensor,
+                      proposed: Sequence[torch.Tensor], sampling: Sampling, batch: int = 64) -> list[torch.Tensor]:
+    """The exact chain: ``p_target(d_k)`` with the target run on its own prefix up to start i followed by the
+    draft's earlier tokens d_0..d_{k-1} (what the server verifies), for each start index i in ``starts``.
+
+    ``prefix`` [T] is the token stream; start i's prefix is ``prefix[:i + 2]`` (the draft at i proposes the token
+    after position i + 1, acceptance's shifted convention); ``proposed[k]`` [n] the draft's target ids per start.
+    """
+    K = len(proposed)
+    device = next(model.parameters()).device
+    out = [torch.zeros(starts.shape[0]) for _ in range(K)]
+    for lo in range(0, starts.shape[0], batch):
+        idx = starts[lo:lo + batch]
+        lengths = idx + 2 + (K - 1)
+        width = int(lengths.max())
+        ids = torch.zeros(idx.shape[0], width, dtype=torch.long)
+        attn = torch.zeros(idx.shape[0], width, dtype=torch.long)
+        for r, (i, n) in enumerate(zip(idx.tolist(), lengths.tolist(), strict=True)):
+            chain = [int(proposed[k][lo + r]) for k in range(K - 1)]
+            ids[r, :n] = torch.cat([prefix[:i + 2].cpu(), torch.tensor(chain, dtype=torch.long)])
+            attn[r, :n] = 1
+        with torch.no_grad():
+            logits = model(input_ids=ids.to(device), attention_mask=attn.to(device), use_cache=False).logits
+        for k in range(K):
+            at = (idx + 1 + k).to(device)  # the logits after prefix[:i + 2] and d_0..d_{k-1}
+            rows = logits[torch.arange(idx.shape[0], device=device), at]
+            token = proposed[k][lo:lo + idx.shape[0]].to(device)
+            out[k][lo:lo + idx.shape[0]] = accept_probability(warp(rows, sampling), token).cpu()
+    return out
+
+
+@dataclass
+class SampledCounts:
+    """Summed expectations of one view over the samples: sum over starts of P(positions 0..k all accepted)."""
+
+    steps: int
+    full_hit: list[float] = field(default_factory=list)
+    cond_total: list[float] = field(default_factory=list)
+    starts: float = 0.0
+    exact_chain: bool = True
+
+    def __post_init__(self) -> None:
+        self.full_hit, self.cond_total = [0.0] * self.steps, [0.0] * self.steps
+
+    def add(self, alphas: Sequence[torch.Tensor], starts: torch.Tensor) -> None:
+        """``alphas[k]`` [n]: P(position k accepted | 0..k-1 accepted) per start; ``starts`` [n] which count."""
+        weight = starts.float().cpu()
+        run = weight.clone()
+        self.starts += float(weight.sum())
+        for k, alpha in enumerate(alphas):
+            self.cond_total[k] += float(run.sum())
+            run = run * alpha.float().cpu()
+            self.full_hit[k] += float(run.sum())
+
+    def view(self, name: str, sampling: Sampling, greedy: float | None) -> SampledView:
+        full = tuple(h / self.starts if self.starts else 0.0 for h in self.full_hit)
+        cond = tuple(h / t if t else 0.0 for h, t in zip(self.full_hit, self.cond_total, strict=True))
+        accept = 1.0 + sum(full) if self.starts else None
+        return SampledView(name, sampling, full, cond, accept, greedy, self.exact_chain)
+
+
+def score_sampled(counts: SampledCounts, proposed: Sequence[torch.Tensor], starts: torch.Tensor,
+                  rows: torch.Tensor, lm_head: torch.Tensor, sampling: Sampling,
+                  model: torch.nn.Module | None = None, prefix: torch.Tensor | None = None,
+                  stats: RowStats | None = None) -> None:
+    """Add one sequence to ``counts``: ``proposed[k]`` [n] the chain's target ids at step k for each start,
+    ``starts`` [n] the verify starts that count, ``rows`` [T', H] the target's final-norm states (row i + k
+    scores start i's step k on the data's own prefix). With ``model`` and ``prefix``, steps after the first
+    read the target run on the draft's own chain instead (exact); without, the data's prefix (approximate where
+    the chain leaves it). ``stats``: the rows' statistics already gathered from the teacher's logits (no second
+    pass over the vocabulary)."""
+    n = starts.shape[0]
+
+    def probs(wanted: list[tuple[int, torch.Tensor]]) -> list[torch.Tensor]:
+        return stats.probs(rows, lm_head, wanted) if stats is not None else token_probs(rows, lm_head, sampling, wanted)
+
+    if model is None or prefix is None or len(proposed) == 1:  # one pass over the rows for every step
+        counts.exact_chain = counts.exact_chain and len(proposed) == 1
+        counts.add(probs([(k, p[:n]) for k, p in enumerate(proposed)]), starts)
+        return
+    first = probs([(0, proposed[0][:n])])[0]
+    where = torch.nonzero(starts.cpu(), as_tuple=False).flatten()
+    later = chain_token_probs(model, prefix, where, [p[:n][where.to(p.device)].cpu() for p in proposed],
+                              sampling)
+    alphas = [first.cpu()]
+    for k in range(1, len(proposed)):
+        full = torch.zeros(n)
+        full[where] = later[k]
+        alphas.append(full)
+    counts.add(alphas, starts)
+
+
+def sampled_oov_mass(rows: torch.Tensor, lm_head: torch.Tensor, sampling: Sampling,
+                     in_vocab: torch.Tensor) -> torch.Tensor:
+    """The target's warped probability mass outside the draft vocabulary (``in_vocab`` [V] bool), per row."""
+    out = []
+    for start in range(0, rows.shape[0], ROW_CHUNK):
+        probs = warp(rows[start:start + ROW_CHUNK].float() @ lm_head.T, sampling)
+        out.append((probs * (~in_vocab).to(probs.dtype)).sum(-1))
+    return torch.cat(out) if out else torch.zeros(0)
+

@@ -1,0 +1,109 @@
+"""Result types for acceptance on served traffic: sampling, the served vocabulary (plain data, no torch)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import UsageError
+from ..findings import to_jsonable
+
+# what each engine samples with when the request names no temperature (read from the wheels): SamplingParams'
+# default 1.0 (vllm/sampling_params.py, the OpenAI server's _DEFAULT_SAMPLING_PARAMS; sglang/srt/sampling/
+# sampling_params.py), replaced by the model's generation_config.json where it sets one (vLLM's
+# --generation-config auto and SGLang's --sampling-defaults model, both the default)
+ENGINE_DEFAULT_TEMPERATURE = {
+    "vllm": "1.0 (vLLM 0.10.2 SamplingParams), or the model's generation_config.json under --generation-config "
+            "auto (the default)",
+    "sglang": "1.0 (SGLang 0.5.11 SamplingParams), or the model's generation_config.json under --sampling-defaults "
+              "model (the default)",
+}
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How the server samples: temperature (> 0) and top-p (0 < p <= 1; 1 = off)."""
+
+    temperature: float
+    top_p: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.temperature) and self.temperature > 0):
+            raise UsageError(f"--temperature must be a finite number above 0, got {self.temperature}")
+        if not (math.isfinite(self.top_p) and 0 < self.top_p <= 1):
+            raise UsageError(f"--top-p must be in (0, 1], got {self.top_p}")
+
+    def label(self) -> str:
+        return f"T = {self.temperature:g}" + (f", top-p {self.top_p:g}" if self.top_p < 1 else "")
+
+
+@dataclass(frozen=True)
+class SampledView:
+    """One serving view's acceptance under speculative sampling: per-position rate and expected accept length."""
+
+    name: str
+    sampling: Sampling
+    full_acc: tuple[float, ...]  # P(positions 0..k all accepted), averaged over verify starts
+    cond_acc: tuple[float, ...]  # P(position k accepted | 0..k-1 accepted)
+    accept_len: float | None
+    greedy_accept_len: float | None
+    exact_chain: bool  # later positions read the target run on the draft's own chain (else the data's prefix)
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_jsonable({"temperature": self.sampling.temperature, "top_p": self.sampling.top_p,
+                            "full_acc": list(self.full_acc), "cond_acc": list(self.cond_acc),
+                            "accept_len": self.accept_len, "greedy_accept_len": self.greedy_accept_len,
+                            "exact_chain": self.exact_chain})
+
+
+@dataclass(frozen=True)
+class ServedVocab:
+    """Target tokens outside the draft vocabulary on the scored traffic, per draft position, and their cost.
+
+    ``oov_share[k]``: share of verify starts whose target token at position k is outside the draft vocab (the
+    draft can never propose it). ``ceiling[k]``: share whose tokens 0..k are all inside (the best any draft with
+    this vocab reaches); ``ceiling_accept_len = 1 + sum(ceiling)`` against ``1 + K`` for a full vocab, the
+    difference is ``cost``. ``cut[k]``: starts where the served greedy chain had accepted 0..k-1 and position k's
+    token was outside. With sampling, ``sampled_oov_share[k]`` is the target's probability mass outside.
+    """
+
+    steps: int
+    starts: int
+    tokens: int  # target tokens looked at (every scored position)
+    oov_tokens: int
+    oov_share: tuple[float, ...]
+    ceiling: tuple[float, ...]
+    cut: tuple[int, ...]
+    sampled_oov_share: tuple[float, ...] | None = None
+    draft_vocab: int | None = None
+    view: str = "as_served"
+
+    @property
+    def ceiling_accept_len(self) -> float:
+        return 1.0 + sum(self.ceiling)
+
+    @property
+    def cost(self) -> float:
+        return (1.0 + self.steps) - self.ceiling_accept_len
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_jsonable({"steps": self.steps, "starts": self.starts, "tokens": self.tokens,
+                            "oov_tokens": self.oov_tokens, "oov_share": list(self.oov_share),
+                            "ceiling": list(self.ceiling), "ceiling_accept_len": self.ceiling_accept_len,
+                            "cost": self.cost, "cut": list(self.cut), "draft_vocab": self.draft_vocab,
+                            "sampled_oov_share": None if self.sampled_oov_share is None
+                            else list(self.sampled_oov_share), "view": self.view})
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """What the served traffic adds to an acceptance result: sampled views and the served vocabulary."""
+
+    sampled: dict[str, SampledView] = field(default_factory=dict)
+    vocab: ServedVocab | None = None
+    source: str | None = None  # "chat", "prompts" or "dump"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"sampled": {n: v.to_dict() for n, v in self.sampled.items()},
+                "served_vocab": self.vocab.to_dict() if self.vocab is not None else None, "source": self.source}

@@ -1,0 +1,108 @@
+"""The served chat template: conversations rendered as served, and the demo's dumps held against it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from eagle3lens import cli
+from eagle3lens.errors import CheckpointError
+from eagle3lens.probes import chat
+from eagle3lens.probes.acceptance import estimate_acceptance
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+def test_demo_tokenizer_renders_the_served_template(demo_dir: Path) -> None:
+    tokenizer = chat.load_tokenizer(demo_dir / "target")
+    conv = chat.read_chat(demo_dir / "chat.jsonl")[0]
+    ids = chat.render(tokenizer, conv)
+    tokens = tokenizer.convert_ids_to_tokens(ids)
+    assert tokens[:2] == ["<s>", "<|system|>"] and tokens[-2:] == ["<|end|>", "<|assistant|>"]
+    assert tokens.count("<|user|>") == 1 and tokens.count("<|end|>") == 2
+    assert tokenizer.decode(ids, skip_special_tokens=True).split() == " ".join(m["content"] for m in conv).split()
+    assert chat.markers(tokenizer, conv) == {"<s>": (1,), "<|system|>": (3,), "<|user|>": (4,), "<|end|>": (6,),
+                                             "<|assistant|>": (5,), "generation prompt '<|assistant|>'": (5,)}
+
+
+def test_dump_without_the_template_is_a_mismatch(demo_dir: Path) -> None:
+    raw = chat.check_template(demo_dir / "hidden-states-raw", demo_dir / "target", chat=demo_dir / "chat.jsonl")
+    assert [f.code for f in raw.findings] == ["data/template-mismatch"]
+    assert set(raw.missing) == {"<|system|>", "<|user|>", "<|end|>", "<|assistant|>",
+                                "generation prompt '<|assistant|>'"}
+    assert raw.carried["<s>"] == raw.samples == 8  # bos is there: raw text after bos
+    added = [tok for op, tok in raw.shown if op == "+"]
+    assert added[:1] == ["<|user|>"] and "<|assistant|>" in added
+    assert not [tok for op, tok in raw.shown if op == "-"]  # the content itself is the same
+    assert "[+<|user|>]" in raw.findings[0].detail
+    templated = chat.check_template(demo_dir / "hidden-states-chat", demo_dir / "target", chat=demo_dir / "chat.jsonl")
+    assert templated.findings == () and templated.missing == [] and templated.shown == ()
+
+
+def test_served_conversations_accept_otherwise_than_the_raw_dump(demo_dir: Path) -> None:
+    draft = demo_dir / "speculators"
+    samples, model = chat.chat_samples(draft, demo_dir / "target", demo_dir / "chat.jsonl", new_tokens=24)
+    served = estimate_acceptance(draft, samples, target=model, fixed=False, served_vocab=True, traffic="chat")
+    dump = estimate_acceptance(draft, demo_dir / "hidden-states-raw", target=demo_dir / "target", fixed=False)
+    templated = estimate_acceptance(draft, demo_dir / "hidden-states-chat", target=demo_dir / "target", fixed=False)
+    a, b, c = (r.accept_len("as_trained") for r in (served, dump, templated))
+    assert a is not None and b is not None and c is not None
+    assert abs(a - b) > 0.05, (a, b)  # the raw dump's estimate is not what served conversations accept
+    assert abs(a - c) < 1e-6, (a, c)  # the templated dump holds exactly the served conversations
+    assert served.traffic is not None and served.traffic.source == "chat" and served.traffic.vocab is not None
+
+
+@pytest.mark.parametrize("content,problem", [
+    ("{not json\n", "line 1: not JSON"),
+    ('[{"role": "user"}]\n', "line 1: every message needs a string"),
+    ('[]\n', "line 1: a conversation is a non-empty JSON list"),
+    ("\n\n", "no conversations"),
+    ('{"messages": [{"role": "user", "content": 3}]}\n', "line 1: every message needs a string"),
+])
+def test_bad_chat_files_are_one_line_errors(tmp_path: Path, content: str, problem: str) -> None:
+    path = tmp_path / "chat.jsonl"
+    path.write_text(content)
+    with pytest.raises(CheckpointError, match=problem):
+        chat.read_chat(path)
+
+
+def test_chat_file_must_be_a_bounded_regular_file(tmp_path: Path, monkeypatch) -> None:
+    with pytest.raises(CheckpointError, match="expected a chat file"):
+        chat.read_chat(tmp_path)
+    big = tmp_path / "big.jsonl"
+    big.write_text(json.dumps([{"role": "user", "content": "x" * 200}]) + "\n")
+    monkeypatch.setattr(chat, "MAX_CHAT_BYTES", 100)
+    with pytest.raises(CheckpointError, match="over the 100 bytes limit"):
+        chat.read_chat(big)
+
+
+def test_cli_chat_with_sampling(demo_dir: Path, capsys) -> None:
+    rc = cli.main(["acceptance", str(demo_dir / "speculators"), "--target", str(demo_dir / "target"), "--chat",
+                   str(demo_dir / "chat.jsonl"), "--limit", "2", "--new-tokens", "8", "--temperature", "0.7",
+                   "--top-p", "0.9", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    traffic = out["results"]["acceptance"]["traffic"]
+    assert traffic["source"] == "chat" and traffic["sampled"]["as_trained"]["top_p"] == 0.9
+    assert traffic["sampled"]["as_trained"]["exact_chain"] is True
+    assert traffic["served_vocab"]["starts"] > 0
+
+
+@pytest.mark.parametrize("args,problem", [
+    (["--top-p", "0.9"], "--top-p needs --temperature"),
+    (["--temperature", "0"], "--temperature must be"),
+])
+def test_cli_sampling_flags_checked(demo_dir: Path, capsys, args: list[str], problem: str) -> None:
+    rc = cli.main(["acceptance", str(demo_dir / "speculators"), "--target", str(demo_dir / "target"), "--chat",
+                   str(demo_dir / "chat.jsonl"), *args])
+    err = capsys.readouterr().err
+    assert rc == 2 and problem in err and len(err.strip().splitlines()) == 1

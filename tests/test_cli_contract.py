@@ -1,0 +1,75 @@
+"""The CLI's promises that hold for every subcommand: usage errors in one line, a closed pipe is a quiet 0,
+and --json is honoured everywhere (issue 25.10, 25.14, 25.15)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from eagle3lens import cli
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("argv, start", [
+    (["keys"], "eagle3lens: error: keys: the following arguments are required: "),
+    (["info", "x", "--fail-on", "loud"], "eagle3lens: error: info: argument --fail-on: invalid choice: 'loud'"),
+    (["acceptance", "d", "--steps", "-3"], "eagle3lens: error: acceptance: argument --steps: "),
+    (["no-such-command"], "eagle3lens: error: argument COMMAND: invalid choice: 'no-such-command'"),
+    (["engines", "--no-such-flag"], "eagle3lens: error: unrecognized arguments: --no-such-flag"),
+])
+def test_a_usage_error_is_one_line_without_the_usage_block(argv, start, capsys):
+    with pytest.raises(SystemExit) as exited:
+        cli.main(argv)
+    assert exited.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    (line,) = err.splitlines()
+    assert line.startswith(start) and line.endswith("--help)") and "usage:" not in line
+
+
+def run_into_closed_pipe(*argv: str) -> subprocess.CompletedProcess[str]:
+    """Run the CLI with its stdout a pipe whose reader has already gone (``| head -0``)."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        return subprocess.run([sys.executable, "-m", "eagle3lens", *argv], stdout=write, stderr=subprocess.PIPE,
+                              text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    finally:
+        os.close(write)
+
+
+@pytest.mark.parametrize("argv", [["engines"], ["engines", "--json"], ["notebook", "--list"]])
+def test_a_closed_pipe_ends_quietly_with_0(argv):
+    done = run_into_closed_pipe(*argv)
+    assert (done.returncode, done.stderr) == (0, "")
+
+
+def test_a_closed_pipe_is_0_even_with_findings(tmp_path):
+    from _builders import draft_tensors, speculators_config, write
+
+    ckpt = write(tmp_path / "draft", draft_tensors("layers.0."), speculators_config())
+    argv = ["keys", str(ckpt), "--engine", "sglang==0.5.11"]
+    assert cli.main(argv) == 1  # findings: with a reader, 1
+    done = run_into_closed_pipe(*argv)
+    assert (done.returncode, done.stderr) == (0, "")
+
+
+def test_notebook_list_json(capsys):
+    assert cli.main(["notebook", "--list", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    names = [w["name"] for w in data["results"]["walkthroughs"]]
+    assert data["tool"] == "eagle3lens" and "00_triage" in names
+    assert all(Path(w["path"]).is_file() and w["title"] for w in data["results"]["walkthroughs"])
+
+
+def test_every_subcommand_takes_json():
+    parser = cli.build_parser()
+    (sub,) = [a for a in parser._actions if a.dest == "command"]
+    for name, command in sub.choices.items():
+        assert any("--json" in a.option_strings for a in command._actions), name

@@ -1,0 +1,172 @@
+"""convert never deletes what it did not create, cleans up after any interrupted run whatever the rerun is, checks
+every dump sample before writing, and verifies the bytes as it writes them (issues 25.3, 25.6, 25.7, 24.3)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+from _builders import draft_tensors, speculators_config, write
+
+from eagle3lens.checkpoint import Checkpoint
+from eagle3lens.cli import main
+from eagle3lens.convert import convert
+from eagle3lens.io.safewrite import MARKER, journal_path
+
+
+def dead_pid() -> int:
+    done = subprocess.run(["true"], check=True)
+    assert done.returncode == 0
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def hidden(parent: Path) -> list[str]:
+    return sorted(p.name for p in parent.iterdir() if p.name.startswith("."))
+
+
+@pytest.fixture()
+def draft(tmp_path: Path) -> Path:
+    return write(tmp_path / "src" / "ckpt", draft_tensors("layers.0."), speculators_config())
+
+
+def plant(parent: Path, target: str, tmp_name: str, **extra) -> Path:
+    """A user's directory named like a temp dir, and a journal (dead owner, building) naming it."""
+    theirs = parent / tmp_name
+    theirs.mkdir(parents=True)
+    (theirs / "thesis.tex").write_text("years of work")
+    journal_path(parent / target).write_text(json.dumps({"pid": dead_pid(), "host": socket.gethostname(),
+                                                         "start": "1", "tmp": tmp_name, "in_place": False,
+                                                         "state": "building", **extra}))
+    return theirs
+
+
+@pytest.mark.parametrize("extra", [{}, {"token": "f" * 32}, {"token": "f" * 32, "inode": [1, 2]}])
+def test_a_planted_journal_deletes_nothing_it_names(draft, tmp_path, extra):
+    theirs = plant(tmp_path / "work", "out", ".out.tmp-0badc0de", **extra)
+    result = convert(draft, "sglang==0.5.11", tmp_path / "work" / "out")
+    assert (theirs / "thesis.tex").read_text() == "years of work"
+    assert any("left .out.tmp-0badc0de alone" in n for n in result.notes)
+    assert not journal_path(tmp_path / "work" / "out").exists()
+    # the sweep of a folder (a convert into a sibling) leaves it too
+    theirs2 = plant(tmp_path / "work", "other", ".other.tmp-0badc0de", **extra)
+    convert(draft, "sglang==0.5.11", tmp_path / "work" / "sibling")
+    assert (theirs2 / "thesis.tex").exists()
+
+
+def test_a_planted_marker_with_the_wrong_token_is_not_ours(draft, tmp_path):
+    theirs = plant(tmp_path / "work", "out", ".out.tmp-0badc0de", token="a" * 32)
+    (theirs / MARKER).write_text("b" * 32 + "\n")
+    convert(draft, "sglang==0.5.11", tmp_path / "work" / "out")
+    assert (theirs / "thesis.tex").exists()
+
+
+def test_a_killed_runs_own_temp_dir_is_still_removed(draft, tmp_path, monkeypatch):
+    """Its marker (or its inode in the journal) proves it is convert's: the next run removes it."""
+    import eagle3lens.io.safetensors_writer as writer_mod
+
+    out = tmp_path / "work" / "out"
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        try:
+            writer_mod.copy_tensor = lambda *a: os._exit(9)  # type: ignore[assignment]
+            convert(draft, "sglang==0.5.11", out)
+        finally:
+            os._exit(3)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 9
+    (left,) = [n for n in hidden(out.parent) if ".tmp-" in n]
+    assert (out.parent / left / MARKER).is_file()
+    data = json.loads(journal_path(out).read_text())
+    assert data["inode"] == [os.lstat(out.parent / left).st_dev, os.lstat(out.parent / left).st_ino]
+    result = convert(draft, "sglang==0.5.11", out)
+    assert any("interrupted run" in n for n in result.notes) and hidden(out.parent) == []
+    assert not (out / MARKER).exists()  # the marker never reaches the output
+
+
+def _killed_at(step: int, run) -> int:
+    """Run ``run()`` in a forked child that dies at its ``step``-th rename/replace/link."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        calls = [0]
+
+        def dying(real):
+            def call(*args, **kwargs):
+                calls[0] += 1
+                if calls[0] == step:
+                    os._exit(9)
+                return real(*args, **kwargs)
+            return call
+
+        os.rename, os.replace, os.link = dying(os.rename), dying(os.replace), dying(os.link)
+        try:
+            run()
+            os._exit(0)
+        finally:
+            os._exit(3)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+def test_any_later_convert_recovers_an_interrupted_in_place_run(tmp_path):
+    """Killed at every step of an --in-place run, then a convert of the same source to a new OUT (not the same
+    --in-place run): the source is back where it was, and no journal or temp dir is left beside it."""
+    original = {k: v.clone() for k, v in draft_tensors("layers.0.").items()}
+    step = 1
+    while True:
+        parent = tmp_path / f"step{step}"
+        src = write(parent / "ckpt", original, speculators_config())
+        code = _killed_at(step, lambda src=src: convert(src, "sglang==0.5.11", None, in_place=True))
+        if code == 0:
+            break
+        assert code == 9
+        convert(src, "sglang==0.5.11", tmp_path / f"out{step}")
+        restored = Checkpoint.open(src)
+        assert restored.layout == "speculators" and all(torch.equal(restored.read(k), v) for k, v in original.items())
+        assert hidden(parent) == [], step
+        assert not (parent / "ckpt.orig").exists()
+        step += 1
+        assert step < 12
+    assert step >= 4
+
+
+def test_convert_data_checks_every_sample_before_writing(demo_dir, tmp_path, capsys):
+    from eagle3lens.probes.data import write_speculators_sample
+
+    dump = tmp_path / "dump"
+    dump.mkdir()
+    g = torch.Generator().manual_seed(0)
+    write_speculators_sample(dump / "hs_0.safetensors", torch.arange(12),
+                             [torch.randn(12, 64, generator=g)] * 3, torch.randn(12, 64, generator=g))
+    write_speculators_sample(dump / "hs_1.safetensors", torch.arange(12),  # a later sample from another model
+                             [torch.randn(12, 32, generator=g)] * 3, torch.randn(12, 32, generator=g))
+    out = tmp_path / "out"
+    code = main(["convert", str(demo_dir / "speculators"), "--to", "sglang==0.5.11", str(out),
+                 "--data", str(dump), "--target", str(demo_dir / "target")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and str(dump / "hs_1.safetensors") in err
+    assert not out.exists() and hidden(tmp_path) == []
+
+
+def test_a_byte_that_differs_after_the_write_is_caught_while_writing(draft, tmp_path, monkeypatch):
+    """The writer compares each slice with its source as it goes: a copy that lands wrong is refused, and nothing
+    is written at OUT."""
+    import eagle3lens.io.safetensors_writer as writer_mod
+
+    real = writer_mod._copy_in_kernel
+
+    def flips_a_byte(src: int, src_at: int, dst: int, dst_at: int, n: int) -> None:
+        real(src, src_at, dst, dst_at, n)
+        byte = os.pread(dst, 1, dst_at + n // 2)
+        os.pwrite(dst, bytes([byte[0] ^ 1]), dst_at + n // 2)
+
+    monkeypatch.setattr(writer_mod, "_copy_in_kernel", flips_a_byte)
+    out = tmp_path / "out"
+    with pytest.raises(Exception, match="verification failed: tensor .* differ from the source") as info:
+        convert(draft, "sglang==0.5.11", out)
+    assert ".tmp-" not in str(info.value)
+    assert not out.exists() and hidden(tmp_path) == []

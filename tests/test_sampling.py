@@ -1,0 +1,81 @@
+"""Sampling as served: the exact expected accept length against a Monte-Carlo run of speculative sampling."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from eagle3lens.checkpoint import Checkpoint
+from eagle3lens.errors import UsageError
+from eagle3lens.probes.acceptance import estimate_acceptance, needed_layers
+from eagle3lens.probes.aux_layers import trained_with
+from eagle3lens.probes.data import capture_samples
+from eagle3lens.probes.sampling import accept_probability, warp
+from eagle3lens.probes.traffic_result import Sampling
+from eagle3lens.probes.wiring import load_draft_as, load_target
+
+import _speculative_mc as mc
+
+SHARPEN = 30.0  # the untrained demo target's head scaled to a trained target's confidence (else p(x) ~ 1/V)
+PROMPTS = [[(7 * i + 3 * j) % 64 for j in range(16)] for i in range(6)]
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+@pytest.fixture(scope="module")
+def served(demo_dir: Path):
+    """The demo target with a sharpened head, and prompts continued greedily by it (aux layers captured)."""
+    target = load_target(demo_dir / "target", "cpu")
+    with torch.no_grad():
+        target.lm_head.weight.mul_(SHARPEN)
+    draft = demo_dir / "speculators"
+    layers = needed_layers(draft, 10)
+    samples = list(capture_samples(target, [torch.tensor(p) for p in PROMPTS], layers, new_tokens=32))
+    return target, samples, {}
+
+
+@pytest.mark.parametrize("temperature,top_p", [(0.7, 1.0), (1.0, 1.0), (0.7, 0.9), (1.0, 0.9)])
+def test_expected_accept_len_matches_monte_carlo(demo_dir: Path, served, temperature: float, top_p: float) -> None:
+    target, samples, logits_cache = served
+    draft_dir = demo_dir / "speculators"
+    result = estimate_acceptance(draft_dir, samples, target=target, fixed=False,
+                                 sampling=Sampling(temperature, top_p))
+    assert result.traffic is not None
+    view = result.traffic.sampled["as_trained"]
+    assert view.exact_chain and view.greedy_accept_len == result.accept_len("as_trained")
+    ckpt = Checkpoint.open(draft_dir)
+    draft = load_draft_as(ckpt, None)
+    chains = mc.greedy_chains(draft, samples, sorted(set(trained_with(ckpt.spec, 10)[0])), result.steps)
+    simulated = mc.run(target, samples, chains, temperature, top_p, trials=10_000, seed=1, cache=logits_cache)
+    assert view.accept_len is not None and 1.2 < view.accept_len < 3.5  # far from both 1 and 1 + K
+    assert abs(view.accept_len - simulated) <= 0.02, (view.accept_len, simulated)
+    assert view.full_acc == tuple(sorted(view.full_acc, reverse=True))
+
+
+def test_top_p_keeps_the_smallest_top_set() -> None:
+    """Top-p keeps the smallest top set reaching p (the token that crosses p stays), as vLLM's sort does."""
+    logits = torch.tensor([[2.0, 1.0, 0.5, -1.0, 0.0]])
+    for temperature, top_p in ((0.7, 0.5), (1.0, 0.9), (1.3, 0.3), (1.0, 1.0)):
+        ours = warp(logits, Sampling(temperature, top_p))
+        assert torch.allclose(ours, mc.warp_vllm(logits, temperature, top_p), atol=1e-6)
+    assert int((warp(logits, Sampling(1.0, 0.5)) > 0).sum()) == 1  # p(top) = 0.563 reaches 0.5 alone
+    probs = warp(logits, Sampling(1.0, 0.7))
+    assert int((probs > 0).sum()) == 2  # 0.563 + 0.207: the token that crosses 0.7 stays, the rest go
+    one_hot = accept_probability(probs, torch.tensor([1]))
+    assert torch.allclose(one_hot, probs[:, 1])
+    textbook = accept_probability(probs, torch.full((1, 5), 0.2))
+    assert torch.allclose(textbook, torch.minimum(probs, torch.tensor(0.2)).sum(-1))
+
+
+@pytest.mark.parametrize("temperature,top_p", [(0.0, 1.0), (-1.0, 1.0), (float("nan"), 1.0), (1.0, 0.0), (1.0, 1.5)])
+def test_bad_sampling_is_refused(temperature: float, top_p: float) -> None:
+    with pytest.raises(UsageError):
+        Sampling(temperature, top_p)
