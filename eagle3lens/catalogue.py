@@ -24,7 +24,7 @@ SeverityName = Literal["info", "warning", "critical"]
 
 # the probes that own codes, and the modules (under eagle3lens/) that make up each probe
 PROBES: dict[str, tuple[str, ...]] = {
-    "keys": ("probes/keys.py",),
+    "keys": ("probes/keys.py", "engines/executed_result.py"),
     "vocab": ("probes/vocab.py", "probes/vocab_mapping.py", "probes/vocab_diagnosis.py", "probes/vocab_findings.py",
               "probes/vocab_coverage.py"),
     "weights": ("probes/weights.py",),
@@ -150,6 +150,9 @@ CODES: tuple[Code, ...] = (
                  "target ids"),
     Code("engine/unverified-version", owner="keys", severity="warning", rank=240,
          meaning="the release is newer than the newest one read: simulated with the newest group"),
+    Code("engine/simulation-disagrees", owner="keys", severity="warning", rank=240,
+         meaning="`keys --execute`: the engine's own loader, run on meta tensors, did otherwise than the profile "
+                 "simulates (both outcomes in `evidence`)"),
     Code("engine/patched-source", owner="detect", severity="warning", rank=240,
          meaning="an installed engine's loader file matches no released wheel (source checkout or patch)"),
     Code("engine/mixed-release", owner="detect", severity="warning", rank=240,

@@ -152,6 +152,7 @@ def diagnose(
     launch: "str | Launch | None" = None,
     data: str | Path | None = None,
     prompts: str | Path | None = None,
+    execute: bool = False,
 ) -> Report:
     """Run the applicable probes on a draft and return a Report whose findings are ranked causes first.
 
@@ -161,6 +162,7 @@ def diagnose(
     line (or a parsed :class:`~eagle3lens.launch.Launch`); without it, a ``log``'s start-up lines are read for one.
     With a target, the launch gives the predicted wiring beside the traced one. ``data`` (a hidden-state dump) or
     ``prompts`` with ``target`` add the offline acceptance estimate, held against the log's accept len.
+    ``execute``: the keys fate is the installed engine's own loader run on meta tensors (``keys --execute``).
     """
     from .probes.logs import ENGINES as LOG_ENGINES
     from .probes.logs import parse_log
@@ -204,6 +206,10 @@ def diagnose(
             evidence={"files": [f.name for f in ckpt.files]},
             fix="copy the training run's config.json next to the weights"))
         skipped["keys"] = skipped["aux_layers"] = skipped["wiring"] = "no config.json: nothing to build the draft from"
+    elif profile is not None and execute:
+        from .engines.executed_result import execute_load
+
+        run("keys", execute_load, ckpt, num_target_layers=num_target_layers)
     elif profile is not None:
         served = serve_draft(ckpt, engine=profile, num_target_layers=num_target_layers,
                              target=config_target or (tgt.root if tgt is not None else None))

@@ -57,6 +57,11 @@ class ConversionRefused(Eagle3LensError):
     """A conversion or repair that cannot be done faithfully (``--force`` overrides where allowed)."""
 
 
+class StandInCalled(RuntimeError):
+    """``--execute``: the engine asked a stand-in (a compiled extension absent here) a question only the real one
+    answers; engines treat it as the hardware being absent."""
+
+
 class MetaTraceUnsupported(Eagle3LensError):
     """An architecture whose forward cannot run on meta tensors."""
 

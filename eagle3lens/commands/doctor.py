@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
                       baseline_tps=args.baseline_tps, num_draft_tokens=args.num_draft_tokens,
                       scenario=args.scenario, weights=not args.no_weights, device_map=args.device_map,
                       dtype=args.dtype, progress=bars(not args.json), launch=args.launch,
-                      data=args.data, prompts=args.prompts)
+                      data=args.data, prompts=args.prompts, execute=args.execute)
     if args.html:
         write_html(Path(args.html), render_report_html(report, title=f"eagle3lens doctor: {args.checkpoint}"))
     code = finish(report, args)
@@ -55,6 +55,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("checkpoint", metavar="CKPT", help="draft checkpoint (directory or file)")
     p.add_argument("--engine", metavar="E", help="serving engine, NAME[==VERSION][:PATH] or installed, e.g. sglang==0.5.11, "
                         "vllm==0.33.0:v1 (eagle3lens engines --help explains the forms)")
+    p.add_argument("--execute", action="store_true",
+                   help="with --engine installed: the keys fate from the engine's own loader run on meta tensors")
     p.add_argument("--target", metavar="T", help="target model checkpoint (HF layout): copies, wiring, aux layers")
     p.add_argument("--log", metavar="FILE", help="server log with acceptance lines (SGLang or vLLM)")
     p.add_argument("--launch", metavar="CMD",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..checkpoint import Checkpoint
+from ..errors import UsageError
 from ..findings import Report
 from . import add_output_options, example_epilog, finish
 
@@ -13,8 +14,20 @@ def run(args: argparse.Namespace) -> int:
     from ..engines import engine_notes, resolve
     from ..probes.keys import simulate_load
 
-    profile = resolve(args.engine)
+    if (args.execute or args.engine_root) and args.engine.strip().lower() != "installed":
+        raise UsageError(f"--execute runs the installed engine's own loader: write --engine installed, not "
+                         f"--engine {args.engine}")
     ckpt = Checkpoint.open(args.checkpoint).require_draft()
+    if args.execute or args.engine_root:
+        from ..engines.executed_result import execute_load
+
+        result = execute_load(ckpt, root=args.engine_root, num_target_layers=args.target_layers)
+        report = Report(checkpoint=ckpt.summary(), engine=result.engine)
+        report.notes.append("executed: the engine's own load_weights ran on meta tensors; stand-ins: "
+                            + ", ".join(s["target"] for s in result.stand_ins))
+        report.add("keys", result)
+        return finish(report, args)
+    profile = resolve(args.engine)
     report = Report(checkpoint=ckpt.summary(), engine=profile.spec)
     report.notes.extend(engine_notes(profile))
     result = simulate_load(ckpt, profile, num_target_layers=args.target_layers)
@@ -28,11 +41,17 @@ def register(sub: argparse._SubParsersAction) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        epilog=example_epilog("eagle3lens keys demo/speculators --engine sglang==0.5.11",
                                              "eagle3lens keys demo/eagle --engine vllm==0.33.0 --json",
+                                             "eagle3lens keys demo/eagle --engine installed --execute",
                                              "eagle3lens engines            # the known NAME==VERSION values"))
     p.add_argument("checkpoint", metavar="CKPT", help="draft checkpoint directory or file")
     p.add_argument("--engine", "-e", required=True, metavar="E", help="NAME[==VERSION][:PATH] or installed, e.g. sglang==0.5.11, vllm==0.33.0:v1 "
                         "(eagle3lens engines --help explains the forms)")
     p.add_argument("--target-layers", type=int, default=None, metavar="L",
                    help="number of target layers, to check aux layer defaults")
+    p.add_argument("--execute", action="store_true",
+                   help="with --engine installed: run the engine's own load_weights on meta tensors (no GPU, no "
+                        "weights read) instead of simulating it; differences are engine/simulation-disagrees")
+    p.add_argument("--engine-root", metavar="DIR", default=None,
+                   help="with --execute: the engine package in DIR (an unpacked wheel) instead of the installed one")
     add_output_options(p)
     p.set_defaults(func=run)

@@ -10,10 +10,10 @@ from .registry import figures, html_view, rich_view
 from .style import html_text, markup
 
 FATE_STYLE = {"raises": "bold red", "dropped": "bold red", "loaded-shard": "green", "loaded": "green",
-              "converted": "cyan", "skipped": "dim"}
+              "converted": "cyan", "skipped": "dim", "not-reached": "yellow"}
 FATE_COLOR = {"raises": "#b71c1c", "dropped": "#c62828", "loaded-shard": "#2e7d32", "loaded": "#43a047",
-              "converted": "#1565c0", "skipped": "#9e9e9e"}
-ORDER = ("raises", "dropped", "loaded-shard", "loaded", "converted", "skipped")
+              "converted": "#1565c0", "skipped": "#9e9e9e", "not-reached": "#f9a825"}
+ORDER = ("raises", "dropped", "loaded-shard", "loaded", "converted", "skipped", "not-reached")
 
 
 def _ordered(result: Any) -> list[Any]:

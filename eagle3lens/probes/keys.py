@@ -25,7 +25,7 @@ from ..findings import Finding, Severity, fix_command, to_jsonable
 from ..engines.stops import ServerStop, class_absent
 
 CRITICAL_ROLES = ("decoder", "fc", "norm", "lm_head")
-FATE_ORDER = ("raises", "dropped", "loaded-shard", "loaded", "converted", "skipped")
+FATE_ORDER = ("raises", "dropped", "loaded-shard", "loaded", "converted", "skipped", "not-reached")
 FLAG_TENSORS = {"norm_before_fc": "input_norm.weight", "fc_norm": "fc_norm."}
 FLAG_SEVERITY = {"norm_before_fc": Severity.CRITICAL, "fc_norm": Severity.CRITICAL,
                  "norm_before_residual": Severity.CRITICAL, "norm_output": Severity.WARNING}
@@ -38,7 +38,7 @@ class TensorFate:
     key: str
     dtype: str
     shape: tuple[int, ...]
-    fate: str  # loaded | loaded-shard | converted | skipped | dropped | raises
+    fate: str  # loaded | loaded-shard | converted | skipped | dropped | raises | not-reached (executed, after a raise)
     param: str | None = None
     shard: str | None = None
     reason: str = ""
@@ -98,6 +98,9 @@ class LoadResult:
     draft_class: str = ""  # the engine class that loads this config
     release: str | None = None  # the release simulated (None: unversioned)
     path: str | None = None  # the runtime path assumed (vLLM v1/v2, SGLang cuda-graph/eager)
+    origin: str = "simulated"  # simulated (the profile's rules) | executed (the engine's own load_weights ran)
+    stand_ins: tuple[dict[str, str], ...] = ()  # executed: what replaced modules / state this machine lacks
+    execution: dict[str, Any] | None = None  # executed: engine, root, module, phase, error, logs, seconds
 
     # -- views --------------------------------------------------------------------------
     def by_fate(self, fate: str) -> tuple[TensorFate, ...]:
@@ -132,6 +135,7 @@ class LoadResult:
             "parameters": [p.to_dict() for p in self.params], "mapping": self.mapping, "notes": list(self.notes),
             "missing_d2t": self.missing_d2t,
             "draft_class": self.draft_class, "release": self.release, "path": self.path,
+            "origin": self.origin, "stand_ins": list(self.stand_ins), "execution": self.execution,
         })
 
 

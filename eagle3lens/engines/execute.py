@@ -1,0 +1,204 @@
+"""``keys CKPT --engine installed --execute``: the installed engine's own loader decides.
+
+The engine's EAGLE-3 draft class for the checkpoint's config is imported from the engine's own files,
+built as the engine builds it (its config reading, tensor-parallel world size 1) on the meta device, and
+its own ``load_weights`` is called on the checkpoint's tensors given as meta tensors made from the headers:
+no tensor byte is read, no memory is allocated, no GPU is needed. What the engine's code did is recorded
+(:mod:`.recorder`): each parameter written and from which key, each key it pulled and wrote nowhere, each
+warning it logged, the exception it raised and where. What the import chain needs and cannot load here is
+stood in (:mod:`.standins`), and listed.
+
+:mod:`.executed_result` turns the record into a LoadResult (``origin="executed"``) held against the simulation of
+the same release. :func:`execute_isolated` runs the execution in a fresh interpreter (one engine copy per process);
+``python -m eagle3lens.engines.execute CKPT --root DIR`` is that worker and prints the record as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Sequence
+
+from ..checkpoint import Checkpoint, CheckpointLike, as_checkpoint
+from ..errors import UsageError
+from .execute_adapters import ADAPTERS, tolerant_registries
+from .recorder import LogTap, Provenance, Record, converted_attributes, error_of, parameter_storages, weights
+from .standins import StandIn, StandIns, forget_modules
+
+WORKER_TIMEOUT_S = 600
+# libraries that probe optional packages (triton, torchvision, PIL) when first imported: imported before any stand-in
+# exists, so they see this machine as it is and not the engine's stand-ins
+PRELOAD = ("torch._dynamo", "torch._inductor.runtime.hints", "torch._dynamo.repro.after_dynamo", "torch._inductor.codecache",
+           "torch._functorch.aot_autograd", "transformers.modeling_utils", "transformers.generation",
+           "transformers.models.llama.modeling_llama")
+
+
+@dataclass(frozen=True)
+class Execution:
+    """What an engine's own code did with one checkpoint (plain data; JSON round-trips)."""
+
+    engine: str
+    version: str | None
+    root: str
+    module: str = ""
+    draft_class: str = ""
+    recognised: bool = False
+    phase: str = "import"  # where it stopped: import | config | construct | load | done
+    error: dict[str, Any] | None = None
+    processed: tuple[str, ...] = ()
+    writes: tuple[dict[str, Any], ...] = ()  # {param, keys, offset, numel}
+    converted: dict[str, list[str]] = field(default_factory=dict)
+    logs: tuple[dict[str, Any], ...] = ()
+    params: dict[str, list[int]] = field(default_factory=dict)  # parameters after construction: shape
+    params_after: tuple[str, ...] = ()  # parameters still there after load_weights
+    stand_ins: tuple[StandIn, ...] = ()
+    notes: tuple[str, ...] = ()
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"engine": self.engine, "version": self.version, "root": self.root, "module": self.module,
+                "draft_class": self.draft_class, "recognised": self.recognised, "phase": self.phase,
+                "error": self.error, "processed": list(self.processed), "writes": list(self.writes),
+                "converted": self.converted, "logs": list(self.logs), "params": self.params,
+                "params_after": list(self.params_after), "stand_ins": [s.to_dict() for s in self.stand_ins],
+                "notes": list(self.notes), "seconds": self.seconds}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Execution":
+        return cls(d["engine"], d.get("version"), d["root"], d.get("module", ""), d.get("draft_class", ""),
+                   bool(d.get("recognised")), d.get("phase", "import"), d.get("error"),
+                   tuple(d.get("processed", ())), tuple(d.get("writes", ())), dict(d.get("converted", {})),
+                   tuple(d.get("logs", ())), dict(d.get("params", {})), tuple(d.get("params_after", ())),
+                   tuple(StandIn.from_dict(s) for s in d.get("stand_ins", ())), tuple(d.get("notes", ())),
+                   float(d.get("seconds", 0.0)))
+
+
+# -- finding the engine ----------------------------------------------------------------------
+def engine_at(root: str | Path) -> tuple[str, str | None]:
+    """Which engine package ``root`` holds (sglang or vllm) and its version from the dist-info beside it."""
+    root = Path(root)
+    found = [name for name in ADAPTERS if (root / name / "__init__.py").is_file()]
+    if not found:
+        raise UsageError(f"{root}: no sglang or vllm package in this directory")
+    if len(found) > 1:
+        raise UsageError(f"{root}: holds {' and '.join(found)}; name one engine directory")
+    name = found[0]
+    dist = next(iter(metadata.distributions(name=name, path=[str(root)])), None)
+    return name, dist.version if dist is not None else None
+
+
+def installed_root() -> Path:
+    """Where the installed engine imports from (``--engine installed``)."""
+    from .detect import detect
+
+    found = [e for e in detect().engines if e.name in ADAPTERS]
+    if not found:
+        raise UsageError("--execute: no sglang or vllm is installed here (eagle3lens engines --detect)")
+    if len(found) > 1:
+        names = ", ".join(f"{e.name}=={e.version}" for e in found)
+        raise UsageError(f"--execute: several engines are installed ({names}); run it where one is")
+    return Path(found[0].location)
+
+
+# -- running the engine's code --------------------------------------------------------------
+_LOADED: dict[str, str] = {}  # engine name -> the root its modules were imported from in this process
+
+
+def record_execution(draft: CheckpointLike, root: str | Path, *, fallback_class: str | None = None) -> Execution:
+    """Import, build and load ``draft`` with the engine at ``root``, in this process; what its code did."""
+    import torch
+
+    ckpt = as_checkpoint(draft)
+    root = Path(root).resolve()
+    name, version = engine_at(root)
+    adapter = ADAPTERS[name]
+    if _LOADED.get(name) not in (None, str(root)):
+        forget_modules(adapter.packages)
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    _LOADED[name] = str(root)
+    dirs = tuple(str(root / p) + os.sep for p in adapter.packages)
+    record = Record()
+    start = time.perf_counter()
+    _preload()
+    phase, built, params, after = "import", None, {}, ()
+    stand = StandIns(adapter.packages, dirs, adapter.state)
+    try:
+        with stand, LogTap(record, adapter.loggers):
+            tolerant_registries(stand)
+            phase = "construct"
+            built = adapter.build(ckpt.root, fallback_class or "LlamaForCausalLMEagle3", stand)
+            params = {n: list(p.shape) for n, p in built.model.named_parameters()}
+            phase = "load"
+            with torch.device("meta"), Provenance(parameter_storages(built.model), record):
+                built.model.load_weights(weights(ckpt.tensors, record))
+            after = tuple(n for n, _ in built.model.named_parameters())
+            phase = "done"
+    except Exception as exc:  # noqa: BLE001 -- the engine's own failure is the finding, recorded with its place
+        record.error = {**error_of(exc, dirs, record.current if phase == "load" else None), "phase": phase}
+    finally:
+        if built is not None and phase in ("load", "done"):
+            record.converted = converted_attributes(built.model)
+        sys.path.remove(str(root)) if str(root) in sys.path else None
+    return Execution(
+        name, version, str(root), built.module if built else "", built.draft_class if built else "",
+        built.recognised if built else False, phase, record.error, tuple(record.processed),
+        tuple({"param": w.param, "keys": list(w.keys), "offset": w.offset, "numel": w.numel} for w in record.writes),
+        record.converted, tuple(record.logs), params, after, tuple(stand.used),
+        tuple(built.notes) if built else (), round(time.perf_counter() - start, 3))
+
+
+def _preload() -> None:
+    import importlib
+
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            continue
+
+
+def execute_isolated(draft: str | Path, root: str | Path, *, fallback_class: str | None = None,
+                     timeout: float = WORKER_TIMEOUT_S, python: str | None = None) -> Execution:
+    """:func:`record_execution` in a fresh interpreter (an engine's modules are imported once per process)."""
+    cmd = [python or sys.executable, "-m", "eagle3lens.engines.execute", str(draft), "--root", str(root)]
+    if fallback_class:
+        cmd += ["--class", fallback_class]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(Path(__file__).resolve().parents[2])] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False, env=env)
+    except subprocess.TimeoutExpired:
+        raise UsageError(f"--execute: the engine at {root} did not finish within {timeout:.0f} s") from None
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
+    if done.returncode != 0 or not lines:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise UsageError(f"--execute: the worker for {root} failed: {tail[0][:300]}")
+    return Execution.from_dict(json.loads(lines[-1]))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m eagle3lens.engines.execute",
+                                     description="run an engine's own load_weights on a checkpoint's headers; "
+                                                 "print the record as one JSON line")
+    parser.add_argument("checkpoint")
+    parser.add_argument("--root", required=True, help="the directory the engine package imports from")
+    parser.add_argument("--class", dest="fallback_class", default=None)
+    args = parser.parse_args(argv)
+    record = record_execution(Checkpoint.open(args.checkpoint), args.root, fallback_class=args.fallback_class)
+    sys.stdout.write(json.dumps(record.to_dict()) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+
+
+__all__ = ["Execution", "engine_at", "execute_isolated", "installed_root", "record_execution"]

@@ -1,0 +1,315 @@
+"""How each engine builds its EAGLE-3 draft, for ``--execute``: which class a config gets, how the config is read,
+what the constructor is given, and which running-server state is stood in (world size 1, one process).
+
+An adapter only *calls* the engine: its class lookup (SGLang's ``EntryClass``, vLLM's model registry), its config
+reader where it has one, its constructor and its ``load_weights``. The attribute stand-ins it installs are listed
+in :data:`SGLANG_STATE` / :data:`VLLM_STATE` and land in the result's ``stand_ins``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+import json
+import re
+import types
+from pathlib import Path
+from typing import Any, Callable
+
+from .standins import StandIn, StandIns, placeholder
+
+# the draft classes the project knows, by architecture: module where each engine defines it
+SGLANG_CLASSES = {
+    "LlamaForCausalLMEagle3": "sglang.srt.models.llama_eagle3",
+    "Eagle3DeepseekV2ForCausalLM": "sglang.srt.models.kimi_k25_eagle3",
+}
+
+
+class SingleProcessGroup:
+    """What a parallel group coordinator holds in a one-process server (world size 1, rank 0)."""
+
+    world_size = 1
+    rank = 0
+    rank_in_group = 0
+    local_rank = 0
+    ranks = [0]
+    first_rank = 0
+    last_rank = 0
+    is_first_rank = True
+    is_last_rank = True
+    next_rank = 0
+    prev_rank = 0
+    device_group = None
+    cpu_group = None
+    use_custom_allreduce = False
+    unique_name = "eagle3lens:world-size-1"
+
+    def all_reduce(self, x: Any) -> Any:
+        return x
+
+    def all_gather(self, x: Any, dim: int = -1) -> Any:  # noqa: ARG002 (same signature as the engine's)
+        return x
+
+
+_GROUP = SingleProcessGroup()
+
+
+def _defaults_of(cls: Any) -> types.SimpleNamespace:
+    """A dataclass's field defaults, without running its ``__post_init__`` (SGLang's ServerArgs probes the GPU)."""
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.default is not dataclasses.MISSING:
+            values[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            values[f.name] = f.default_factory()
+        else:
+            values[f.name] = None
+    return types.SimpleNamespace(**values)
+
+
+def _parallel_state(stand: StandIns, module: types.ModuleType) -> None:
+    for name, value in list(vars(module).items()):
+        if callable(value) and re.fullmatch(r"get_\w*(_group|_world_group)", name) and not name.startswith("get_group"):
+            stand.patch(module, name, lambda *_a, **_k: _GROUP,
+                        "one process, no torch.distributed: every parallel group has world size 1, rank 0")
+
+
+def _sglang_dp_attention(stand: StandIns, module: types.ModuleType) -> None:
+    for name in ("_ATTN_TP_SIZE", "_ATTN_DP_SIZE", "_LOCAL_ATTN_DP_SIZE"):
+        if name in vars(module):
+            stand.patch(module, name, 1, "attention parallelism of a world-size-1 server")
+    for name in ("_ATTN_TP_RANK", "_ATTN_DP_RANK", "_LOCAL_ATTN_DP_RANK"):
+        if name in vars(module):
+            stand.patch(module, name, 0, "attention parallelism of a world-size-1 server")
+    for name, value in list(vars(module).items()):
+        if callable(value) and re.fullmatch(r"get_attention_\w*_group|get_attn_\w*_group", name):
+            stand.patch(module, name, lambda *_a, **_k: _GROUP, "attention parallel group of a world-size-1 server")
+
+
+def _sglang_server_args(stand: StandIns, module: types.ModuleType) -> None:
+    server_args = getattr(module, "ServerArgs", None)
+    if server_args is not None and dataclasses.is_dataclass(server_args) and "get_global_server_args" in vars(module):
+        defaults = _defaults_of(server_args)
+        stand.patch(module, "get_global_server_args", lambda: defaults,
+                    "no server is running: ServerArgs' field defaults (its __post_init__ probes the GPU)")
+
+
+def _sglang_configs_utils(stand: StandIns, module: types.ModuleType) -> None:
+    from transformers.utils import is_vision_available
+
+    if is_vision_available():
+        return
+    for name in ("register_image_processor", "register_processor"):
+        if name in vars(module):
+            stand.patch(module, name, lambda *_a, **_k: None,
+                        "Pillow is not installed: multimodal processors are not registered (no draft uses them)")
+
+
+SGLANG_STATE: dict[str, Callable[[StandIns, types.ModuleType], None]] = {
+    "sglang.srt.distributed.parallel_state": _parallel_state,
+    "sglang.srt.layers.dp_attention": _sglang_dp_attention,
+    "sglang.srt.server_args": _sglang_server_args,
+    "sglang.srt.configs.utils": _sglang_configs_utils,
+}
+
+
+def tolerant_registries(stand: StandIns) -> None:
+    """An engine pinned to an older transformers registers configs that the installed one already ships
+    (``qwen3_asr`` in SGLang 0.5.11 under transformers 5): register them with ``exist_ok=True``."""
+    import transformers
+
+    for name in ("AutoConfig", "AutoTokenizer", "AutoProcessor", "AutoImageProcessor"):
+        cls = getattr(transformers, name, None)
+        real = getattr(cls, "register", None) if cls is not None and type(cls).__name__ != "DummyObject" else None
+        if real is None:
+            continue
+
+        def register(*args: Any, _real: Any = real, **kwargs: Any) -> Any:
+            kwargs["exist_ok"] = True
+            return _real(*args, **kwargs)
+
+        stand.patch(cls, "register", staticmethod(register),
+                    "the installed transformers already ships some configs the engine registers: exist_ok=True")
+    from transformers import image_utils
+    from transformers.utils import is_vision_available
+
+    if not is_vision_available() and not hasattr(image_utils, "PILImageResampling"):
+        stand.patch(image_utils, "PILImageResampling", placeholder("PILImageResampling", "PIL.Image"),
+                    "Pillow is not installed: the name multimodal processors import from transformers.image_utils")
+
+
+@dataclasses.dataclass
+class Built:
+    """A constructed draft: the module, the class, how its architecture was chosen."""
+
+    model: Any
+    module: str
+    draft_class: str
+    recognised: bool
+    notes: list[str]
+
+
+def read_config_dict(ckpt_dir: Path) -> dict[str, Any]:
+    return json.loads((ckpt_dir / "config.json").read_text())
+
+
+def flattened(config: dict[str, Any], draft_class: str) -> dict[str, Any]:
+    """A speculators config as a flat HF config naming ``draft_class`` (what ``convert`` writes for SGLang)."""
+    layer = config.get("transformer_layer_config")
+    if not isinstance(layer, dict):
+        return {**config, "architectures": [draft_class]}
+    top = {k: v for k, v in config.items() if k not in ("transformer_layer_config", "speculators_config",
+                                                        "architectures", "auto_map")}
+    return {**layer, **top, "architectures": [draft_class]}
+
+
+def sglang_build(ckpt_dir: Path, fallback_class: str, stand: StandIns) -> Built:  # noqa: ARG001
+    """SGLang: the class named by ``config.architectures`` whose module lists it in ``EntryClass``; the config read
+    by transformers' ``AutoConfig`` as SGLang's ``get_config`` does; ``cls(config=..., quant_config=None)``."""
+    import torch
+    from transformers import AutoConfig, PretrainedConfig
+
+    try:  # the server imports its quantization package before any model (else 0.4.x's layers import in a cycle)
+        importlib.import_module("sglang.srt.layers.quantization")
+    except ModuleNotFoundError:
+        pass
+    raw = read_config_dict(ckpt_dir)
+    archs = [a for a in raw.get("architectures") or [] if isinstance(a, str)]
+    notes: list[str] = []
+    chosen = None
+    for arch in archs:
+        name = SGLANG_CLASSES.get(arch)
+        if name is None:
+            continue
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:
+                continue
+            raise
+        entries = getattr(module, "EntryClass", [])
+        entries = entries if isinstance(entries, (list, tuple)) else [entries]
+        if any(getattr(c, "__name__", "") == arch for c in entries):
+            chosen = (module, getattr(module, arch))
+            break
+    recognised = chosen is not None
+    if chosen is None:
+        name = SGLANG_CLASSES.get(fallback_class)
+        fallback = importlib.import_module(name) if name else None
+        if fallback is None or not hasattr(fallback, fallback_class):
+            raise LookupError(f"this sglang has no {fallback_class} (architectures {archs})")
+        chosen = (fallback, getattr(fallback, fallback_class))
+        notes.append(f"sglang does not pick an EAGLE-3 class for architectures {archs}; the keys were run through "
+                     f"its {fallback_class} with the config flattened, as the simulation assumes")
+    module, cls = chosen
+    config: PretrainedConfig
+    if recognised:
+        config = AutoConfig.from_pretrained(str(ckpt_dir))
+    else:
+        flat = flattened(raw, cls.__name__)
+        model_type = flat.get("model_type", "llama")
+        config = AutoConfig.for_model(model_type, **{k: v for k, v in flat.items() if k != "model_type"})
+    kwargs = _accepted(cls.__init__, {"config": config, "quant_config": None, "prefix": ""})
+    with torch.device("meta"):
+        model = cls(**kwargs)
+    return Built(model, module.__name__, cls.__name__, recognised, notes)
+
+
+def _instance(cls: Any, **overrides: Any) -> Any:
+    """An instance of the engine's config dataclass holding its field defaults and ``overrides``, built without its
+    validation (which would load the model it names)."""
+    obj = object.__new__(cls)
+    for name, value in {**vars(_defaults_of(cls)), **overrides}.items():
+        object.__setattr__(obj, name, value)
+    derive = getattr(obj, "get_model_arch_config", None)  # vLLM's ModelConfig derives it in __post_init__
+    if callable(derive) and "model_arch_config" not in overrides:
+        object.__setattr__(obj, "model_arch_config", derive())
+    return obj
+
+
+def _accepted(fn: Callable[..., Any], offered: dict[str, Any]) -> dict[str, Any]:
+    params = inspect.signature(fn).parameters
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return offered
+    return {k: v for k, v in offered.items() if k in params}
+
+
+VLLM_STATE: dict[str, Callable[[StandIns, types.ModuleType], None]] = {
+    "vllm.distributed.parallel_state": _parallel_state,
+}
+
+
+def vllm_build(ckpt_dir: Path, fallback_class: str, stand: StandIns) -> Built:  # noqa: ARG001
+    """vLLM: the draft config read by vLLM's ``get_config`` (its speculators adapter included), wrapped in its
+    ``EAGLEConfig`` for method eagle3 as ``SpeculativeConfig`` does; the class from its speculative-decoding model
+    registry; built with ``vllm_config=`` under ``set_current_vllm_config``. The VllmConfig is vLLM's own default
+    one with the target and draft model configs stood in (no target is loaded)."""
+
+    import torch
+
+    stand.setenv("VLLM_TARGET_DEVICE", "cpu", "no GPU here: vLLM picks its CPU platform")
+    from vllm.config import VllmConfig, set_current_vllm_config
+    from vllm.model_executor.models import registry
+    from vllm.transformers_utils.config import get_config
+    from vllm.transformers_utils.configs.eagle import EAGLEConfig
+
+    hf = get_config(str(ckpt_dir), trust_remote_code=False)
+    kept: tuple[type, ...] = (EAGLEConfig,)
+    try:
+        from vllm.transformers_utils.configs.speculators import SpeculatorsConfig
+        kept += (SpeculatorsConfig,)
+    except ImportError:
+        pass
+    if not isinstance(hf, kept):
+        hf = EAGLEConfig(hf, method="eagle3", model_type="eagle")
+    table = getattr(registry, "_SPECULATIVE_DECODING_MODELS", {})
+    archs = list(getattr(hf, "architectures", None) or [])
+    arch = next((a for a in archs if a in table), None)
+    notes: list[str] = []
+    recognised = arch is not None
+    if arch is None:
+        arch = next((a for a, (_m, c) in table.items() if c == fallback_class or a == fallback_class), None)
+        if arch is None:
+            raise LookupError(f"this vllm has no {fallback_class} (architectures {archs})")
+        notes.append(f"vllm registers no EAGLE-3 class for architectures {archs}; the keys were run through {arch}")
+    module_name, class_name = table[arch]
+    module = importlib.import_module(f"vllm.model_executor.models.{module_name}")
+    cls = getattr(module, class_name)
+    from vllm.config import ModelConfig, SpeculativeConfig
+
+    target_layers = int(getattr(hf, "target_layer_count", 0) or 32)
+    vocab = int(hf.vocab_size)
+    common = {"hf_config": hf, "hf_text_config": hf, "dtype": torch.float32, "quantization": None,
+              "max_model_len": int(getattr(hf, "max_position_embeddings", 2048)), "model": str(ckpt_dir),
+              "enforce_eager": True, "trust_remote_code": False, "runner_type": "generate", "convert_type": "none",
+              "attention_chunk_size": None, "multimodal_config": None, "encoder_config": None, "pooler_config": None,
+              "disable_sliding_window": False, "hf_image_processor_config": {}}
+    draft_model = _instance(ModelConfig, **common)
+    target_model = _instance(ModelConfig, **common, get_total_num_hidden_layers=lambda: target_layers,
+                             get_vocab_size=lambda: vocab)
+    vllm_config = VllmConfig()
+    speculative = _instance(SpeculativeConfig, draft_model_config=draft_model, target_model_config=target_model,
+                            parallel_drafting=False, method="eagle3", num_speculative_tokens=3)
+    for name, value in (("model_config", target_model), ("speculative_config", speculative)):
+        object.__setattr__(vllm_config, name, value)
+    stand.used.append(StandIn("vllm.config.VllmConfig.model_config / speculative_config", "attribute",
+                              "no target is loaded: the target's layer count and vocab from the draft config"))
+    with set_current_vllm_config(vllm_config), torch.device("meta"):
+        model = cls(**_accepted(cls.__init__, {"vllm_config": vllm_config, "prefix": ""}))
+    return Built(model, module.__name__, class_name, recognised, notes)
+
+
+@dataclasses.dataclass(frozen=True)
+class Adapter:
+    name: str
+    packages: tuple[str, ...]
+    state: dict[str, Callable[[StandIns, types.ModuleType], None]]
+    build: Callable[[Path, str, StandIns], Built]
+    loggers: tuple[str, ...]
+
+
+ADAPTERS = {
+    "sglang": Adapter("sglang", ("sglang",), SGLANG_STATE, sglang_build, ("sglang",)),
+    "vllm": Adapter("vllm", ("vllm",), VLLM_STATE, vllm_build, ("vllm",)),
+}

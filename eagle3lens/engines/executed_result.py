@@ -1,0 +1,200 @@
+"""An :class:`~eagle3lens.engines.execute.Execution` as a LoadResult, held against the simulation of its release.
+
+Fates come from what the engine's code did: a key whose value reached a parameter is ``loaded`` (``loaded-shard``
+when it filled part of it), one kept as a module attribute is ``converted``, one the loader pulled and wrote
+nowhere is ``skipped`` where the simulation expects that by design and ``dropped`` otherwise, the key in flight
+when the loader raised ``raises``, and keys it never pulled ``not-reached``. Each difference from the simulated
+profile is an ``engine/simulation-disagrees`` finding.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from ..checkpoint import Checkpoint, CheckpointLike, as_checkpoint
+from ..errors import UsageError
+from ..findings import Finding, Severity
+from .execute import Execution, engine_at, execute_isolated, installed_root, record_execution
+from .params import ParamSpec
+
+WRITTEN = ("loaded", "loaded-shard", "converted")
+
+
+def execute_load(draft: CheckpointLike, *, root: str | Path | None = None, isolate: bool = False,
+                 num_target_layers: int | None = None, execution: Execution | None = None) -> Any:
+    """The executed load of ``draft`` by the engine at ``root`` (default: the installed one), as a LoadResult with
+    ``origin="executed"``, the simulation of the same release held against it."""
+    ckpt = as_checkpoint(draft)
+    if execution is None:
+        where = Path(root) if root is not None else installed_root()
+        fallback = _fallback_class(ckpt, where)
+        execution = (execute_isolated(ckpt.path, where, fallback_class=fallback) if isolate
+                     else record_execution(ckpt, where, fallback_class=fallback))
+    return executed_result(ckpt, execution, num_target_layers=num_target_layers)
+
+
+def _fallback_class(ckpt: Checkpoint, root: Path) -> str:
+    """The class the simulation assumes for this config (used when the engine recognises none)."""
+    from . import resolve_named
+
+    name, version = engine_at(root)
+    spec = f"{name}=={version}" if version else name
+    try:
+        return resolve_named(spec).for_config(ckpt.config).draft_class
+    except UsageError:
+        return "LlamaForCausalLMEagle3"
+
+
+def disagreement(what: str, simulated: str, executed: str, evidence: dict[str, Any]) -> Finding:
+    return Finding("engine/simulation-disagrees", Severity.WARNING,
+                   f"the engine's own loader disagrees with the simulation: {what}",
+                   f"simulated: {simulated}; executed: {executed}. The executed outcome is what the installed "
+                   "engine does; the profile is wrong for this release (or the engine is patched).",
+                   evidence={"what": what, "simulated": simulated, "executed": executed, **evidence})
+
+
+
+
+def executed_result(ckpt: Checkpoint, ex: Execution, *, num_target_layers: int | None = None) -> Any:
+    from ..probes import keys as K
+    from . import resolve_named
+
+    spec_name = f"{ex.engine}=={ex.version}" if ex.version else ex.engine
+    try:
+        profile = resolve_named(spec_name).for_config(ckpt.config)
+    except UsageError:
+        profile = resolve_named(ex.engine).for_config(ckpt.config)
+    sim = K.simulate_load(ckpt, profile, num_target_layers=num_target_layers)
+    sim_fates = {f.key: f for f in sim.fates}
+    sim_params = {p.param.name: p.param for p in sim.params}
+    writes: dict[str, list[dict[str, Any]]] = {}
+    for w in ex.writes:
+        for key in w["keys"]:
+            writes.setdefault(key, []).append(w)
+    processed = set(ex.processed)
+    failing = ex.error.get("key") if ex.error else None
+    fates = []
+    for info in ckpt.tensors.values():
+        key, sim_f = info.name, sim_fates.get(info.name)
+        logs = [e["message"] for e in ex.logs if e.get("key") == key or key in e.get("message", "")]
+        param = shard = None
+        expected = None
+        if key == failing:
+            fate, reason = "raises", f"{ex.error['type']}: {ex.error['message']}" if ex.error else ""
+        elif key in writes:
+            w = writes[key][0]
+            param = w["param"]
+            shape = ex.params.get(param)
+            whole = shape is not None and w["numel"] == math.prod(shape) and w["offset"] == 0
+            fate = "loaded" if whole else "loaded-shard"
+            shard = None if whole else _shard_name(sim_params.get(param), w["offset"], shape)
+            expected = _expected(sim_params.get(param), shard, shape)
+            reason = "written by the engine's load_weights"
+        elif key in ex.converted:
+            fate, param, reason = "converted", ex.converted[key][0], "kept as a module attribute"
+        elif key not in processed:
+            fate, reason = "not-reached", "the loader stopped before it pulled this key"
+        else:
+            fate = "skipped" if sim_f is not None and sim_f.fate == "skipped" else "dropped"
+            reason = "pulled by load_weights and written nowhere" + (" (logged)" if logs else " (nothing logged)")
+        fates.append(K.TensorFate(key, info.dtype, info.shape, fate, param, shard, reason, K.role_of(key),
+                                  expected, logs[0] if logs else "", sim_f.finding if sim_f else None))
+    sources = []
+    by_param: dict[str, list[str]] = {}
+    covered: dict[str, int] = {}
+    for w in ex.writes:
+        by_param.setdefault(w["param"], []).extend(k for k in w["keys"] if k not in by_param.get(w["param"], []))
+        covered[w["param"]] = covered.get(w["param"], 0) + w["numel"]
+    for name, shape in ex.params.items():
+        sp = sim_params.get(name)
+        pspec = ParamSpec(name, tuple(shape), sp.init if sp else "engine init", sp.role if sp else K.role_of(name),
+                          dict(sp.shards) if sp else {}, sp.dtype if sp else None)
+        missing = ("unwritten rows",) if name in by_param and covered[name] < math.prod(shape) else ()
+        by_design = profile.shared(pspec.role, ckpt.spec)
+        if pspec.role == "vocab":
+            by_design = by_design or "judged by the vocab probe"
+        sources.append(K.ParamSource(pspec, tuple(by_param.get(name, ())), missing, by_design))
+    recognised = ex.recognised if ex.draft_class else sim.recognised  # no class chosen yet: not judged
+    findings = K._findings(ckpt, profile, ckpt.spec, fates, tuple(sources), recognised, num_target_layers)
+    if ex.error and ex.phase != "load":
+        findings.insert(0, Finding(
+            "keys/raises", Severity.CRITICAL,
+            f"{ex.engine}=={ex.version} fails before loading ({ex.phase}): {ex.error['type']}",
+            f"{ex.error['type']}: {ex.error['message']} (at {ex.error.get('file')}:{ex.error.get('line')})",
+            evidence={"phase": ex.phase, **ex.error}))
+    findings += compare(sim, fates, sources, ex)
+    others = sorted({s.target for s in ex.stand_ins if s.kind == "module"} & ({"sglang", "vllm"} - {ex.engine}))
+    if others:
+        ex_notes = ex.notes + (f"{ex.engine} imports {', '.join(others)}, stood in here: parameters of any class "
+                               f"{ex.engine} takes from it are missing, so this execution is incomplete",)
+    else:
+        ex_notes = ex.notes
+    notes = sim.notes + ex_notes + (f"executed {ex.module}.{ex.draft_class} from {ex.root} in {ex.seconds:.1f} s; "
+                                    f"{len(ex.stand_ins)} stand-ins",)
+    mapping = {f.key: f.param for f in fates if f.param and f.fate in WRITTEN}
+    return replace(sim, fates=tuple(fates), params=tuple(sources), findings=tuple(findings), notes=notes,
+                   mapping=mapping, recognised=recognised, draft_class=ex.draft_class or sim.draft_class,
+                   origin="executed", stand_ins=tuple(s.to_dict() for s in ex.stand_ins),
+                   execution={k: v for k, v in ex.to_dict().items() if k in ("engine", "version", "root", "module",
+                                                                             "phase", "error", "logs", "seconds")})
+
+
+def _shard_name(param: ParamSpec | None, offset: int, shape: list[int] | None) -> str:
+    if param is not None and param.shards and shape:
+        row = offset // max(1, math.prod(shape[1:]))
+        start = 0
+        for name, s in param.shards.items():
+            if row == start:
+                return name
+            start += s[0]
+    return f"offset {offset}"
+
+
+def _expected(param: ParamSpec | None, shard: str | None, shape: list[int] | None) -> tuple[int, ...] | None:
+    if param is not None and shard in param.shards:
+        return tuple(param.shards[shard])
+    return tuple(shape) if shape is not None and shard is None else None
+
+
+def compare(sim: Any, fates: list[Any], sources: list[Any], ex: Execution) -> list[Finding]:
+    """Every place the executed load differs from the simulated one, one finding each."""
+    out: list[Finding] = []
+    if ex.draft_class and sim.recognised != ex.recognised:
+        out.append(disagreement("config recognition", "recognised" if sim.recognised else "not recognised",
+                                "recognised" if ex.recognised else "not recognised", {}))
+    sim_raises = [f.key for f in sim.fates if f.fate == "raises"]
+    ex_raises = [f.key for f in fates if f.fate == "raises"]
+    if ex.error and ex.phase != "load":
+        out.append(disagreement("the draft cannot be built", "built", f"{ex.error['type']} while {ex.phase}: "
+                                f"{ex.error['message'][:200]}", {"error": ex.error}))
+        return out
+    if sim_raises[:1] != ex_raises[:1]:
+        out.append(disagreement("where the load raises", f"raises at {sim_raises[0]!r}" if sim_raises else "no raise",
+                                f"raises at {ex_raises[0]!r}" if ex_raises else "no raise",
+                                {"simulated_keys": sim_raises, "executed_keys": ex_raises}))
+    sim_fates = {f.key: f for f in sim.fates}
+    for f in fates:
+        s = sim_fates.get(f.key)
+        if s is None or f.fate in ("not-reached", "raises") or s.fate == "raises":
+            continue
+        if (f.fate in WRITTEN) != (s.fate in WRITTEN) or (f.fate in WRITTEN and f.param != s.param
+                                                           and f.fate != "converted"):
+            out.append(disagreement(f"tensor {f.key}", _said(s), _said(f), {"tensor": f.key}))
+    if ex.phase == "done":
+        sim_init = {p.param.name for p in sim.params if p.status in ("left-at-init", "partial")}
+        ex_init = {p.param.name for p in sources if p.status in ("left-at-init", "partial")}
+        sim_names, ex_names = {p.param.name for p in sim.params}, {p.param.name for p in sources}
+        for name in sorted((sim_init ^ ex_init) & sim_names & ex_names):
+            out.append(disagreement(f"parameter {name}", "left at init" if name in sim_init else "written",
+                                    "left at init" if name in ex_init else "written", {"parameter": name}))
+        for name in sorted(sim_names ^ ex_names):
+            out.append(disagreement(f"parameter {name}", "exists" if name in sim_names else "absent",
+                                    "exists" if name in ex_names else "absent", {"parameter": name}))
+    return out
+
+
+def _said(f: Any) -> str:
+    return f"{f.fate} -> {f.param}" if f.param else f.fate

@@ -1,0 +1,239 @@
+"""keys --execute on a miniature engine package the test writes: a draft class whose load_weights renames, skips,
+logs and raises like SGLang's, parallel state that refuses to work without torch.distributed, and a compiled
+extension that cannot load here. The recorder, the stand-ins and engine/simulation-disagrees are judged on it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from _builders import HEADS, INTER, KV, H, draft_tensors, sglang_config, write
+from eagle3lens.engines.execute import record_execution
+from eagle3lens.engines.executed_result import execute_load
+from eagle3lens.engines.standins import forget_modules
+
+DRAFT = '''
+import logging
+import torch
+from torch import nn
+import sgl_kernel                      # a compiled extension: stood in
+from sgl_kernel import fused_rmsnorm    # noqa: F401
+from sglang.srt.distributed.parallel_state import get_tensor_model_parallel_world_size
+
+logger = logging.getLogger(__name__)
+
+
+def default_weight_loader(param, loaded_weight):
+    assert param.size() == loaded_weight.size(), (param.size(), loaded_weight.size())
+    param.data.copy_(loaded_weight)
+
+
+class Stacked(nn.Module):
+    def __init__(self, sizes, cols):
+        super().__init__()
+        self.sizes = sizes
+        tp = get_tensor_model_parallel_world_size()
+        self.weight = nn.Parameter(torch.empty(sum(sizes.values()) // tp, cols))
+        self.weight.weight_loader = self.weight_loader
+
+    def weight_loader(self, param, loaded_weight, shard_id):
+        start = 0
+        for name, rows in self.sizes.items():
+            if name == shard_id:
+                break
+            start += rows
+        param.data.narrow(0, start, self.sizes[shard_id]).copy_(loaded_weight)
+
+
+class Layer(nn.Module):
+    def __init__(self, h, heads, kv, inter):
+        super().__init__()
+        d = h // heads
+        self.self_attn = nn.Module()
+        self.self_attn.qkv_proj = Stacked({"q": heads * d, "k": kv * d, "v": kv * d}, 2 * h)
+        self.self_attn.o_proj = nn.Linear(heads * d, h, bias=False)
+        self.mlp = nn.Module()
+        self.mlp.gate_up_proj = Stacked({0: inter, 1: inter}, h)
+        self.mlp.down_proj = nn.Linear(inter, h, bias=False)
+        for n in ("input_layernorm", "hidden_norm", "post_attention_layernorm"):
+            m = nn.Module()
+            m.weight = nn.Parameter(torch.ones(h))
+            setattr(self, n, m)
+
+
+class LlamaForCausalLMEagle3(nn.Module):
+    def __init__(self, config, quant_config=None, prefix=""):
+        super().__init__()
+        h, v = config.hidden_size, config.vocab_size
+        self.model = nn.Module()
+        self.model.embed_tokens = nn.Embedding(v, h)
+        self.model.fc = nn.Linear(3 * h, h, bias=False)
+        self.model.midlayer = Layer(h, config.num_attention_heads, config.num_key_value_heads,
+                                    config.intermediate_size)
+        self.model.norm = nn.Module()
+        self.model.norm.weight = nn.Parameter(torch.ones(h))
+        self.lm_head = nn.Linear(h, config.draft_vocab_size, bias=False)
+        self.hot_token_id = None
+
+    def load_weights(self, weights):
+        params = dict(self.named_parameters())
+        stacked = [(".qkv_proj", ".q_proj", "q"), (".qkv_proj", ".k_proj", "k"), (".qkv_proj", ".v_proj", "v"),
+                   (".gate_up_proj", ".gate_proj", 0), (".gate_up_proj", ".up_proj", 1)]
+        for name, w in weights:
+            if "d2t" in name:
+                self.hot_token_id = w + torch.arange(w.shape[0])
+                continue
+            if "t2d" in name:
+                continue
+            name = name.replace("layers.0.", "midlayer.")       # renames where the simulated 0.5.11 drops
+            for pname, wname, shard in stacked:
+                if wname not in name:
+                    continue
+                name = "model." + name.replace(wname, pname)
+                param = params[name]                           # KeyError on an unknown stacked key
+                param.weight_loader(param, w, shard)
+                break
+            else:
+                pname = name if name in params else "model." + name
+                if pname not in params:
+                    logger.warning("Parameter %s not found in params_dict", name)
+                    continue
+                default_weight_loader(params[pname], w)
+
+
+EntryClass = [LlamaForCausalLMEagle3]
+'''
+
+PARALLEL = '''
+_TP = None
+
+
+def get_tp_group():
+    assert _TP is not None, "tensor model parallel group is not initialized"
+    return _TP
+
+
+def get_tensor_model_parallel_world_size():
+    return get_tp_group().world_size
+'''
+
+
+@pytest.fixture
+def engine(tmp_path: Path):
+    """A miniature sglang 0.5.11 in tmp_path: its package, dist-info and a compiled extension that cannot load."""
+    root = tmp_path / "site"
+    files = {
+        "sglang/__init__.py": "",
+        "sglang/srt/__init__.py": "",
+        "sglang/srt/models/__init__.py": "",
+        "sglang/srt/models/llama_eagle3.py": DRAFT,
+        "sglang/srt/distributed/__init__.py": "",
+        "sglang/srt/distributed/parallel_state.py": PARALLEL,
+        "sglang-0.5.11.dist-info/METADATA": "Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.11\n",
+        # what a CUDA build looks like on a machine without the driver
+        "sgl_kernel/__init__.py": "raise ImportError('libcuda.so.1: cannot open shared object file')\n",
+    }
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(textwrap.dedent(text))
+    yield root
+    forget_modules(("sglang", "sgl_kernel"))
+
+
+def _eagle(tmp_path: Path, prefix: str = "midlayer.", extra: dict | None = None) -> Path:
+    tensors = {k: v for k, v in draft_tensors(prefix, extra=extra).items() if not k.startswith("embed_tokens")}
+    return write(tmp_path / "draft", tensors, sglang_config())
+
+
+def test_recorder_follows_every_key_to_its_parameter(engine: Path, tmp_path: Path) -> None:
+    ex = record_execution(_eagle(tmp_path), engine)
+    assert ex.phase == "done" and ex.error is None and ex.recognised
+    assert (ex.engine, ex.version, ex.draft_class) == ("sglang", "0.5.11", "LlamaForCausalLMEagle3")
+    written = {(w["param"], tuple(w["keys"]), w["offset"]) for w in ex.writes}
+    d = H // HEADS
+    assert ("model.midlayer.self_attn.qkv_proj.weight", ("midlayer.self_attn.k_proj.weight",), HEADS * d * 2 * H) in written
+    assert ("model.midlayer.mlp.gate_up_proj.weight", ("midlayer.mlp.up_proj.weight",), INTER * H) in written
+    assert ("lm_head.weight", ("lm_head.weight",), 0) in written
+    assert ex.converted == {"d2t": ["hot_token_id"]}  # d2t + arange kept as an attribute, traced through the add
+    assert ex.processed == tuple(sorted(ex.processed)) and "t2d" in ex.processed
+    assert not any(w for w in ex.writes if "t2d" in w["keys"])
+    assert ex.params["model.midlayer.self_attn.qkv_proj.weight"] == [(HEADS + 2 * KV) * d, 2 * H]
+
+
+def test_stand_ins_cover_the_extension_and_the_parallel_group(engine: Path, tmp_path: Path) -> None:
+    ex = record_execution(_eagle(tmp_path), engine)
+    used = {s.target: s for s in ex.stand_ins}
+    assert used["sgl_kernel"].kind == "module" and "compiled" in used["sgl_kernel"].why
+    assert used["sglang.srt.distributed.parallel_state.get_tp_group"].kind == "attribute"
+    assert "sglang.srt.models.llama_eagle3" not in used  # the engine's own Python is never replaced
+    assert "sgl_kernel" not in sys.modules  # the stand-in does not outlive the execution, nor did the real one run
+
+
+def test_a_loader_that_renames_disagrees_with_the_simulated_drop(engine: Path, tmp_path: Path) -> None:
+    draft = _eagle(tmp_path, prefix="layers.0.")
+    result = execute_load(draft, root=engine)
+    assert result.origin == "executed" and result.to_dict()["origin"] == "executed"
+    fates = {f.key: f for f in result.fates}
+    assert fates["layers.0.self_attn.q_proj.weight"].fate == "loaded-shard"
+    assert fates["layers.0.self_attn.q_proj.weight"].shard == "q"
+    disagree = [f for f in result.findings if f.code == "engine/simulation-disagrees"]
+    keys = {f.evidence.get("tensor") for f in disagree}
+    assert "layers.0.self_attn.q_proj.weight" in keys and "fc.weight" not in keys
+    one = next(f for f in disagree if f.evidence.get("tensor") == "layers.0.mlp.down_proj.weight")
+    assert one.evidence["simulated"] == "dropped"
+    assert one.evidence["executed"] == "loaded -> model.midlayer.mlp.down_proj.weight"
+    assert "keys/dropped" not in {f.code for f in result.findings}
+
+
+def test_the_same_rules_executed_agree_with_the_simulation(engine: Path, tmp_path: Path) -> None:
+    result = execute_load(_eagle(tmp_path), root=engine)
+    assert not [f for f in result.findings if f.code == "engine/simulation-disagrees"]
+    assert {p.param.name: p.status for p in result.params}["model.embed_tokens.weight"] == "by-design"
+
+
+def test_a_raise_is_recorded_with_its_key_and_place(engine: Path, tmp_path: Path) -> None:
+    extra = {"midlayer.self_attn.q_proj.bias": torch.zeros(H), "zz.unknown.weight": torch.zeros(2)}
+    result = execute_load(_eagle(tmp_path, extra=extra), root=engine)
+    fates = {f.key: f.fate for f in result.fates}
+    assert fates["midlayer.self_attn.q_proj.bias"] == "raises"
+    assert fates["norm.weight"] == "not-reached" and fates["zz.unknown.weight"] == "not-reached"
+    assert fates["midlayer.input_layernorm.weight"] == "loaded"  # processed before the raise
+    err = result.execution["error"]
+    assert err["type"] == "KeyError" and err["file"] == "srt/models/llama_eagle3.py"
+    assert "params[name]" in err["code"]
+    raises = [f for f in result.findings if f.code == "keys/raises"]
+    assert raises and "midlayer.self_attn.q_proj.bias" in raises[0].title
+    where = next(f for f in result.findings if f.code == "engine/simulation-disagrees"
+                 and f.evidence["what"] == "where the load raises")
+    assert where.evidence["simulated"] == "no raise"
+
+
+def test_a_logged_skip_is_a_drop_with_its_warning(engine: Path, tmp_path: Path) -> None:
+    result = execute_load(_eagle(tmp_path, extra={"zz.unknown.weight": torch.zeros(2)}), root=engine)
+    f = next(f for f in result.fates if f.key == "zz.unknown.weight")
+    assert f.fate == "dropped" and "not found in params_dict" in f.log
+    assert result.execution["logs"][0]["key"] == "zz.unknown.weight"
+
+
+def test_cli_keys_execute_json(engine: Path, tmp_path: Path) -> None:
+    draft = _eagle(tmp_path, prefix="layers.0.")
+    done = subprocess.run([sys.executable, "-m", "eagle3lens", "keys", str(draft), "--engine", "installed",
+                           "--execute", "--engine-root", str(engine), "--json"], capture_output=True, text=True,
+                          check=False, timeout=300)
+    out = json.loads(done.stdout)
+    assert out["results"]["keys"]["origin"] == "executed"
+    assert "engine/simulation-disagrees" in {f["code"] for f in out["findings"]}
+    assert any(s["target"] == "sgl_kernel" for s in out["results"]["keys"]["stand_ins"])
+
+
+def test_cli_execute_refuses_a_named_release(tmp_path: Path) -> None:
+    draft = write(tmp_path / "d", draft_tensors("midlayer."), sglang_config())
+    done = subprocess.run([sys.executable, "-m", "eagle3lens", "keys", str(draft), "--engine", "sglang==0.5.11",
+                           "--execute"], capture_output=True, text=True, check=False, timeout=120)
+    assert done.returncode == 2 and "--engine installed" in done.stderr
