@@ -253,8 +253,8 @@ def _torch_load(file: Path) -> dict[str, torch.Tensor]:
     try:
         with warnings.catch_warnings():  # torch's "Detected pickle protocol N" note is not the user's business
             warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
-            obj = torch.load(cast(IO[bytes], source) if isinstance(source, io.BytesIO) else source,
-                             map_location="cpu", weights_only=True)
+            opened = cast(IO[bytes], source) if isinstance(source, io.BytesIO) else source
+            obj = torch.load(opened, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:
         raise CheckpointError(file, "refused: not a plain tensor pickle (only tensors are accepted)") from None
     except (RuntimeError, EOFError, OSError, ValueError, KeyError, TypeError) as exc:
