@@ -108,3 +108,24 @@ def test_cli_acceptance_with_an_sglang_log(demo_dir: Path, capsys) -> None:
     assert rc == 0 and out["results"]["chain"]["first_parting"] == 1
     assert out["results"]["chain"]["whole"]["logged_accept_len"] == 1.0
     assert any("SGLang logs the accept length per decode step" in n for n in out["notes"])
+
+
+def test_whole_chain_views_render(offline, demo_dir: Path) -> None:
+    """The terminal, HTML and plotly views of an SGLang-log comparison show both accept lengths and the
+    position-1 bound (no per-position rows to pair)."""
+    from rich.console import Console
+
+    from eagle3lens.plots import figures, html_view, rich_view
+    from eagle3lens.probes.chain_break import compare_with_log
+
+    c = compare_with_log(offline, parse_log(demo_dir / "sglang.log"), path="sglang.log")
+    assert c is not None and c.whole is not None
+    console = Console(record=True, width=120)
+    console.print(rich_view(c))
+    text = console.export_text()
+    assert "accept len" in text and "1.000" in text and f"{c.whole.offline_accept_len:.3f}" in text
+    assert "<= 0.000" in text
+    page = html_view(c)
+    assert "<table>" in page and f"{c.whole.offline_accept_len:.3f}" in page
+    (fig,) = figures(c)
+    assert [len(t.x) for t in fig.data] == [len(c.offline), 1] and fig.data[1].y[0] == 0.0
