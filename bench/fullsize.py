@@ -7,7 +7,7 @@ Writes, as sparse files (real headers, holes for the data: no disk), a Kimi-K2.5
 target vocabulary 163840, draft vocabulary 32000, fc 21504 -> 7168) in each layout the project knows (speculators
 ``layers.0.*``, EAGLE/SpecForge ``midlayer.*``, the MLA class) plus the target's ``config.json`` as Kimi-K2.5 ships it
 (``KimiK25ForConditionalGeneration`` with its DeepSeek-V3 ``text_config``: 61 layers, MLA, 384 experts) and a 405B
-Llama config, then runs every command on them, each in its own subprocess (its peak RSS is its own), and prints one
+Llama config, then runs every command on them, each in its own subprocess (its peak RSS, VmHWM, is its own), and prints one
 line per command: wall, peak RSS, the ratio to its baseline, the budget, PASS/FAIL.
 
 Baselines, measured in the same run:
@@ -41,6 +41,7 @@ from _fullsize import (  # noqa: E402
     KIMI_K25,
     LAYOUTS,
     LLAMA_405B,
+    PEAK_RSS_KB,
     config_only_target,
     evict,
     make_sparse_draft,
@@ -54,11 +55,12 @@ TINY_MLA = dict(mla_heads=4, q_lora_rank=32, kv_lora_rank=16, qk_nope_head_dim=8
 LAUNCH = "python -m sglang.launch_server --model-path kimi-k2.5 --speculative-algorithm EAGLE3 --speculative-draft-model-path D"
 
 # runs eagle3lens commands in one process; prints {"rcs", "wall", "peak_rss_kb", "stderr"} as its last stdout line
+# (peak RSS: the child's own VmHWM, see _fullsize.PEAK_RSS_KB; getrusage's ru_maxrss would include this process's)
 # (both children start their clock before their first import: the lazy imports of torch and transformers count alike)
 _CHILD = r"""
 import time
 t0 = time.perf_counter()
-import contextlib, io, json, resource, sys
+import contextlib, io, json, sys
 from eagle3lens.cli import main
 argvs = json.loads(sys.argv[1])
 rcs, err = [], io.StringIO()
@@ -66,14 +68,14 @@ for argv in argvs:
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
         rcs.append(main(argv))
 wall = time.perf_counter() - t0
-print(json.dumps({"rcs": rcs, "wall": wall, "peak_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+print(json.dumps({"rcs": rcs, "wall": wall, "peak_rss_kb": PEAK_RSS_KB,
                   "stderr": err.getvalue()[-2000:]}))
 """
 
 _BARE_META = r"""
 import time
 t0 = time.perf_counter()
-import json, resource, sys
+import json, sys
 import torch
 from transformers import AutoConfig
 from eagle3lens.probes.wiring import build_on_meta
@@ -84,8 +86,9 @@ mask = torch.ones(1, 1, 16, 16, dtype=torch.bool, device="meta").tril()
 with torch.no_grad():
     model(input_ids=ids, attention_mask=mask, use_cache=False)
 print(json.dumps({"rcs": [0], "wall": time.perf_counter() - t0,
-                  "peak_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "stderr": ""}))
+                  "peak_rss_kb": PEAK_RSS_KB, "stderr": ""}))
 """
+_CHILD, _BARE_META = (code.replace("PEAK_RSS_KB", PEAK_RSS_KB) for code in (_CHILD, _BARE_META))
 
 
 @dataclass
