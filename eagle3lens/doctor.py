@@ -260,7 +260,8 @@ def diagnose(
         logged = logs.summary.mean_accept_len if logs is not None else None
         result, note = doctor_acceptance(ckpt, tgt, profile, data=data, prompts=prompts, logged_accept_len=logged,
                                          log_path=str(log) if log is not None else None, scenario=scenario,
-                                         chat=chat)
+                                         chat=_chat_samples(ckpt, tgt, chat, profile) if data is None and chat
+                                         is not None else None)
         run("acceptance", lambda: result)
         if note:
             report.notes.append(note)
@@ -291,6 +292,14 @@ def diagnose(
     triage = Triage(rank_causes(report.findings, measured), tuple(ran), skipped)
     report.results = {"doctor": triage, **report.results}
     return report
+
+
+def _chat_samples(ckpt: Checkpoint, target: Checkpoint, chat: str | Path, profile: EngineProfile | None
+                  ) -> tuple[list, Any]:
+    """The served conversations continued by the target, the layers the draft and engine read captured."""
+    from .probes.chat import chat_samples
+
+    return chat_samples(ckpt, target, chat, profile)
 
 
 def _measured(report: Report) -> tuple[float, float] | None:

@@ -44,7 +44,7 @@ def _served_counts(ckpt: Checkpoint, args: argparse.Namespace) -> object:
         raise UsageError("--chat / --prompts need --target T: the target continues the traffic and its tokens are "
                          "counted")
     from ._target import require_target_weights
-    from ..probes.served_vocab import served_token_counts
+    from ..probes.served_tokens import served_token_counts
     from ..probes.vocab_coverage import TokenCounts
 
     require_target_weights(args.target, "vocab", "08_low_acceptance")

@@ -1083,7 +1083,7 @@ def live_samples(draft: str | Path | Checkpoint, target: Any, prompts: str | Pat
 def doctor_acceptance(draft: Checkpoint, target: Any, engine: str | EngineProfile | None, *,
                       data: str | Path | None = None, prompts: str | Path | None = None,
                       logged_accept_len: float | None = None, log_path: str | None = None,
-                      scenario: str | None = None, chat: str | Path | None = None
+                      scenario: str | None = None, chat: tuple[list[Sample], Any] | None = None
                       ) -> tuple[AcceptanceResult, str | None]:
     """The acceptance probe as the doctor runs it: as served held against the logged accept len.
 
@@ -1093,9 +1093,7 @@ def doctor_acceptance(draft: Checkpoint, target: Any, engine: str | EngineProfil
     samples: Any = data
     teacher: Any = target
     if data is None and chat is not None:
-        from .chat import chat_samples
-
-        samples, teacher = chat_samples(draft, target, chat, engine)
+        samples, teacher = chat
     elif data is None:
         if prompts is None:
             raise UsageError("acceptance needs --data D, --prompts F or --chat FILE.jsonl")

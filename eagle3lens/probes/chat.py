@@ -83,7 +83,7 @@ def render(tokenizer: Any, conversation: Conversation, generation_prompt: bool =
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
-def chat_samples(draft: Any, target: str | Path, chat: str | Path, engine: Any = None, new_tokens: int = 32,
+def chat_samples(draft: Any, target: Any, chat: str | Path, engine: Any = None, new_tokens: int = 32,
                  device: str = "cpu", device_map: str | None = None, limit: int | None = None) -> tuple[list, Any]:
     """``live_samples`` over chat conversations: each rendered with the served template, continued greedily by
     the target, the aux layers the draft and ``engine`` need captured; returns the samples and the target."""
