@@ -29,7 +29,8 @@ from typing import Any, Sequence
 from ..checkpoint import Checkpoint, CheckpointLike, as_checkpoint
 from ..errors import UsageError
 from .execute_adapters import ADAPTERS, tolerant_registries
-from .recorder import LogTap, Provenance, Record, converted_attributes, error_of, parameter_storages, weights
+from .recorder import (LogTap, Provenance, Record, converted_attributes, error_of, key_in_flight, parameter_storages,
+                       weights)
 from .standins import StandIn, StandIns, forget_modules
 
 WORKER_TIMEOUT_S = 600
@@ -142,7 +143,8 @@ def record_execution(draft: CheckpointLike, root: str | Path, *, fallback_class:
             after = tuple(n for n, _ in built.model.named_parameters())
             phase = "done"
     except Exception as exc:  # noqa: BLE001 -- the engine's own failure is the finding, recorded with its place
-        record.error = {**error_of(exc, dirs, record.current if phase == "load" else None), "phase": phase}
+        key = (key_in_flight(exc, dirs) or record.current) if phase == "load" else None
+        record.error = {**error_of(exc, dirs, key), "phase": phase}
     finally:
         if built is not None and phase in ("load", "done"):
             record.converted = converted_attributes(built.model)

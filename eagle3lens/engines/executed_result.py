@@ -74,8 +74,11 @@ def executed_result(ckpt: Checkpoint, ex: Execution, *, num_target_layers: int |
     for w in ex.writes:
         for key in w["keys"]:
             writes.setdefault(key, []).append(w)
-    processed = set(ex.processed)
     failing = ex.error.get("key") if ex.error else None
+    # a loader that gathers the weights first (vLLM 0.10's EAGLE-3) has pulled every key when it raises: the keys
+    # after the failing one, in the order pulled, were never written to (not reached), not dropped
+    order = list(ex.processed)
+    processed = set(order[:order.index(failing)] if failing in order else order)
     fates = []
     for info in ckpt.tensors.values():
         key, sim_f = info.name, sim_fates.get(info.name)
@@ -96,7 +99,8 @@ def executed_result(ckpt: Checkpoint, ex: Execution, *, num_target_layers: int |
         elif key in ex.converted:
             fate, param, reason = "converted", ex.converted[key][0], "kept as a module attribute"
         elif key not in processed:
-            fate, reason = "not-reached", "the loader stopped before it pulled this key"
+            fate, reason = "not-reached", ("the loader raised before it wrote this key" if key in ex.processed
+                                           else "the loader stopped before it pulled this key")
         else:
             fate = "skipped" if sim_f is not None and sim_f.fate == "skipped" else "dropped"
             reason = "pulled by load_weights and written nowhere" + (" (logged)" if logs else " (nothing logged)")

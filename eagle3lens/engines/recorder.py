@@ -168,6 +168,22 @@ class LogTap(logging.Handler):
         self._saved.clear()
 
 
+def key_in_flight(exc: BaseException, roots: tuple[str, ...]) -> str | None:
+    """The checkpoint key whose tensor the engine's innermost frame held when it raised (a loader that first
+    gathers every weight into a dict, as vLLM 0.10's EAGLE-3 does, raises long after the last key was pulled)."""
+    tb, frames = exc.__traceback__, []
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    for frame in reversed(frames):
+        if not any(frame.f_code.co_filename.startswith(r) for r in roots):
+            continue
+        held = {k for v in frame.f_locals.values() if isinstance(v, torch.Tensor) for k in getattr(v, TAG, ())}
+        if held:
+            return next(iter(held)) if len(held) == 1 else None
+    return None
+
+
 def error_of(exc: BaseException, roots: tuple[str, ...], key: str | None = None) -> dict[str, Any]:
     """The exception and where it was raised: the innermost frame in the engine's files (else the innermost)."""
     frames = traceback.extract_tb(exc.__traceback__)
