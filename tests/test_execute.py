@@ -237,3 +237,30 @@ def test_cli_execute_refuses_a_named_release(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "eagle3lens", "keys", str(draft), "--engine", "sglang==0.5.11",
                            "--execute"], capture_output=True, text=True, check=False, timeout=120)
     assert done.returncode == 2 and "--engine installed" in done.stderr
+
+
+def test_a_loader_that_gathers_first_raises_on_the_key_its_frame_holds(engine: Path, tmp_path: Path) -> None:
+    """vLLM 0.10's EAGLE-3 load_weights collects every weight before loading: when it raises, every key has been
+    pulled. The raise is placed on the key whose tensor the engine's frame held, and the keys after it are not
+    reached (pulled, never written), not dropped."""
+    draft_file = engine / "sglang/srt/models/llama_eagle3.py"
+    draft_file.write_text(textwrap.dedent(DRAFT).replace("for name, w in weights:", "for name, w in list(weights):"))
+    extra = {"midlayer.self_attn.q_proj.bias": torch.zeros(H), "zz.unknown.weight": torch.zeros(2)}
+    result = execute_load(_eagle(tmp_path, extra=extra), root=engine)
+    assert result.execution["error"]["key"] == "midlayer.self_attn.q_proj.bias"
+    fates = {f.key: f for f in result.fates}
+    assert fates["midlayer.self_attn.q_proj.bias"].fate == "raises"
+    assert fates["zz.unknown.weight"].fate == fates["norm.weight"].fate == "not-reached"
+    assert "raised before it wrote" in fates["norm.weight"].reason
+    assert fates["midlayer.input_layernorm.weight"].fate == "loaded"
+
+
+def test_real_dependencies_follow_the_release_requirements(tmp_path: Path) -> None:
+    from eagle3lens.engines.wheels import real_dependencies
+
+    dist = tmp_path / "sglang-9.9.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 9.9\n"
+                                   "Requires-Dist: msgspec>=0.18\nRequires-Dist: torch==2.9\n"
+                                   "Requires-Dist: msgspec<0.1; extra == \"old\"\n")
+    assert [str(r) for r in real_dependencies(tmp_path, "sglang")] == ["msgspec>=0.18"]
