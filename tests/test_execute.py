@@ -264,3 +264,31 @@ def test_real_dependencies_follow_the_release_requirements(tmp_path: Path) -> No
                                    "Requires-Dist: msgspec>=0.18\nRequires-Dist: torch==2.9\n"
                                    "Requires-Dist: msgspec<0.1; extra == \"old\"\n")
     assert [str(r) for r in real_dependencies(tmp_path, "sglang")] == ["msgspec>=0.18"]
+
+
+def test_audit_release_prints_where_the_miniature_engine_disagrees(engine: Path, capsys) -> None:
+    """``python -m eagle3lens.engines.audit --root DIR``: the built-in drafts through the miniature 0.5.11, whose
+    loader renames layers.0. to midlayer. where the simulated 0.5.11 drops it; exit 1, each difference printed."""
+    from eagle3lens.engines.audit import main
+
+    code = main(["--root", str(engine), "--draft", "specforge", "--draft", "sglang-layers0"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "sglang==0.5.11   sglang-layers0      tensor layers.0.mlp.down_proj.weight" in out
+    assert "simulated: dropped" in out and "executed:  loaded -> model.midlayer.mlp.down_proj.weight" in out
+    assert "specforge" not in out.split("sglang==0.5.11:")[0]  # the midlayer. draft agrees
+    assert "disagrees with the simulation on 1 of 2 built-in drafts" in out
+
+
+def test_audit_release_exits_0_when_the_engine_agrees(engine: Path, capsys) -> None:
+    from eagle3lens.engines.audit import main
+
+    assert main(["--root", str(engine), "--draft", "specforge"]) == 0
+    assert "agrees with the simulation on all 1 built-in drafts" in capsys.readouterr().out
+
+
+def test_audit_release_refuses_a_root_of_another_release(engine: Path, capsys) -> None:
+    from eagle3lens.engines.audit import main
+
+    assert main(["--release", "sglang==0.5.23", "--root", str(engine)]) == 2
+    assert "holds sglang==0.5.11, not sglang==0.5.23" in capsys.readouterr().err

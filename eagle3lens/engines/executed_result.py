@@ -30,13 +30,13 @@ def execute_load(draft: CheckpointLike, *, root: str | Path | None = None, isola
     ckpt = as_checkpoint(draft)
     if execution is None:
         where = Path(root) if root is not None else installed_root()
-        fallback = _fallback_class(ckpt, where)
+        fallback = fallback_class(ckpt, where)
         execution = (execute_isolated(ckpt.path, where, fallback_class=fallback) if isolate
                      else record_execution(ckpt, where, fallback_class=fallback))
     return executed_result(ckpt, execution, num_target_layers=num_target_layers)
 
 
-def _fallback_class(ckpt: Checkpoint, root: Path) -> str:
+def fallback_class(ckpt: Checkpoint, root: Path) -> str:
     """The class the simulation assumes for this config (used when the engine recognises none)."""
     from . import resolve_named
 

@@ -300,6 +300,10 @@ class StandIns(importlib.abc.MetaPathFinder):
 
     def __enter__(self) -> "StandIns":
         sys.meta_path.insert(0, self)
+        for name, after in self.after_import.items():  # imported by an earlier execution in this process
+            module = sys.modules.get(name)
+            if module is not None and not isinstance(module, StandInModule):
+                after(self, module)
         return self
 
     def __exit__(self, *exc: Any) -> None:
