@@ -292,3 +292,45 @@ def test_audit_release_refuses_a_root_of_another_release(engine: Path, capsys) -
 
     assert main(["--release", "sglang==0.5.23", "--root", str(engine)]) == 2
     assert "holds sglang==0.5.11, not sglang==0.5.23" in capsys.readouterr().err
+
+
+@pytest.mark.ssh
+def test_keys_execute_on_a_loopback_host_ships_only_headers(engine: Path, tmp_path: Path) -> None:
+    """``keys --execute --host H``: the headers go to the host (a real sshd on 127.0.0.1), the worker there rebuilds
+    the checkpoint as sparse files and runs the engine in --engine-root (a directory there); the executed result
+    comes back and is judged here, and the host's private directory is gone afterwards."""
+    import os
+    import stat
+
+    from _sshd import make_sshd, ssh_host, sshd_missing_reason, write_ed25519_key
+
+    if sshd_missing_reason():
+        pytest.skip(sshd_missing_reason())
+    key = tmp_path / "id"
+    server = make_sshd(tmp_path / "sshd", [write_ed25519_key(key)]).start()
+    try:
+        known = tmp_path / "known_hosts"
+        known.write_text(server.host_key_line())
+        config = tmp_path / "ssh_config"
+        config.write_text(ssh_host("e3l-gpu", server.port, key, f"UserKnownHostsFile {known}"))
+        # the host's Python: this interpreter with this checkout of eagle3lens (a login shell does not inherit ours)
+        python = tmp_path / "host-python"
+        python.write_text(f"#!/bin/sh\nPYTHONPATH={Path(__file__).resolve().parents[1]} exec {sys.executable} "
+                          "\"$@\"\n")
+        python.chmod(python.stat().st_mode | stat.S_IXUSR)
+        draft = _eagle(tmp_path, prefix="layers.0.")
+        before = set(Path("/tmp").glob("eagle3lens-execute-*"))
+        done = subprocess.run([sys.executable, "-m", "eagle3lens", "keys", str(draft), "--engine", "installed",
+                               "--execute", "--host", "e3l-gpu", "--ssh-config", str(config), "--python", str(python),
+                               "--engine-root", str(engine), "--json"], capture_output=True, text=True, check=False,
+                              timeout=300, env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+        out = json.loads(done.stdout)
+        keys = out["results"]["keys"]
+        assert keys["origin"] == "executed" and keys["execution"]["root"] == str(engine.resolve())
+        assert any(f["code"] == "engine/simulation-disagrees" and f["evidence"].get("tensor") ==
+                   "layers.0.mlp.down_proj.weight" for f in out["findings"])
+        fates = {f["key"]: f["fate"] for f in keys["tensors"]}
+        assert fates["layers.0.self_attn.q_proj.weight"] == "loaded-shard"
+        assert set(Path("/tmp").glob("eagle3lens-execute-*")) == before  # removed on the host
+    finally:
+        server.stop()

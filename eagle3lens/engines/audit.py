@@ -28,7 +28,7 @@ from packaging.version import InvalidVersion, Version
 
 from ..errors import UsageError
 from .groups import FileHashes
-from .wheels import CACHE
+from .wheels import CACHE, fetch
 from .versions import RELEASES
 
 MAX_MEMBER_BYTES = 16 << 20
@@ -110,17 +110,6 @@ def pip_versions(name: str) -> list[str]:
         except InvalidVersion:
             continue
     return [str(v) for v in sorted(found)]
-
-
-def fetch(name: str, version: str, cache: Path) -> Path:
-    hits = sorted(cache.glob(f"{name}-{version}-*.whl"))
-    if not hits:
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "-q",
-                        f"{name}=={version}", "-d", str(cache)], check=True, timeout=3600)
-        hits = sorted(cache.glob(f"{name}-{version}-*.whl"))
-    if not hits:
-        raise FileNotFoundError(f"pip download left no wheel for {name}=={version} in {cache}")
-    return hits[0]
 
 
 def audit(name: str, spec: str, cache: Path, available: Sequence[str] | None = None) -> list[AuditRow]:

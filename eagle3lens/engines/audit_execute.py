@@ -20,8 +20,8 @@ from ..checkpoint import Checkpoint
 from ..errors import UsageError
 from ..io.textsafe import clip, printable
 from .audit_drafts import build_drafts
-from .execute import engine_at, execute_many_isolated
-from .executed_result import executed_result, fallback_class
+from .execute import engine_at, execute_many_isolated, simulated_class
+from .executed_result import executed_result
 from .versions import is_release, parse_version, spec_parts
 
 
@@ -67,7 +67,7 @@ def audit_release(root: Path, drafts: Sequence[str] | None = None) -> ReleaseAud
     with tempfile.TemporaryDirectory(prefix="eagle3lens-audit-") as tmp:
         built = build_drafts(Path(tmp), list(drafts) if drafts else None)
         ckpts = {n: Checkpoint.open(p) for n, p in built.items()}
-        runs = execute_many_isolated([(p, fallback_class(ckpts[n], root)) for n, p in built.items()], root)
+        runs = execute_many_isolated([(p, simulated_class(ckpts[n], root)) for n, p in built.items()], root)
         for (draft, ckpt), ex in zip(ckpts.items(), runs, strict=True):
             result = executed_result(ckpt, ex)
             rows += [Disagreement(release, draft, f.evidence["what"], str(f.evidence["simulated"]),

@@ -108,6 +108,18 @@ def installed_root() -> Path:
     return Path(found[0].location)
 
 
+def simulated_class(ckpt: Checkpoint, root: Path) -> str:
+    """The class the simulation assumes for this config (used when the engine recognises none)."""
+    from . import resolve_named
+
+    name, version = engine_at(root)
+    spec = f"{name}=={version}" if version else name
+    try:
+        return resolve_named(spec).for_config(ckpt.config).draft_class
+    except UsageError:
+        return "LlamaForCausalLMEagle3"
+
+
 # -- running the engine's code --------------------------------------------------------------
 _LOADED: dict[str, str] = {}  # engine name -> the root its modules were imported from in this process
 # root -> the module stand-ins its import chain needed: a later execution in the same process imports nothing
@@ -193,31 +205,44 @@ def execute_many_isolated(drafts: Sequence[tuple[str | Path, str | None]], root:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False, env=env)
     except subprocess.TimeoutExpired:
         raise UsageError(f"--execute: the engine at {root} did not finish within {timeout:.0f} s") from None
-    lines = [ln for ln in done.stdout.splitlines() if ln.startswith(_LINE)]
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith(LINE)]
     if done.returncode != 0 or len(lines) != len(drafts):
         tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
         raise UsageError(f"--execute: the worker for {root} failed: {tail[0][:300]}")
-    return [Execution.from_dict(json.loads(ln[len(_LINE):])) for ln in lines]
+    return [Execution.from_dict(json.loads(ln[len(LINE):])) for ln in lines]
 
 
-_LINE = "eagle3lens-execution "  # the worker's record lines (an engine may print to stdout too)
+LINE = "eagle3lens-execution "  # the worker's record lines (an engine may print to stdout too)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m eagle3lens.engines.execute",
                                      description="run an engine's own load_weights on checkpoints' headers; print "
                                                  "one record line per checkpoint")
-    parser.add_argument("--root", required=True, help="the directory the engine package imports from")
+    parser.add_argument("--root", required=True,
+                        help="the directory the engine package imports from ('installed': this Python's engine)")
     parser.add_argument("checkpoints", nargs="+", metavar="CKPT")
     parser.add_argument("--class", dest="classes", action="append", default=[],
                         help="the class to run an unrecognised config through (one per CKPT, in order; '' for none)")
+    parser.add_argument("--headers", metavar="SPEC",
+                        help="write the checkpoint these headers describe (sparse) into the one CKPT directory first "
+                             "(--execute --host)")
     args = parser.parse_intermixed_args(argv)
+    if args.root == "installed":
+        args.root = str(installed_root())
+    if args.headers:
+        from .execute_headers import materialise, read_spec
+
+        if len(args.checkpoints) != 1:
+            parser.error("--headers writes one checkpoint: give one CKPT directory")
+        materialise(read_spec(args.headers), Path(args.checkpoints[0]))
     if len(args.classes) > len(args.checkpoints):
         parser.error("more --class than checkpoints")
     classes = args.classes + [""] * (len(args.checkpoints) - len(args.classes))
-    for ckpt, fallback in zip(args.checkpoints, classes, strict=True):
-        record = record_execution(Checkpoint.open(ckpt), args.root, fallback_class=fallback or None)
-        sys.stdout.write(_LINE + json.dumps(record.to_dict()) + "\n")
+    for path, fallback in zip(args.checkpoints, classes, strict=True):
+        ckpt = Checkpoint.open(path)
+        record = record_execution(ckpt, args.root, fallback_class=fallback or simulated_class(ckpt, Path(args.root)))
+        sys.stdout.write(LINE + json.dumps(record.to_dict()) + "\n")
         sys.stdout.flush()
     return 0
 
@@ -226,4 +251,5 @@ if __name__ == "__main__":
     raise SystemExit(main())
 
 
-__all__ = ["Execution", "engine_at", "execute_isolated", "execute_many_isolated", "installed_root", "record_execution"]
+__all__ = ["Execution", "engine_at", "execute_isolated", "execute_many_isolated", "installed_root", "record_execution",
+           "simulated_class"]

@@ -17,7 +17,7 @@ from typing import Any
 from ..checkpoint import Checkpoint, CheckpointLike, as_checkpoint
 from ..errors import UsageError
 from ..findings import Finding, Severity
-from .execute import Execution, engine_at, execute_isolated, installed_root, record_execution
+from .execute import Execution, execute_isolated, installed_root, record_execution, simulated_class
 from .params import ParamSpec
 
 WRITTEN = ("loaded", "loaded-shard", "converted")
@@ -30,22 +30,10 @@ def execute_load(draft: CheckpointLike, *, root: str | Path | None = None, isola
     ckpt = as_checkpoint(draft)
     if execution is None:
         where = Path(root) if root is not None else installed_root()
-        fallback = fallback_class(ckpt, where)
+        fallback = simulated_class(ckpt, where)
         execution = (execute_isolated(ckpt.path, where, fallback_class=fallback) if isolate
                      else record_execution(ckpt, where, fallback_class=fallback))
     return executed_result(ckpt, execution, num_target_layers=num_target_layers)
-
-
-def fallback_class(ckpt: Checkpoint, root: Path) -> str:
-    """The class the simulation assumes for this config (used when the engine recognises none)."""
-    from . import resolve_named
-
-    name, version = engine_at(root)
-    spec = f"{name}=={version}" if version else name
-    try:
-        return resolve_named(spec).for_config(ckpt.config).draft_class
-    except UsageError:
-        return "LlamaForCausalLMEagle3"
 
 
 def disagreement(what: str, simulated: str, executed: str, evidence: dict[str, Any]) -> Finding:

@@ -1,6 +1,6 @@
 """Released engine wheels, fetched once into a cache and unpacked (everything but compiled extensions) for ``--execute``.
 
-``pip download --no-deps`` fetches the wheel (:func:`.audit.fetch`); :func:`unpacked` extracts it into
+``pip download --no-deps`` fetches the wheel (:func:`fetch`); :func:`unpacked` extracts it into
 ``CACHE/unpacked/NAME-VERSION`` without its compiled extensions (``.so``: ``--execute`` stands them in; kernel
 sources and data files stay, engines look for them at import), member by member, refusing any name that would
 leave the directory. The few light dependencies whose *behaviour* the draft's import and construction rely on
@@ -32,8 +32,6 @@ PIP_TIMEOUT_S = 600
 
 def unpacked(name: str, version: str, cache: Path = CACHE) -> Path:
     """The directory holding ``name==version``'s Python package (downloaded and unpacked on first use)."""
-    from .audit import fetch
-
     out = cache / "unpacked" / f"{name}-{version}"
     done = out / ".eagle3lens-unpacked"
     if not done.is_file():
@@ -49,6 +47,18 @@ def unpacked(name: str, version: str, cache: Path = CACHE) -> Path:
         done.write_text(wheel.name)
     install_real_dependencies(out, name)
     return out
+
+
+def fetch(name: str, version: str, cache: Path) -> Path:
+    """The wheel of ``name==version`` in ``cache`` (``pip download --no-deps --only-binary`` on first use)."""
+    hits = sorted(cache.glob(f"{name}-{version}-*.whl"))
+    if not hits:
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "-q",
+                        f"{name}=={version}", "-d", str(cache)], check=True, timeout=3600)
+        hits = sorted(cache.glob(f"{name}-{version}-*.whl"))
+    if not hits:
+        raise FileNotFoundError(f"pip download left no wheel for {name}=={version} in {cache}")
+    return hits[0]
 
 
 def _extract(wheel: Path, tmp: Path) -> None:
