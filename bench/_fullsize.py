@@ -113,11 +113,11 @@ def _config(layout: str, hidden: int, vocab: int, draft_vocab: int, heads: int, 
 
 def make_sparse_draft(dir: str | Path, hidden: int = 7168, vocab: int = 163840, draft_vocab: int = 32000, n_aux: int = 3,
                       heads: int = 56, kv_heads: int = 8, head_dim: int = 128, intermediate: int = 18432,
-                      with_embed: bool | None = None, fill: bool = False, ids: tuple[int, ...] = (2, 30, 58),
+                      with_embed: bool | None = None, fill: bool | str = False, ids: tuple[int, ...] = (2, 30, 58),
                       layout: str = "speculators", mla: dict[str, int] | None = None) -> Path:
     """Write ``dir/model.safetensors`` + ``config.json`` of a draft in ``layout`` (``ids`` in speculators' convention,
-    input of layer k; written shifted for SGLang's ``eagle_config``); ``fill`` writes real (pseudo-random) bytes,
-    else the data is a hole. ``with_embed`` defaults to the layout's habit (speculators saves it, SpecForge not)."""
+    input of layer k; written shifted for SGLang's ``eagle_config``); ``fill`` writes real bytes, random ones
+    (``True``) or weight-like bf16 values, normal(0, 0.02) (``"normal"``), else the data is a hole. ``with_embed`` defaults to the layout's habit (speculators saves it, SpecForge not)."""
     dir = Path(dir)
     dir.mkdir(parents=True, exist_ok=True)
     embed = layout == "speculators" if with_embed is None else with_embed
@@ -127,7 +127,7 @@ def make_sparse_draft(dir: str | Path, hidden: int = 7168, vocab: int = 163840, 
     with open(path, "wb") as fh:
         fh.write(prefix)
         if fill:
-            block = os.urandom(16 << 20)
+            block = weight_like_bytes(16 << 20) if fill == "normal" else os.urandom(16 << 20)
             left = offset
             while left:
                 n = min(left, len(block))
@@ -138,6 +138,14 @@ def make_sparse_draft(dir: str | Path, hidden: int = 7168, vocab: int = 163840, 
     config = _config(layout, hidden, vocab, draft_vocab, heads, kv_heads, head_dim, intermediate, ids, mla)
     (dir / "config.json").write_text(json.dumps(config, indent=2))
     return dir
+
+
+def weight_like_bytes(n: int, std: float = 0.02) -> bytes:
+    """``n`` bytes of bf16 values drawn from normal(0, std) (float32 values cut to their top 16 bits)."""
+    import numpy as np
+
+    values = np.random.default_rng(0).standard_normal(n // 2, dtype=np.float32) * np.float32(std)
+    return (values.view(np.uint32) >> 16).astype(np.uint16).tobytes()
 
 
 # -- the target's config as it ships, config-only -------------------------------------------------------------
@@ -174,6 +182,14 @@ def config_only_target(dir: str | Path, config: dict) -> Path:
     dir.mkdir(parents=True, exist_ok=True)
     (dir / "config.json").write_text(json.dumps(config, indent=2))
     return dir
+
+
+# -- a process's own peak RSS -------------------------------------------------------------------------------
+# VmHWM of /proc/self/status: the high-water RSS of this process's address space, which execve starts afresh.
+# Not getrusage's ru_maxrss: at execve Linux folds the old address space's high-water mark into it, and a child that
+# subprocess forks (or vforks, sharing the parent's memory) leaves the parent's, so a child reports at least its
+# parent's RSS (tests/test_fullsize.py shows it). An expression, to be placed in the code of a child process.
+PEAK_RSS_KB = "int(next(line for line in open('/proc/self/status') if line.startswith('VmHWM:')).split()[1])"
 
 
 # -- counting the bytes a command read: the file's pages in the page cache ------------------------------------

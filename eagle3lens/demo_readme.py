@@ -59,6 +59,28 @@ def found(readme: str) -> dict[str, list[str]]:
     return {name: pattern.findall(readme) for name, pattern in PATTERNS.items()}
 
 
+# The demo is built deterministically on one thread, but its brief training runs through the CPU's own float
+# kernels (AVX2 or AVX-512 sum in another order), so another machine's demo accepts a few hundredths otherwise.
+MACHINE_SPREAD = 0.03
+
+
+def numbers(text: str) -> list[float]:
+    """The two-decimal figures of a phrase, in order."""
+    return [float(x) for x in re.findall(rf"(?<![0-9.]){_NUMBER}(?![0-9.])", text)]
+
+
+def agrees(readme: str, texts: dict[str, str]) -> bool:
+    """The README holds each phrase once, with figures within :data:`MACHINE_SPREAD` of this machine's."""
+    for name, pattern in PATTERNS.items():
+        hits = pattern.findall(readme)
+        if len(hits) != 1:
+            return False
+        ours, theirs = numbers(hits[0]), numbers(texts[name])
+        if len(ours) != len(theirs) or any(abs(a - b) > MACHINE_SPREAD + 1e-9 for a, b in zip(ours, theirs, strict=True)):
+            return False
+    return True
+
+
 def splice(readme: str, texts: dict[str, str]) -> str:
     """``readme`` with each phrase's numbers replaced by those of ``texts``."""
     for name, pattern in PATTERNS.items():

@@ -153,6 +153,7 @@ def diagnose(
     data: str | Path | None = None,
     prompts: str | Path | None = None,
     execute: bool = False,
+    chat: str | Path | None = None,
 ) -> Report:
     """Run the applicable probes on a draft and return a Report whose findings are ranked causes first.
 
@@ -163,6 +164,8 @@ def diagnose(
     With a target, the launch gives the predicted wiring beside the traced one. ``data`` (a hidden-state dump) or
     ``prompts`` with ``target`` add the offline acceptance estimate, held against the log's accept len.
     ``execute``: the keys fate is the installed engine's own loader run on meta tensors (``keys --execute``).
+    ``chat`` (served conversations, JSONL) with ``target``: without ``data``, the live acceptance estimate over
+    them as the server renders them; with ``data``, the dump's template is checked against them.
     """
     from .probes.logs import ENGINES as LOG_ENGINES
     from .probes.logs import parse_log
@@ -173,6 +176,8 @@ def diagnose(
 
     if data is not None and prompts is not None:
         raise UsageError("give --data D (a hidden-state dump) or --prompts F (live capture), not both")
+    if prompts is not None and chat is not None:
+        raise UsageError("give --prompts F or --chat FILE.jsonl (live capture over served conversations), not both")
     ckpt = as_checkpoint(draft).require_draft()
     from .probes.wiring import config_only, config_spec
 
@@ -245,7 +250,8 @@ def diagnose(
     else:
         skipped["logs"] = "no --log given: acceptance not read"
     _predict(report, run, ckpt, tgt or config_target, profile, launch, log)
-    if (data is not None or prompts is not None) and tgt is not None and ckpt.config is not None:
+    live = prompts is not None or chat is not None
+    if (data is not None or live) and tgt is not None and ckpt.config is not None:
         from .probes.acceptance import doctor_acceptance
 
         scenario = scenario or (_launch_scenario(report) if profile is not None else None)
@@ -253,18 +259,19 @@ def diagnose(
         logs = report.results.get("logs")
         logged = logs.summary.mean_accept_len if logs is not None else None
         result, note = doctor_acceptance(ckpt, tgt, profile, data=data, prompts=prompts, logged_accept_len=logged,
-                                         log_path=str(log) if log is not None else None, scenario=scenario)
+                                         log_path=str(log) if log is not None else None, scenario=scenario,
+                                         chat=chat)
         run("acceptance", lambda: result)
         if note:
             report.notes.append(note)
         if logs is not None:
-            from .probes.chain_break import chain_note, compare_chain
+            from .probes.chain_break import chain_note, compare_with_log
 
-            comparison = compare_chain(result, logs.summary.mean_per_position, log=str(log))
+            comparison = compare_with_log(result, logs, path=str(log))
             if comparison is not None:
                 run("chain", lambda: comparison)
                 report.notes.append(chain_note(comparison))
-    elif data is not None or prompts is not None:
+    elif data is not None or live:
         skipped["acceptance"] = "needs --target (its final norm and lm_head are the teacher) and a config.json"
     if data is not None and tgt is not None:
         from .probes.provenance import trace_provenance
@@ -272,7 +279,7 @@ def diagnose(
         run("provenance", trace_provenance, data, tgt, draft=ckpt, engine=profile)
         from .probes.chat import served_template_check
 
-        template = served_template_check(data, tgt.root)
+        template = served_template_check(data, tgt.root, chat=chat)
         if template is not None:
             run("template", lambda: template)
     elif data is not None:

@@ -51,3 +51,81 @@ def test_cli_acceptance_with_log(demo_dir: Path, tmp_path: Path, capsys) -> None
     out = json.loads(capsys.readouterr().out)
     assert rc == 0 and out["results"]["chain"]["first_parting"] == 1
     assert any("part first at position 1" in n for n in out["notes"])
+
+
+def _sglang_log(accept_len: float, ndt: int) -> str:
+    rate = (accept_len - 1) / (ndt - 1)  # SGLang 0.5.11+'s formula
+    head = (f"[2026-05-04 09:12:01] server_args=ServerArgs(model_path='target', speculative_algorithm='EAGLE3', "
+            f"speculative_num_steps={ndt - 1}, speculative_eagle_topk=1, speculative_num_draft_tokens={ndt})\n")
+    line = ("[2026-05-04 09:12:{s:02d}] Decode batch, #running-req: 8, #token: 5120, token usage: 0.02, accept len: "
+            f"{accept_len:.2f}, accept rate: {rate:.2f}, cuda graph: True, gen throughput (token/s): 24.81, "
+            "#queue-req: 0\n")
+    return head + "".join(line.format(s=s) for s in range(10, 14))
+
+
+def test_sglang_log_accept_len_1_parts_the_chain_at_position_1(offline, demo_dir: Path) -> None:
+    """The demo's SGLang log (accept len 1.00, rate 0.00) beside the draft as trained: no per-position rates, but
+    a served position-1 rate of at most 0 against the offline one is a parting at position 1."""
+    from eagle3lens.probes.chain_break import compare_with_log
+
+    c = compare_with_log(offline, parse_log(demo_dir / "sglang.log"), path="sglang.log")
+    assert c is not None and c.whole is not None and c.logged == ()
+    curve = offline.views["as_trained"].full_acc
+    assert len(curve) == 5 and c.whole.served_steps == len(c.offline) == 4  # the log's launch drafts 4
+    served = 1 + sum(curve[:4])
+    assert abs(c.whole.offline_accept_len - served) < 1e-9
+    assert c.whole.logged_accept_len == 1.0 and c.whole.parts and c.first_parting == 1
+    assert c.whole.logged_rate == 0.0 and c.whole.rate_formula == "0.5.11+"
+    assert c.whole.offline_rate is not None and abs(c.whole.offline_rate - (served - 1) / 4) < 1e-9
+    assert "parts at position 1" in chain_note(c)
+
+
+def test_sglang_log_matching_the_offline_chain_agrees(offline, tmp_path: Path) -> None:
+    from eagle3lens.probes.chain_break import compare_with_log
+
+    steps = len(offline.views["as_trained"].full_acc)
+    trained = 1 + sum(offline.views["as_trained"].full_acc)
+    path = tmp_path / "sglang.log"
+    path.write_text(_sglang_log(round(trained, 2), steps + 1))
+    c = compare_with_log(offline, parse_log(path), path=str(path))
+    assert c is not None and c.whole is not None and not c.whole.parts and c.first_parting is None
+    assert abs(c.whole.logged_accept_len - trained) < 0.01
+    assert c.whole.logged_rate is not None and c.whole.offline_rate is not None
+    assert abs(c.whole.logged_rate - c.whole.offline_rate) < 0.01
+    assert chain_note(c).endswith("they agree")
+    lower = tmp_path / "lower.log"  # a chain served 0.3 shorter, not so short that position 1 must part
+    lower.write_text(_sglang_log(round(trained - 0.3, 2), steps + 1))
+    c = compare_with_log(offline, parse_log(lower), path=str(lower))
+    assert c is not None and c.whole is not None and c.whole.parts
+    assert c.first_parting is None and "a position the log cannot show" in chain_note(c)
+
+
+def test_cli_acceptance_with_an_sglang_log(demo_dir: Path, capsys) -> None:
+    rc = cli.main(["acceptance", str(demo_dir / "speculators"), "--data", str(demo_dir / "hidden-states"), "--target",
+                   str(demo_dir / "target"), "--limit", "4", "--no-fixed", "--log", str(demo_dir / "sglang.log"),
+                   "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["results"]["chain"]["first_parting"] == 1
+    assert out["results"]["chain"]["whole"]["logged_accept_len"] == 1.0
+    assert any("SGLang logs the accept length per decode step" in n for n in out["notes"])
+
+
+def test_whole_chain_views_render(offline, demo_dir: Path) -> None:
+    """The terminal, HTML and plotly views of an SGLang-log comparison show both accept lengths and the
+    position-1 bound (no per-position rows to pair)."""
+    from rich.console import Console
+
+    from eagle3lens.plots import figures, html_view, rich_view
+    from eagle3lens.probes.chain_break import compare_with_log
+
+    c = compare_with_log(offline, parse_log(demo_dir / "sglang.log"), path="sglang.log")
+    assert c is not None and c.whole is not None
+    console = Console(record=True, width=120)
+    console.print(rich_view(c))
+    text = console.export_text()
+    assert "accept len" in text and "1.000" in text and f"{c.whole.offline_accept_len:.3f}" in text
+    assert "<= 0.000" in text
+    page = html_view(c)
+    assert "<table>" in page and f"{c.whole.offline_accept_len:.3f}" in page
+    (fig,) = figures(c)
+    assert [len(t.x) for t in fig.data] == [len(c.offline), 1] and fig.data[1].y[0] == 0.0

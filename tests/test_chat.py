@@ -106,3 +106,40 @@ def test_cli_sampling_flags_checked(demo_dir: Path, capsys, args: list[str], pro
                    str(demo_dir / "chat.jsonl"), *args])
     err = capsys.readouterr().err
     assert rc == 2 and problem in err and len(err.strip().splitlines()) == 1
+
+
+def test_doctor_chat_scores_the_served_conversations(demo_dir: Path, capsys) -> None:
+    """`doctor --chat` runs the live acceptance over the conversations as served: the same figures `acceptance
+    --chat` prints for the same draft, target, engine and conversations."""
+    common = [str(demo_dir / "speculators"), "--target", str(demo_dir / "target"), "--engine", "vllm==0.33.0",
+              "--chat", str(demo_dir / "chat.jsonl"), "--json"]
+    rc = cli.main(["doctor", *common, "--no-weights"])
+    doctor = json.loads(capsys.readouterr().out)
+    assert rc in (0, 1)
+    acceptance = doctor["results"]["acceptance"]
+    assert acceptance["traffic"]["source"] == "chat" and acceptance["traffic"]["served_vocab"]["starts"] > 0
+    assert "template" not in doctor["results"]  # no dump to check against the conversations
+    assert cli.main(["acceptance", *common, "--no-fixed"]) == 0
+    alone = json.loads(capsys.readouterr().out)["results"]["acceptance"]
+    for view in ("as_trained", "as_served"):
+        assert acceptance[view]["accept_len"] == alone[view]["accept_len"]
+        assert acceptance[view]["positions"] == alone[view]["positions"] > 0
+
+
+@pytest.mark.parametrize("dump,mismatch", [("hidden-states-raw", True), ("hidden-states-chat", False)])
+def test_doctor_checks_the_dump_against_the_chat_given(demo_dir: Path, capsys, dump: str, mismatch: bool) -> None:
+    rc = cli.main(["doctor", str(demo_dir / "speculators"), "--target", str(demo_dir / "target"), "--data",
+                   str(demo_dir / dump), "--chat", str(demo_dir / "chat.jsonl"), "--no-weights", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc in (0, 1)
+    codes = [f["code"] for f in out["findings"]]
+    assert ("data/template-mismatch" in codes) is mismatch
+    assert out["results"]["acceptance"]["as_trained"]["positions"] > 0  # scored on the dump, not the chat
+    assert out["results"]["acceptance"].get("traffic") is None
+
+
+def test_doctor_chat_with_prompts_is_refused(demo_dir: Path, capsys) -> None:
+    rc = cli.main(["doctor", str(demo_dir / "speculators"), "--target", str(demo_dir / "target"), "--prompts", "p",
+                   "--chat", str(demo_dir / "chat.jsonl")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "not both" in err and len(err.strip().splitlines()) == 1

@@ -94,3 +94,24 @@ def test_value_changes_are_streamed_and_match_a_whole_tensor_reference(tmp_path,
     want_scale = float(fa.abs()[torch.isfinite(fa)].max())
     assert change.max_abs == want_abs and change.max_rel == pytest.approx(want_abs / want_scale)
     assert change.n_diff == (2 if dtype == torch.bool else 3)
+
+
+def test_renames_read_only_tensors_with_a_candidate_and_hash_only_among_several(tmp_path, monkeypatch):
+    """An unpaired tensor whose dtype and shape the other side lacks is not read; a lone candidate is compared byte
+    for byte (no hash); several candidates of one shape are told apart by content, in any order."""
+    import eagle3lens.probes.diff as diff_mod
+
+    torch.manual_seed(2)
+    x, y, q, k = torch.randn(8, 4), torch.randn(8, 4), torch.randn(6, 4), torch.randn(5, 4)
+    a = Checkpoint.open(write(tmp_path / "a", {"a.gate": x, "a.up": y, "a.q": q, "a.k": k,
+                                               "a.embed": torch.randn(9, 4), "a.twin": torch.zeros(3)}, None))
+    b = Checkpoint.open(write(tmp_path / "b", {"b.up": y.clone(), "b.gate": x.clone(), "b.q": q.clone(),
+                                               "b.k": k + 1, "b.extra": torch.randn(2, 2),
+                                               "b.twin": torch.zeros(3)}, None, shards=2))
+    hashed: list[str] = []
+    real_digest = diff_mod.digest
+    monkeypatch.setattr(diff_mod, "digest", lambda ckpt, name: hashed.append(name) or real_digest(ckpt, name))
+    result = diff(a, b)
+    assert result.renamed == (("a.gate", "b.gate"), ("a.q", "b.q"), ("a.twin", "b.twin"), ("a.up", "b.up"))
+    assert sorted(result.only_in_a) == ["a.embed", "a.k"] and sorted(result.only_in_b) == ["b.extra", "b.k"]
+    assert sorted(hashed) == ["a.gate", "a.up", "b.gate", "b.up"]  # only the one shape with two candidates

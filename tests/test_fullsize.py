@@ -22,6 +22,7 @@ sys.path.insert(0, str(BENCH))
 from _fullsize import (  # noqa: E402
     KIMI,
     LLAMA_405B,
+    PEAK_RSS_KB,
     config_only_target,
     data_start,
     evict,
@@ -34,6 +35,9 @@ ROOT = Path(__file__).resolve().parents[1]
 REDUCED = dict(hidden=2048, vocab=32768, draft_vocab=8000, heads=16, kv_heads=4, head_dim=128, intermediate=5632)
 REDUCED_TARGET = {**LLAMA_405B, "hidden_size": 2048, "num_attention_heads": 16,
                   "num_key_value_heads": 4, "intermediate_size": 5632, "vocab_size": 32768, "num_hidden_layers": 61}
+# runs the CLI and reports its own peak RSS (VmHWM) on the last stderr line
+PEAK_RSS_CHILD = ("import sys\nfrom eagle3lens.cli import main\ncode = main(sys.argv[1:])\n"
+                  f"print('peak_rss_kb=' + str({PEAK_RSS_KB}), file=sys.stderr)\nsys.exit(code)")
 HEADER_SLACK = 1 << 20  # the header read's readahead may touch the first pages of the data
 
 
@@ -61,15 +65,36 @@ def test_meta_trace_of_a_config_only_target_reads_no_weight(tmp_path):
     weights = draft / "model.safetensors"
     assert weights.stat().st_size > 250e6 and weights.stat().st_blocks * 512 < 1e6  # few hundred MB, no disk
     evict(weights)
-    out = subprocess.run([sys.executable, "-m", "eagle3lens", "trace", "--target", str(target), "--draft",
+    out = subprocess.run([sys.executable, "-c", PEAK_RSS_CHILD, "trace", "--target", str(target), "--draft",
                           str(draft), "--engine", "vllm==0.33.0", "--device", "meta", "--json"],
                          capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.returncode in (0, 1), out.stderr
     wiring = json.loads(out.stdout)["results"]["wiring"]
     assert wiring["feature"]["shape"][-1] == 3 * 2048 == wiring["fc_in_features"] and wiring["fc_ran"]
     assert wiring["d2t_state"] == "unknown"  # not read on meta
-    # no tensor byte of the draft was read (its peak RSS against the 1 GB budget is bench/fullsize.py's to measure)
-    assert data_bytes_read(weights) == 0
+    assert data_bytes_read(weights) == 0  # no tensor byte of the draft was read
+    # the draft as a float32 module would alone take over 1 GB (the imports of torch and transformers: about 350 MB)
+    peak_kb = int(out.stderr.strip().splitlines()[-1].removeprefix("peak_rss_kb="))
+    assert peak_kb < 1 << 20, f"peak RSS {peak_kb / 1024:.0f} MB"
+
+
+# a parent that holds 1.5 GB and spawns a child, which prints both measures of its own peak RSS
+BALLAST_PARENT = f"""
+import subprocess, sys
+ballast = bytearray(1536 << 20)
+ballast[::4096] = b"\\1" * len(ballast[::4096])  # every page touched: resident
+child = "import resource\\nprint(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, {PEAK_RSS_KB})"
+print(subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, check=True).stdout)
+"""
+
+
+def test_peak_rss_measure_is_the_childs_own():
+    """Why the children report VmHWM: a child of a parent holding 1.5 GB reports that 1.5 GB as its ru_maxrss
+    (Linux folds the address space it leaves at execve into it), while its VmHWM is its own few MB."""
+    out = subprocess.run([sys.executable, "-c", BALLAST_PARENT], capture_output=True, text=True, check=True)
+    ru_maxrss_kb, vmhwm_kb = map(int, out.stdout.split())
+    assert ru_maxrss_kb > 1536 << 10  # the parent's
+    assert vmhwm_kb < 100 << 10  # a bare interpreter's
 
 
 def test_meta_draft_is_built_from_headers(tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import torch
 
 from eagle3lens.probes.acceptance import estimate_acceptance
@@ -61,3 +62,40 @@ def test_demo_dump_share_matches_the_training_coverage(demo_dir: Path) -> None:
     assert all(c <= 1 - s for c, s in zip(vocab.ceiling, vocab.oov_share, strict=True))
     trained = result.accept_len("as_trained")
     assert trained is not None and trained <= vocab.ceiling_accept_len
+
+
+@pytest.mark.parametrize("traffic", ["chat", "prompts"])
+def test_vocab_coverage_over_served_traffic_is_acceptances_served_vocabulary(demo_dir: Path, tmp_path: Path,
+                                                                             capsys, traffic: str) -> None:
+    """`vocab --chat / --prompts` counts the target's greedy tokens over the served traffic exactly where
+    `acceptance` counts them: its coverage is 1 - the acceptance probe's out-of-vocabulary share of tokens."""
+    from eagle3lens import cli
+
+    if traffic == "chat":
+        source, limit = demo_dir / "chat.jsonl", 3
+    else:  # prompts the untrained demo target continues outside the draft's 512 ids about half the time
+        source, limit = tmp_path / "prompts.json", 12
+        source.write_text(json.dumps([[(37 * i + 11 * j * j) % 256 for j in range(24)] for i in range(12)]))
+    common = ["--target", str(demo_dir / "target"), f"--{traffic}", str(source), "--limit", str(limit),
+              "--new-tokens", "8", "--json"]
+    assert cli.main(["vocab", str(demo_dir / "speculators"), *common]) in (0, 1)
+    coverage = json.loads(capsys.readouterr().out)["results"]["vocab"]["coverage"]
+    assert cli.main(["acceptance", str(demo_dir / "speculators"), "--no-fixed", *common]) == 0
+    served = json.loads(capsys.readouterr().out)["results"]["acceptance"]["traffic"]["served_vocab"]
+    assert coverage["source"] == f"served {'chat traffic' if traffic == 'chat' else 'prompts'} ({source.name}, greedy)"
+    assert served["view"] == "as_trained" and coverage["total"] == served["tokens"] == limit * 8
+    assert abs(coverage["covered"] - (1 - served["oov_tokens"] / served["tokens"])) < 1e-12
+    if traffic == "prompts":
+        assert 0 < served["oov_tokens"] < served["tokens"]
+        assert sum(m["count"] for m in coverage["missed"]) <= served["oov_tokens"]
+
+
+def test_vocab_served_traffic_flags_are_checked(demo_dir: Path, capsys) -> None:
+    from eagle3lens import cli
+
+    for extra, problem in ((["--chat", "x.jsonl"], "need --target"),
+                           (["--chat", "x", "--prompts", "y", "--target", "t"], "not both"),
+                           (["--chat", "x", "--counts", "c", "--target", "t"], "not with --counts")):
+        rc = cli.main(["vocab", str(demo_dir / "speculators"), *extra])
+        err = capsys.readouterr().err
+        assert rc == 2 and problem in err and len(err.strip().splitlines()) == 1, err

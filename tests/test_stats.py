@@ -197,3 +197,36 @@ def test_cuda_reduction_gives_the_cpu_statistics(tmp_path, rng, dtype):
     for key in ("mean", "std", "kurtosis"):
         if getattr(cpu, key) is not None:
             assert getattr(gpu, key) == pytest.approx(getattr(cpu, key), rel=1e-5, abs=1e-6)
+
+
+def test_zero_chunks_skipped_give_the_numbers_of_the_full_reduction(tmp_path, rng, monkeypatch):
+    """Chunks of zero bytes (a sparse file's holes) are counted, not reduced: every figure of every tensor, NaN,
+    Inf, -0.0, all-zero and integer tensors included, equals what reducing each chunk gives."""
+    def holed(dtype):
+        x = (torch.randn(4096) * 0.02).to(dtype)
+        x[:1024] = 0.0  # whole zero chunks at the start, in the middle and at the end
+        x[2048:2560] = 0.0
+        x[3584:] = 0.0
+        x[1500], x[1501], x[3000] = float("nan"), float("inf"), -0.0
+        return x
+
+    tensors = {"bf16": holed(torch.bfloat16), "f16": holed(torch.float16), "f32": holed(torch.float32),
+               "f64": holed(torch.float64), "zeros": torch.zeros(3000, dtype=torch.bfloat16),
+               "neg_zeros": torch.full((700,), -0.0), "ones": torch.ones(500, dtype=torch.bfloat16),
+               "empty": torch.zeros(0), "i64": torch.tensor([0] * 600 + [3, -2, 7]),
+               "mask": torch.tensor([False] * 900 + [True] * 5),
+               "e4m3": holed(torch.float32).nan_to_num(0.0).to(torch.float8_e4m3fn)}
+    ckpt = checkpoint(tmp_path, tensors)
+    fast = {(name, threads): tensor_stats(ckpt, name, chunk_bytes=CHUNK, threads=threads)
+            for name in tensors for threads in (1, 3)}
+    reduced: list[int] = []
+    update_float = stats.StreamingStats._update_float
+    monkeypatch.setattr(stats.StreamingStats, "_update_float", lambda self, x: reduced.append(1) or update_float(self, x))
+    tensor_stats(ckpt, "bf16", chunk_bytes=CHUNK)
+    assert len(reduced) == 32 - 8 - 4 - 4  # the zero chunks were skipped (128 values a chunk)
+    monkeypatch.setattr(stats, "_all_zero_bytes", lambda raw: False)  # every chunk reduced, as before
+    for name in tensors:
+        for threads in (1, 3):
+            assert tensor_stats(ckpt, name, chunk_bytes=CHUNK, threads=threads) == fast[name, threads], name
+    assert fast["zeros", 1].zeros == 3000 and fast["zeros", 1].std == 0.0 and fast["neg_zeros", 1].zeros == 700
+    assert (fast["bf16", 1].nan, fast["bf16", 1].inf) == (1, 1) and fast["bf16", 1].zeros == 2049

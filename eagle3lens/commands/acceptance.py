@@ -8,6 +8,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..findings import Report
+from ..io.textsafe import printable
 from ..probes.engine_init import EMPTY_MEMORY
 from ..progress import TqdmBars
 from ._target import require_target_weights
@@ -23,10 +24,9 @@ def run(args: argparse.Namespace) -> int:
                          "(live capture), one of them")
     if args.top_p is not None and args.temperature is None:
         raise UsageError("--top-p needs --temperature: top-p shapes the distribution the server samples from")
-    from ..probes.traffic_result import Sampling
-
-    sampling = Sampling(args.temperature, 1.0 if args.top_p is None else args.top_p) \
-        if args.temperature is not None else None
+    if args.temperature is not None and (args.request is not None or args.launch is not None):
+        raise UsageError("give --temperature (score at T) or --request / --launch (score as the server resolves "
+                         "the request's sampling), not both")
     if args.target is None:
         raise UsageError("acceptance needs --target T: its final norm and lm_head give the teacher's tokens")
     require_target_weights(args.target, "acceptance", "06_acceptance")
@@ -35,6 +35,7 @@ def run(args: argparse.Namespace) -> int:
 
         if not torch.cuda.is_available():
             raise UsageError("--device cuda: no CUDA device is visible here; use --device cpu")
+    sampling, served_sampling = _sampling(args)
     draft = Checkpoint.open(args.draft).require_draft()
     target: Any = args.target
     data: Any = args.data
@@ -59,19 +60,48 @@ def run(args: argparse.Namespace) -> int:
     report.notes.extend(result.notes)
     from ..probes.traffic import sampling_notes
 
-    report.notes.extend(sampling_notes(result, sampling, args.engine))
+    if served_sampling is not None:
+        report.notes.append(served_sampling.note())
+    if served_sampling is None or sampling is not None:  # a request served greedily needs no default named
+        report.notes.extend(sampling_notes(result, sampling, args.engine))
     if args.log is not None:
-        from ..probes.chain_break import chain_note, compare_chain
+        from ..probes.chain_break import chain_note, compare_with_log
         from ..probes.logs import parse_log
 
-        logged = parse_log(args.log).summary.mean_per_position
-        comparison = compare_chain(result, logged, log=args.log)
+        engine_name = args.engine.split("==")[0] if args.engine else None
+        comparison = compare_with_log(result, parse_log(args.log, engine=args.engine if engine_name in
+                                                        ("sglang", "vllm") else None), path=args.log)
         if comparison is None:
-            report.notes.append(f"{args.log}: no per-position acceptance rates (vLLM prints them): no curve to compare")
+            report.notes.append(f"{printable(args.log)}: no acceptance lines: no served chain to compare")
         else:
             report.add("chain", comparison)
             report.notes.append(chain_note(comparison))
     return finish(report, args)
+
+
+def _sampling(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The sampling to score (None: greedy only) and, from --request / --launch, how the server resolved it."""
+    from ..probes.traffic_result import Sampling
+
+    if args.temperature is not None:
+        return Sampling(args.temperature, 1.0 if args.top_p is None else args.top_p), None
+    if args.request is None and args.launch is None:
+        return None, None
+    from ..launch import launch_from_log, parse_launch
+    from ..probes.served_sampling import read_request, resolve_sampling
+
+    launch = parse_launch(args.launch) if args.launch is not None else \
+        launch_from_log(args.log) if args.log is not None else None
+    engine = args.engine.split("==")[0] if args.engine else launch.engine if launch is not None else None
+    if engine not in ("sglang", "vllm"):
+        raise UsageError("--request / --launch: name the serving engine (--engine sglang or vllm, or a --launch "
+                         "command line): each resolves a request's sampling its own way")
+    if launch is not None and launch.engine != engine:
+        raise UsageError(f"--launch starts {launch.engine}, but --engine is {args.engine}")
+    request = read_request(args.request) if args.request is not None else None
+    served = resolve_sampling(engine, request=request, options=launch.options if launch is not None else None,
+                              target=args.target, endpoint="chat" if args.chat is not None else "completions")
+    return served.sampling, served
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -89,6 +119,8 @@ def register(sub: argparse._SubParsersAction) -> None:
             "eagle3lens acceptance demo/speculators --target demo/target --prompts prompts.txt --engine vllm==0.33.0",
             "eagle3lens acceptance demo/speculators --target demo/target --chat demo/chat.jsonl --temperature 0.7 "
             "--top-p 0.9",
+            "eagle3lens acceptance demo/speculators --target demo/target --chat demo/chat.jsonl --engine vllm==0.33.0 "
+            "--request request.json",
             "eagle3lens acceptance out/draft --data hs/ --target big/target --device cuda --steps 3 --json"))
     p.add_argument("draft", metavar="DRAFT", help="draft checkpoint (directory or file)")
     p.add_argument("--data", metavar="D", help="hidden-state dump: a folder or one sample file")
@@ -103,8 +135,17 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="also score speculative sampling at temperature T (as SGLang and vLLM verify: the draft's "
                         "greedy token accepted with the target's probability of it)")
     p.add_argument("--top-p", type=float, metavar="P", help="with --temperature: the target's top-p")
-    p.add_argument("--log", metavar="F", help="server log with per-position acceptance rates (vLLM's SpecDecoding "
-                                              "metrics): the served curve beside the offline one, where they part")
+    p.add_argument("--request", metavar="FILE.json",
+                   help="a request body as sent to the server (chat, completions or SGLang /generate): score the "
+                        "temperature and top-p the engine serves it with (the request's, else the launch's and the "
+                        "model's generation_config.json defaults, as the engine resolves them)")
+    p.add_argument("--launch", metavar="CMD",
+                   help="the server command line: its sampling defaults (vLLM --generation-config / "
+                        "--override-generation-config, SGLang --sampling-defaults / --preferred-sampling-params) "
+                        "apply to what the request leaves out (else read from --log's start-up line)")
+    p.add_argument("--log", metavar="F", help="server log: vLLM's per-position acceptance rates beside the offline "
+                                              "curve (where they part), or SGLang's accept length and rate beside "
+                                              "the offline chain's")
     p.add_argument("--engine", metavar="E", help="serving engine NAME[==VERSION]: adds the as-served and fixed views")
     p.add_argument("--steps", type=positive_int, metavar="K",
                    help="draft steps per verify step (default: the config's speculative tokens, else 3)")

@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
                       baseline_tps=args.baseline_tps, num_draft_tokens=args.num_draft_tokens,
                       scenario=args.scenario, weights=not args.no_weights, device_map=args.device_map,
                       dtype=args.dtype, progress=bars(not args.json), launch=args.launch,
-                      data=args.data, prompts=args.prompts, execute=args.execute)
+                      data=args.data, prompts=args.prompts, execute=args.execute, chat=args.chat)
     if args.html:
         write_html(Path(args.html), render_report_html(report, title=f"eagle3lens doctor: {args.checkpoint}"))
     code = finish(report, args)
@@ -50,7 +50,8 @@ def register(sub: argparse._SubParsersAction) -> None:
             "eagle3lens doctor out/draft --engine vllm==0.33.0 --fail-on warning   # gate in a training pipeline",
             "eagle3lens doctor demo/speculators --engine sglang==0.5.11 --html report.html",
             "eagle3lens doctor demo/speculators --engine sglang==0.5.11 --target demo/target --data demo/hidden-states "
-            "--log demo/sglang.log"),
+            "--log demo/sglang.log",
+            "eagle3lens doctor demo/speculators --engine vllm==0.33.0 --target demo/target --chat demo/chat.jsonl"),
     )
     p.add_argument("checkpoint", metavar="CKPT", help="draft checkpoint (directory or file)")
     p.add_argument("--engine", metavar="E", help="serving engine, NAME[==VERSION][:PATH] or installed, e.g. sglang==0.5.11, "
@@ -72,6 +73,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--data", metavar="D", help="hidden-state dump: adds the offline acceptance estimate and the "
                                                "data's provenance (which target layers it came from; needs --target)")
     p.add_argument("--prompts", metavar="F", help="prompts for a live acceptance estimate (needs --target)")
+    p.add_argument("--chat", metavar="FILE.jsonl",
+                   help="served conversations (needs --target): the live acceptance estimate over them as the server "
+                        "renders them, or with --data the dump's chat template checked against them")
     p.add_argument("--no-weights", action="store_true", help="skip weight statistics (reads every tensor byte)")
     p.add_argument("--html", metavar="OUT", help="also write a self-contained offline HTML report")
     add_output_options(p)

@@ -8,7 +8,7 @@ from pathlib import Path
 from ..checkpoint import Checkpoint
 from ..errors import UsageError
 from ..findings import Report
-from . import add_output_options, example_epilog, finish
+from . import add_output_options, example_epilog, finish, positive_int
 
 
 def run(args: argparse.Namespace) -> int:
@@ -25,12 +25,41 @@ def run(args: argparse.Namespace) -> int:
             text = Path(args.text).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise UsageError(f"{args.text}: cannot read the text sample ({exc})") from None
+    counts = _served_counts(ckpt, args) if args.chat or args.prompts else args.counts
     report = Report(checkpoint=ckpt.summary())
-    report.add("vocab", inspect_vocab(ckpt, target=args.target, tokenizer=args.tokenizer, token_counts=args.counts,
+    report.add("vocab", inspect_vocab(ckpt, target=args.target, tokenizer=args.tokenizer, token_counts=counts,
                                       text=text))
     if args.target is None:
         report.notes.append("no --target: lm_head rows not compared with the target head")
     return finish(report, args)
+
+
+def _served_counts(ckpt: Checkpoint, args: argparse.Namespace) -> object:
+    """The target's greedy tokens over served traffic (--chat or --prompts), counted as acceptance counts them."""
+    if args.chat and args.prompts:
+        raise UsageError("give --chat FILE.jsonl or --prompts F, not both")
+    if args.counts or args.text:
+        raise UsageError("--chat / --prompts count the served traffic: not with --counts or --text")
+    if args.target is None:
+        raise UsageError("--chat / --prompts need --target T: the target continues the traffic and its tokens are "
+                         "counted")
+    from ._target import require_target_weights
+    from ..probes.served_vocab import served_token_counts
+    from ..probes.vocab_coverage import TokenCounts
+
+    require_target_weights(args.target, "vocab", "08_low_acceptance")
+    ckpt.require_draft()
+    if args.chat:
+        from ..probes.chat import chat_samples
+
+        samples, model = chat_samples(ckpt, args.target, args.chat, new_tokens=args.new_tokens, limit=args.limit)
+        source = f"served chat traffic ({Path(args.chat).name}, greedy)"
+    else:
+        from ..probes.acceptance import live_samples
+
+        samples, model = live_samples(ckpt, args.target, args.prompts, new_tokens=args.new_tokens, limit=args.limit)
+        source = f"served prompts ({Path(args.prompts).name}, greedy)"
+    return TokenCounts(served_token_counts(samples, model), source)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -42,11 +71,19 @@ def register(sub: argparse._SubParsersAction) -> None:
         epilog=example_epilog("eagle3lens vocab demo/broken-d2t-double-subtracted",
                               "eagle3lens vocab demo/speculators --target demo/target --counts demo/token_counts.json",
                               "eagle3lens vocab DRAFT --tokenizer TOKENIZER_DIR --text sample.txt --json",
+                              "eagle3lens vocab demo/speculators --target demo/target --chat demo/chat.jsonl",
                               "eagle3lens convert DRAFT --repair-d2t OUT   # apply the proven repair"))
     p.add_argument("checkpoint", metavar="CKPT", help="draft checkpoint directory or file")
     p.add_argument("--target", metavar="T", help="target checkpoint: compare the draft lm_head with target rows")
     p.add_argument("--tokenizer", metavar="DIR", help="tokenizer directory (decodes missed tokens; counts --text)")
     p.add_argument("--counts", metavar="FILE", help="target-token counts: JSON list / {id: count} or .npy")
     p.add_argument("--text", metavar="FILE", help="text sample to count tokens in (with --tokenizer)")
+    p.add_argument("--chat", metavar="FILE.jsonl",
+                   help="coverage over served conversations (with --target): rendered with the target tokenizer's "
+                        "chat_template and continued greedily by the target, whose tokens are counted")
+    p.add_argument("--prompts", metavar="F", help="coverage over served prompts (with --target), the same way")
+    p.add_argument("--new-tokens", type=positive_int, default=32, metavar="N",
+                   help="with --chat / --prompts: greedy tokens generated per conversation (default 32)")
+    p.add_argument("--limit", type=positive_int, metavar="N", help="with --chat / --prompts: at most N of them")
     add_output_options(p)
     p.set_defaults(func=run)

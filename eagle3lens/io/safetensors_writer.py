@@ -2,19 +2,21 @@
 at the source's offset within a page, and each tensor's bytes copied from its source file (in-kernel where the
 offsets allow) or, for a replacement tensor, from memory. The reader's counterpart is ``safetensors_header``.
 
-Verified while written to disk: once a file's bytes are copied (into the page cache), its one fsync runs on a
-thread while every tensor is read back from the output and compared byte for byte with its source (both still
-in the page cache), so the comparison costs no time of its own where the disk is the slower part, and no
-tensor is held in memory.
+Verified while written: each slice a copy puts in the output (a 32 MiB in-kernel copy, say) is read back on a
+thread and compared byte for byte with its source while the next slice is copied (both still in the page cache,
+just touched), and the file's one fsync runs while the last slices are compared; so the comparison costs little
+time of its own where writing is the slower part, and no tensor is held in memory.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import queue
 import struct
+import threading
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from ..checkpoint import Checkpoint, TensorInfo
 from ..errors import CheckpointError, UsageError, WriteVerifyError
@@ -60,56 +62,71 @@ def write_file(ckpt: Checkpoint, keys: list[str], names: dict[str, str], overrid
         offset += size
     raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
     raw += b" " * header_padding(len(raw), ckpt.tensors[keys[0]].begin if keys and keys[0] not in overrides else None)
-    copied: list[tuple[str, int]] = []  # (key, offset in the output) of tensors copied from a file
     with open(path, "w+b") as fh:
         fh.write(struct.pack("<Q", len(raw)))
         fh.write(raw)
-        for key in keys:
-            if key in overrides:
-                data = tensor_bytes(overrides[key])
-                fh.flush()
-                start = fh.tell()
-                fh.write(data)
-                fh.flush()
-                _verify_written(fh.fileno(), start, memoryview(data), key, path)
-                written.add(len(data))
-                continue
-            copy_tensor(ckpt, key, fh)
-            if ckpt.tensors[key].begin is not None:
-                copied.append((key, fh.tell() - ckpt.tensors[key].nbytes))
-            written.add(ckpt.tensors[key].nbytes)
-        fh.flush()
-        _verify_while_syncing(ckpt, copied, fh.fileno(), path)
-
-
-def _verify_while_syncing(ckpt: Checkpoint, copied: list[tuple[str, int]], fd: int, path: Path) -> None:
-    """fsync ``fd`` on a thread while each copied tensor is compared with its source; the first difference (or the
-    fsync's error) is raised once both are done."""
-    import threading
-
-    failed: list[OSError] = []
-
-    def sync() -> None:
+        verifier = _Verifier(fh.fileno(), path)
         try:
-            os.fsync(fd)
-        except OSError as exc:
-            failed.append(exc)
+            for key in keys:
+                if key in overrides:
+                    data = tensor_bytes(overrides[key])
+                    fh.flush()
+                    start = fh.tell()
+                    fh.write(data)
+                    fh.flush()
+                    _verify_written(fh.fileno(), start, memoryview(data), key, path)
+                    written.add(len(data))
+                    continue
+                copy_tensor(ckpt, key, fh, verifier.add)
+                verifier.check()
+                written.add(ckpt.tensors[key].nbytes)
+            fh.flush()
+            os.fsync(fh.fileno())  # while the last slices are compared
+        except BaseException:
+            verifier.close()
+            raise
+        verifier.close()
+        verifier.check()
 
-    syncing = threading.Thread(target=sync, name="eagle3lens-fsync")
-    syncing.start()
-    try:
+
+class _Verifier:
+    """Compares copied byte ranges of the output (``fd``) with their source on a thread, in the order they were
+    copied; ``check`` raises the first difference (or read error) found so far, ``close`` waits for the rest."""
+
+    def __init__(self, fd: int, path: Path) -> None:
+        self.fd, self.path = fd, path
+        self.failure: BaseException | None = None
+        self._queue: queue.SimpleQueue[tuple[str, Path, int, int, int] | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="eagle3lens-verify", daemon=True)
+        self._thread.start()
+
+    def add(self, key: str, src: Path, src_at: int, dst_at: int, n: int) -> None:
+        """Queue ``n`` bytes copied from ``src`` at ``src_at`` to the output at ``dst_at``."""
+        self._queue.put((key, src, src_at, dst_at, n))
+
+    def check(self) -> None:
+        if self.failure is not None:
+            raise self.failure
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join()
+
+    def _run(self) -> None:
         bufs = (bytearray(CHUNK), bytearray(CHUNK))
-        for key, at in copied:
-            info = ckpt.tensors[key]
-            with open(info.file, "rb", buffering=0) as src:
-                assert info.begin is not None
-                if not _compare_ranges(src.fileno(), info.begin, fd, at, info.nbytes, bufs):
-                    raise WriteVerifyError(path, f"tensor {key!r}: the bytes written differ from the source "
-                                                 f"{info.file} (or it changed while being copied)")
-    finally:
-        syncing.join()
-    if failed:
-        raise failed[0]
+        while (item := self._queue.get()) is not None:
+            if self.failure is not None:
+                continue  # drained, not compared: the write is refused already
+            key, src, src_at, dst_at, n = item
+            try:
+                with open(src, "rb", buffering=0) as fh:
+                    same = _compare_ranges(fh.fileno(), src_at, self.fd, dst_at, n, bufs)
+            except BaseException as exc:  # raised on the writing thread
+                self.failure = exc
+                continue
+            if not same:
+                self.failure = WriteVerifyError(self.path, f"tensor {key!r}: the bytes written differ from the source "
+                                                           f"{src} (or it changed while being copied)")
 
 
 def _verify_written(fd: int, start: int, expected: memoryview, key: str, path: Path) -> None:
@@ -144,10 +161,12 @@ def header_padding(json_len: int, first_begin: int | None) -> int:
     return pad
 
 
-def copy_tensor(ckpt: Checkpoint, key: str, fh: Any) -> None:
+def copy_tensor(ckpt: Checkpoint, key: str, fh: Any,
+                copied: Callable[[str, Path, int, int, int], None] | None = None) -> None:
     """Copy one tensor's byte range: in-kernel (copy_file_range) when source and destination offsets sit alike
-    within a page, else (or on another filesystem or an old kernel) through a reused 1 MiB buffer. A pickled
-    tensor's bytes are read back and compared as they are written; the others ``write_file`` compares."""
+    within a page, else (or on another filesystem or an old kernel) through a reused 1 MiB buffer; each slice done
+    goes to ``copied(key, source file, source offset, output offset, size)`` to be compared. A pickled tensor's
+    bytes are read back and compared as they are written."""
     info = ckpt.tensors[key]
     if info.begin is None:  # a pickled tensor: write its bytes, then read them back against the source
         for chunk in ckpt.iter_chunks(key, CHUNK):
@@ -170,6 +189,8 @@ def copy_tensor(ckpt: Checkpoint, key: str, fh: Any) -> None:
                     in_kernel = False
             if not in_kernel:
                 _copy_through_buffer(src.fileno(), info.begin + done, fh.fileno(), start + done, n, buf, info, key)
+            if copied is not None:
+                copied(key, info.file, info.begin + done, start + done, n)
             done += n
     fh.seek(start + info.nbytes)
 

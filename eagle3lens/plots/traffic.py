@@ -163,11 +163,36 @@ def template_figures(check: TemplateCheck) -> list[Any]:
     return [fig]
 
 
+def _whole_rows(c: ChainComparison) -> list[tuple[str, str, str]]:
+    """The whole-chain figures (a log without per-position rates): what the log printed beside the offline's."""
+    w = c.whole
+    assert w is not None
+    rows = [("accept len", f"{w.logged_accept_len:.3f}", f"{w.offline_accept_len:.3f}")]
+    if w.logged_rate is not None or w.offline_rate is not None:
+        rows.append((f"accept rate ({w.rate_formula or 'formula unknown'})", _maybe(w.logged_rate),
+                     _maybe(w.offline_rate)))
+    if c.offline:
+        rows.append(("position 1 rate", f"<= {max(0.0, w.logged_accept_len - 1):.3f}", f"{c.offline[0]:.3f}"))
+    return rows
+
+
+def _maybe(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
 @rich_view.register
 def chain_rich(c: ChainComparison) -> Any:
     from rich.table import Table
 
     curve = f"offline {c.view}" + (f" sampled ({c.sampled})" if c.sampled else "")
+    if c.whole is not None:
+        table = Table(title=f"the whole chain: the log beside {escape(curve)} over {len(c.offline)} positions",
+                      expand=False)
+        for col in ("", "logged", "offline"):
+            table.add_column(col)
+        for row in _whole_rows(c):
+            table.add_row(*row)
+        return table
     table = Table(title=f"per-position acceptance: the log beside {escape(curve)}", expand=False)
     for col in ("position", "logged", "offline", ""):
         table.add_column(col)
@@ -179,6 +204,11 @@ def chain_rich(c: ChainComparison) -> Any:
 
 @html_view.register
 def chain_html(c: ChainComparison) -> str:
+    if c.whole is not None:
+        body = "".join(f"<tr><td>{html.escape(a)}</td><td>{html.escape(b)}</td><td>{html.escape(d)}</td></tr>"
+                       for a, b, d in _whole_rows(c))
+        return (f"<h3>The whole chain: the log beside offline {html.escape(c.view)} over {len(c.offline)} "
+                f"positions</h3><table><tr><th></th><th>logged</th><th>offline</th></tr>{body}</table>")
     rows = "".join(f"<tr><td>{k + 1}</td><td>{a:.3f}</td><td>{b:.3f}</td><td>"
                    f"{'first parting' if c.first_parting == k + 1 else ''}</td></tr>"
                    for k, (a, b) in enumerate(zip(c.logged, c.offline, strict=True)))
@@ -190,9 +220,14 @@ def chain_html(c: ChainComparison) -> str:
 def chain_figures(c: ChainComparison) -> list[Any]:
     import plotly.graph_objects as go  # type: ignore[import-untyped]
 
-    x = list(range(1, len(c.logged) + 1))
-    fig = go.Figure([go.Scatter(x=x, y=list(c.logged), name="served (log)", mode="lines+markers"),
-                     go.Scatter(x=x, y=list(c.offline), name=f"offline {c.view}", mode="lines+markers")])
+    x = list(range(1, len(c.offline) + 1))
+    if c.whole is not None:  # no per-position rates: the offline curve and the bound the log puts on position 1
+        bound = max(0.0, c.whole.logged_accept_len - 1)
+        fig = go.Figure([go.Scatter(x=x, y=list(c.offline), name=f"offline {c.view}", mode="lines+markers"),
+                         go.Scatter(x=[1], y=[bound], name="served position 1, at most (log)", mode="markers")])
+    else:
+        fig = go.Figure([go.Scatter(x=x, y=list(c.logged), name="served (log)", mode="lines+markers"),
+                         go.Scatter(x=x, y=list(c.offline), name=f"offline {c.view}", mode="lines+markers")])
     if c.first_parting is not None:
         fig.add_vline(x=c.first_parting, line_dash="dash", annotation_text="first parting")
     fig.update_layout(title="Where the chain breaks: per-position acceptance", height=360, yaxis_range=[0, 1],

@@ -408,6 +408,10 @@ class Teacher:
         x = last.float()
         return self.norm * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
 
+    def greedy_tokens(self, normed: torch.Tensor) -> torch.Tensor:
+        """The target's greedy token over the full vocabulary at each row (the ``full`` half of ``greedy``)."""
+        return torch.cat([(chunk @ self.lm_head.T).argmax(-1) for chunk in normed.split(TEACHER_CHUNK)])
+
     def greedy(self, normed: torch.Tensor, rows: torch.Tensor | None,
                each: Callable[[torch.Tensor], None] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Argmax over the full vocabulary and over the draft-vocab rows ``rows`` (index into the draft vocab);
@@ -1079,7 +1083,8 @@ def live_samples(draft: str | Path | Checkpoint, target: Any, prompts: str | Pat
 def doctor_acceptance(draft: Checkpoint, target: Any, engine: str | EngineProfile | None, *,
                       data: str | Path | None = None, prompts: str | Path | None = None,
                       logged_accept_len: float | None = None, log_path: str | None = None,
-                      scenario: str | None = None) -> tuple[AcceptanceResult, str | None]:
+                      scenario: str | None = None, chat: str | Path | None = None
+                      ) -> tuple[AcceptanceResult, str | None]:
     """The acceptance probe as the doctor runs it: as served held against the logged accept len.
 
     Returns the result (with ``acceptance/served-vs-log-mismatch`` added on disagreement) and, on agreement,
@@ -1087,12 +1092,18 @@ def doctor_acceptance(draft: Checkpoint, target: Any, engine: str | EngineProfil
     """
     samples: Any = data
     teacher: Any = target
-    if data is None:
+    if data is None and chat is not None:
+        from .chat import chat_samples
+
+        samples, teacher = chat_samples(draft, target, chat, engine)
+    elif data is None:
         if prompts is None:
-            raise UsageError("acceptance needs --data D or --prompts F")
+            raise UsageError("acceptance needs --data D, --prompts F or --chat FILE.jsonl")
         samples, teacher = live_samples(draft, target, prompts, engine)
     result = estimate_acceptance(draft, samples, target=teacher, engine=engine,
-                                 scenario=scenario if scenario == "aux-off" else None)
+                                 scenario=scenario if scenario == "aux-off" else None,
+                                 served_vocab=data is None, traffic="dump" if data is not None else
+                                 "chat" if chat is not None else "prompts")
     if logged_accept_len is None or engine is None:
         return result, None
     finding, note = log_comparison(result, logged_accept_len, log_path or "log")

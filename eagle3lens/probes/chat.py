@@ -56,12 +56,16 @@ def read_chat(path: str | Path) -> list[Conversation]:
     return out
 
 
-def load_tokenizer(target: str | Path) -> Any:
-    """The target's tokenizer, which must carry a chat template (what the server renders requests with)."""
+def load_tokenizer(target: Any) -> Any:
+    """The target's tokenizer (its directory, or its opened checkpoint), which must carry a chat template (what
+    the server renders requests with)."""
+    from ..checkpoint import Checkpoint
+
+    target = target.root if isinstance(target, Checkpoint) else target
     try:
         from transformers import AutoTokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(str(target))
+        tokenizer = AutoTokenizer.from_pretrained(str(target), local_files_only=True)
     except (OSError, ValueError, TypeError) as exc:
         raise CheckpointError(target, f"no tokenizer to render chat with ({str(exc)[:120]})") from None
     if not getattr(tokenizer, "chat_template", None):

@@ -1,8 +1,9 @@
 """Checkpoint diff: only in A, only in B, renamed (same bytes under another name), dtype/shape and value changes.
 
 ``names_only=True`` reads headers only. Otherwise tensor bytes are streamed in chunks: paired tensors
-(same name, or a ``pairs`` mapping given by the caller) are compared byte for byte, unpaired ones are
-matched by a content hash. Value differences (max abs / max rel) are computed only for tensors whose
+(same name, or a ``pairs`` mapping given by the caller) are compared byte for byte; an unpaired one is read
+only if the other side has an unpaired tensor of its dtype and shape: compared byte for byte with a lone such
+candidate, matched by a content hash among several. Value differences (max abs / max rel) are computed only for tensors whose
 bytes differ, chunk by chunk: no tensor is ever loaded whole.
 """
 
@@ -97,20 +98,48 @@ def diff(a: CheckpointLike, b: CheckpointLike, *, values: bool = True, names_onl
     paired_b = set(pairs.values())
     rest_b = [n for n in b.tensors if n not in paired_b]
     if not names_only and rest_a and rest_b:
-        by_hash: dict[tuple, list[str]] = {}
-        for n in rest_b:
-            by_hash.setdefault(_key(b, n), []).append(n)
-        still_a = []
-        for n in rest_a:
-            match = by_hash.get(_key(a, n))
-            if match:
-                renamed.append((n, match.pop(0)))
-            else:
-                still_a.append(n)
-        matched_b = {y for _, y in renamed}
-        rest_a, rest_b = still_a, [n for n in rest_b if n not in matched_b]
+        found = dict(_renames(a, rest_a, b, rest_b, buffers))
+        renamed += found.items()
+        matched_b = set(found.values())
+        rest_a, rest_b = [n for n in rest_a if n not in found], [n for n in rest_b if n not in matched_b]
     return DiffResult(str(a.path), str(b.path), tuple(rest_a), tuple(rest_b), tuple(sorted(renamed)),
                       tuple(layout), tuple(changed), tuple(sorted(identical)), tuple(sorted(unchecked)))
+
+
+def _renames(a: Checkpoint, rest_a: list[str], b: Checkpoint, rest_b: list[str],
+             buffers: tuple[bytearray, bytearray]) -> list[tuple[str, str]]:
+    """Unpaired A tensors with the same bytes as an unpaired B tensor of the same dtype and shape (the first such in
+    B's order). Only tensors with a candidate of their dtype and shape on the other side are read: a lone candidate
+    is compared byte for byte, several are matched by content hash."""
+    def group(ckpt: Checkpoint, names: list[str]) -> dict[tuple, list[str]]:
+        out: dict[tuple, list[str]] = {}
+        for n in names:
+            out.setdefault((ckpt.tensors[n].dtype, tuple(ckpt.tensors[n].shape)), []).append(n)
+        return out
+
+    groups_b = group(b, rest_b)
+    found = []
+    for layout, names_a in group(a, rest_a).items():
+        names_b = groups_b.get(layout, [])
+        if len(names_a) == len(names_b) == 1:
+            if _same_bytes(a, names_a[0], b, names_b[0], _sized(buffers, a.tensors[names_a[0]].nbytes)):
+                found.append((names_a[0], names_b[0]))
+        elif names_b:
+            by_hash: dict[str, list[str]] = {}
+            for n in names_b:
+                by_hash.setdefault(digest(b, n), []).append(n)
+            for n in names_a:
+                match = by_hash.get(digest(a, n))
+                if match:
+                    found.append((n, match.pop(0)))
+    return found
+
+
+def _sized(buffers: tuple[bytearray, bytearray], nbytes: int) -> tuple[bytearray, bytearray]:
+    """The compare buffers, made ``COMPARE_CHUNK`` long if the paired tensors left them shorter."""
+    if len(buffers[0]) >= min(COMPARE_CHUNK, nbytes):
+        return buffers
+    return bytearray(COMPARE_CHUNK), bytearray(COMPARE_CHUNK)
 
 
 def digest(ckpt: Checkpoint, name: str) -> str:
@@ -119,11 +148,6 @@ def digest(ckpt: Checkpoint, name: str) -> str:
     for chunk in ckpt.iter_chunks(name, CHUNK):
         h.update(chunk)
     return h.hexdigest()
-
-
-def _key(ckpt: Checkpoint, name: str) -> tuple:
-    info = ckpt.tensors[name]
-    return info.dtype, info.shape, digest(ckpt, name)
 
 
 def _same_bytes(a: Checkpoint, x: str, b: Checkpoint, y: str, buffers: tuple[bytearray, bytearray]) -> bool:

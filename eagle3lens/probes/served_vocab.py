@@ -9,8 +9,9 @@ starts where the served greedy chain was still accepted when the vocabulary cut 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -82,3 +83,18 @@ def in_draft_vocab(d2t: torch.Tensor | None, draft_vocab: int, vocab: int) -> to
     ids = torch.arange(draft_vocab) + d2t.cpu().long()
     mask[ids[(ids >= 0) & (ids < vocab)]] = True
     return mask
+
+
+def served_token_counts(samples: Iterable[Any], target: Any) -> torch.Tensor:
+    """[V] counts of the target's greedy token at every scored position of ``samples`` (loss-masked), as the
+    acceptance probe's served vocabulary counts them: the vocab probe's coverage over the same traffic."""
+    from .acceptance import Teacher
+
+    teacher = Teacher.open(target, torch.device("cpu"))
+    counts = torch.zeros(int(teacher.lm_head.shape[0]), dtype=torch.float64)
+    with torch.no_grad():
+        for s in samples:
+            last = s.last.float() if s.last_normed else teacher.final_norm(s.last)
+            tokens = teacher.greedy_tokens(last[1:])
+            counts += torch.bincount(tokens[s.loss_mask[1:].bool()], minlength=counts.numel()).double()
+    return counts

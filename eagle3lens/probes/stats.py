@@ -4,6 +4,7 @@ Floats: per chunk, moments of the finite values are taken in the compute dtype (
 tensors; torch's cascaded sums) around the chunk's own mean, then merged into float64 running moments with
 the pairwise update of Chan et al. / Pébay (2008), so no catastrophic cancellation even for norms near 1.0.
 A chunk whose values are too large (or too small) for float32 fourth powers takes its moments in float64.
+A chunk of zero bytes (a sparse file's hole, zero padding) is counted as that many +0.0 without a reduction.
 min/max/zeros/NaN/Inf are exact. The histogram needs no range up front: it is drawn over [min, max] at the end
 from a bounded sample of the values, those at tensor positions that are multiples of a power-of-two stride
 (at most HIST_SAMPLES_PER_CHUNK per chunk); past HIST_SAMPLE_CAP values the stride doubles and every other kept
@@ -35,6 +36,8 @@ HIST_BINS = 64
 DISTINCT_CAP = 1 << 20
 _F32_MAX = float(np.finfo(np.float32).max)
 _NUMPY_FLOATS = {"F16": "<f2", "F32": "<f4", "F64": "<f8"}
+# float dtypes whose all-zero bit pattern is +0.0 (not F8_E8M0, a pure exponent: its 0x00 is 2**-127)
+ZERO_BITS_ARE_ZERO = frozenset({"F16", "BF16", "F32", "F64", "F8_E4M3", "F8_E5M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ"})
 
 
 @functools.cache
@@ -173,6 +176,9 @@ class StreamingStats:
         if self.kind == "float" and chunk.numel():
             self._add_sample(raw, chunk)
         self._seen += chunk.numel()
+        if chunk.numel() and self.dtype in ZERO_BITS_ARE_ZERO and _all_zero_bytes(raw):  # a hole, zero padding
+            self._add_zeros(chunk.numel())
+            return
         if self.device != "cpu":
             chunk = chunk.to(self.device)
         if self.kind == "float":
@@ -215,6 +221,12 @@ class StreamingStats:
         m3 = float(torch.mul(d2, d, out=d).sum())
         m4 = float(torch.mul(d2, d2, out=d).sum())
         self._moments.merge(n, mean, m2, m3, m4)
+
+    def _add_zeros(self, n: int) -> None:
+        """What ``_update_float`` makes of ``n`` values +0.0, without reading them again: the same numbers."""
+        self._min, self._max = min(self._min, 0.0), max(self._max, 0.0)
+        self._zeros += n
+        self._moments.merge(n, 0.0, 0.0, 0.0, 0.0)
 
     def _workspace(self, n: int, dtype, device):
         """Two reused rows (value, then centred value; its square): no allocation and no page faults per chunk."""
@@ -352,6 +364,14 @@ def _beyond_float32_moments(absmax: float, n: int) -> bool:
     the fourth-power sum (overflow past 3.4e38, with slack for rounding); an absmax under 2**-20 puts typical
     fourth powers near float32's subnormals, where precision goes."""
     return 0 < absmax < 2.0 ** -20 or (2 * absmax) ** 4 * n > _F32_MAX / 4
+
+
+def _all_zero_bytes(raw: memoryview) -> bool:
+    """Every byte 0 (first a look at the first bytes, so a chunk of values costs nothing more)."""
+    if any(raw[:64]):
+        return False
+    words = len(raw) // 8
+    return not np.count_nonzero(np.frombuffer(raw, np.uint64, words)) and not any(raw[words * 8:])
 
 
 def _zero_count(x) -> int:

@@ -31,9 +31,20 @@ class Coverage:
 
 
 
+@dataclass(frozen=True)
+class TokenCounts:
+    """Counts per target id counted here (e.g. the target's tokens over served traffic), with where from."""
+
+    counts: torch.Tensor
+    source: str
+
+
 def load_token_counts(source: Any, vocab_size: int | None) -> tuple[torch.Tensor, str]:
-    """Counts per target id from a path (.json list, {id: count} or {"counts": list}; .npy) or in-memory values."""
+    """Counts per target id from a path (.json list, {id: count} or {"counts": list}; .npy), in-memory values or
+    :class:`TokenCounts`."""
     name = "counts"
+    if isinstance(source, TokenCounts):
+        name, source = source.source, source.counts
     if isinstance(source, (str, Path)):
         path = Path(source)
         name = path.name

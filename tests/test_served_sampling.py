@@ -1,0 +1,154 @@
+"""Sampling as served: the request's temperature and top-p, else the launch's and the model's defaults, resolved
+as each engine resolves them; the acceptance CLI scores what it resolves."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from eagle3lens import cli
+from eagle3lens.errors import UsageError
+from eagle3lens.launch import launch_from_log, parse_launch
+from eagle3lens.probes.served_sampling import read_request, resolve_sampling
+from eagle3lens.probes.traffic_result import Sampling
+
+
+@pytest.fixture
+def model_dir(tmp_path: Path) -> Path:
+    """A model directory whose generation_config.json sets the sampling its authors recommend."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "generation_config.json").write_text(json.dumps({"temperature": 0.6, "top_p": 0.95, "top_k": 20}))
+    return model
+
+
+def write_request(tmp_path: Path, body: dict) -> Path:
+    path = tmp_path / "request.json"
+    path.write_text(json.dumps(body))
+    return path
+
+
+def test_vllm_takes_the_models_generation_config_for_what_the_request_leaves_out(tmp_path, model_dir) -> None:
+    request = read_request(write_request(tmp_path, {"messages": [{"role": "user", "content": "hi"}]}))
+    served = resolve_sampling("vllm", request=request, target=model_dir)
+    assert served.sampling == Sampling(0.6, 0.95)
+    assert "generation_config.json" in served.temperature_from and served.unmodelled == ("top_k",)
+    launch = parse_launch(f"vllm serve {model_dir} --generation-config vllm")
+    assert resolve_sampling("vllm", request=request, options=launch.options, target=model_dir).sampling \
+        == Sampling(1.0, 1.0)
+    override = parse_launch(f"vllm serve {model_dir} --override-generation-config '{{\"temperature\": 0.3}}'")
+    served = resolve_sampling("vllm", request=request, options=override.options, target=model_dir)
+    assert served.sampling == Sampling(0.3, 0.95) and served.temperature_from == "--override-generation-config"
+    own = read_request(write_request(tmp_path, {"prompt": "hi", "temperature": 0.9, "top_p": None}))
+    served = resolve_sampling("vllm", request=own, options=override.options, target=model_dir)
+    assert served.sampling == Sampling(0.9, 0.95) and served.endpoint == "completions"
+    assert "request.json" in served.temperature_from
+
+
+def test_sglang_reads_the_models_defaults_for_chat_only(tmp_path, model_dir) -> None:
+    chat = read_request(write_request(tmp_path, {"messages": []}))
+    assert resolve_sampling("sglang", request=chat, target=model_dir).sampling == Sampling(0.6, 0.95)
+    openai = parse_launch(f"python -m sglang.launch_server --model-path {model_dir} --sampling-defaults openai")
+    assert resolve_sampling("sglang", request=chat, options=openai.options, target=model_dir).sampling \
+        == Sampling(1.0, 1.0)
+    completion = read_request(write_request(tmp_path, {"prompt": "hi"}))
+    served = resolve_sampling("sglang", request=completion, target=model_dir)
+    assert served.sampling == Sampling(1.0, 1.0) and "completion" in served.temperature_from
+
+
+def test_sglang_preferred_sampling_params_reach_native_requests_only(tmp_path, model_dir) -> None:
+    launch = parse_launch(f"python -m sglang.launch_server --model-path {model_dir} "
+                          "--preferred-sampling-params '{\"temperature\": 0.2, \"top_p\": 0.5}'")
+    native = read_request(write_request(tmp_path, {"text": "hi", "sampling_params": {"top_p": 0.8}}))
+    served = resolve_sampling("sglang", request=native, options=launch.options, target=model_dir)
+    assert served.sampling == Sampling(0.2, 0.8) and served.endpoint == "generate"
+    chat = read_request(write_request(tmp_path, {"messages": []}))
+    assert resolve_sampling("sglang", request=chat, options=launch.options, target=model_dir).sampling \
+        == Sampling(0.6, 0.95)
+
+
+def test_the_launch_recorded_in_a_log_gives_the_defaults(tmp_path, model_dir) -> None:
+    log = tmp_path / "vllm.log"
+    log.write_text("INFO 01-01 00:00:00 [api_server.py:1] vLLM API server version 0.10.2\n"
+                   "INFO 01-01 00:00:00 [utils.py:1] non-default args: {'model': 'm', 'override_generation_config': "
+                   "{'temperature': 0.4}, 'speculative_config': {'method': 'eagle3', 'model': 'd', "
+                   "'num_speculative_tokens': 3}}\n")
+    launch = launch_from_log(log)
+    assert launch is not None
+    served = resolve_sampling("vllm", options=launch.options, target=model_dir)
+    assert served.sampling == Sampling(0.4, 0.95)
+
+
+@pytest.mark.parametrize("engine,temperature,greedy", [("vllm", 0.0, True), ("vllm", 5e-6, True),
+                                                       ("sglang", 5e-6, False), ("sglang", 5e-7, True)])
+def test_a_temperature_below_the_samplers_epsilon_is_greedy(tmp_path, engine, temperature, greedy) -> None:
+    request = read_request(write_request(tmp_path, {"messages": [], "temperature": temperature}))
+    served = resolve_sampling(engine, request=request)
+    assert (served.sampling is None) is greedy
+    if greedy:
+        assert "greedy" in served.note()
+
+
+@pytest.mark.parametrize("body,problem", [
+    ([1, 2], "a JSON object"),
+    ({"model": "m"}, "not a request body"),
+    ({"messages": [], "temperature": "hot"}, "temperature must be a finite number"),
+    ({"messages": [], "temperature": True}, "temperature must be a finite number"),
+    ({"text": "x", "sampling_params": [1]}, "sampling_params must be a JSON object"),
+])
+def test_bad_request_bodies_are_refused(tmp_path, body, problem) -> None:
+    with pytest.raises(UsageError, match=problem):
+        read_request(write_request(tmp_path, body))
+
+
+def test_negative_temperature_is_refused(tmp_path) -> None:
+    request = read_request(write_request(tmp_path, {"messages": [], "temperature": -0.5}))
+    with pytest.raises(UsageError, match="negative"):
+        resolve_sampling("vllm", request=request)
+
+
+def _acceptance(demo_dir: Path, capsys, *extra: str) -> dict:
+    rc = cli.main(["acceptance", str(demo_dir / "speculators"), "--target", str(demo_dir / "target"), "--chat",
+                   str(demo_dir / "chat.jsonl"), "--limit", "2", "--new-tokens", "8", "--no-fixed", "--json", *extra])
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    return json.loads(captured.out)
+
+
+def test_cli_scores_the_sampling_the_request_is_served_with(demo_dir: Path, tmp_path: Path, capsys) -> None:
+    """--request resolves to T = 0.7, top-p 0.9 and scores exactly what --temperature 0.7 --top-p 0.9 scores."""
+    request = write_request(tmp_path, {"messages": [{"role": "user", "content": "hi"}], "temperature": 0.7,
+                                       "top_p": 0.9})
+    served = _acceptance(demo_dir, capsys, "--engine", "vllm==0.33.0", "--request", str(request))
+    direct = _acceptance(demo_dir, capsys, "--engine", "vllm==0.33.0", "--temperature", "0.7", "--top-p", "0.9")
+    ours = served["results"]["acceptance"]["traffic"]["sampled"]["as_served"]
+    assert ours == direct["results"]["acceptance"]["traffic"]["sampled"]["as_served"]
+    assert ours["temperature"] == 0.7 and ours["top_p"] == 0.9
+    assert any(n.startswith("served sampling (vllm, chat request): T = 0.7, top-p 0.9") for n in served["notes"])
+
+
+def test_cli_request_served_greedily_scores_no_sampled_view(demo_dir: Path, tmp_path: Path, capsys) -> None:
+    request = write_request(tmp_path, {"messages": [], "temperature": 0})
+    out = _acceptance(demo_dir, capsys, "--request", str(request), "--launch",
+                      f"python -m sglang.launch_server --model-path {demo_dir / 'target'}")
+    traffic = out["results"]["acceptance"]["traffic"]
+    assert traffic["sampled"] == {}
+    assert any("greedy (temperature 0)" in n for n in out["notes"])
+    assert not any("without a temperature in the request" in n for n in out["notes"])
+
+
+@pytest.mark.parametrize("args,problem", [
+    (["--request", "R", "--temperature", "0.7"], "not both"),
+    (["--request", "R"], "name the serving engine"),
+    (["--request", "R", "--engine", "vllm==0.33.0", "--launch", "python -m sglang.launch_server --model-path m"],
+     "--launch starts sglang"),
+])
+def test_cli_request_flags_checked(demo_dir: Path, tmp_path: Path, capsys, args: list[str], problem: str) -> None:
+    request = write_request(tmp_path, {"messages": []})
+    args = [str(request) if a == "R" else a for a in args]
+    rc = cli.main(["acceptance", str(demo_dir / "speculators"), "--target", str(demo_dir / "target"), "--chat",
+                   str(demo_dir / "chat.jsonl"), *args])
+    err = capsys.readouterr().err
+    assert rc == 2 and problem in err and len(err.strip().splitlines()) == 1
