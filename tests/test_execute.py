@@ -237,3 +237,100 @@ def test_cli_execute_refuses_a_named_release(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "eagle3lens", "keys", str(draft), "--engine", "sglang==0.5.11",
                            "--execute"], capture_output=True, text=True, check=False, timeout=120)
     assert done.returncode == 2 and "--engine installed" in done.stderr
+
+
+def test_a_loader_that_gathers_first_raises_on_the_key_its_frame_holds(engine: Path, tmp_path: Path) -> None:
+    """vLLM 0.10's EAGLE-3 load_weights collects every weight before loading: when it raises, every key has been
+    pulled. The raise is placed on the key whose tensor the engine's frame held, and the keys after it are not
+    reached (pulled, never written), not dropped."""
+    draft_file = engine / "sglang/srt/models/llama_eagle3.py"
+    draft_file.write_text(textwrap.dedent(DRAFT).replace("for name, w in weights:", "for name, w in list(weights):"))
+    extra = {"midlayer.self_attn.q_proj.bias": torch.zeros(H), "zz.unknown.weight": torch.zeros(2)}
+    result = execute_load(_eagle(tmp_path, extra=extra), root=engine)
+    assert result.execution["error"]["key"] == "midlayer.self_attn.q_proj.bias"
+    fates = {f.key: f for f in result.fates}
+    assert fates["midlayer.self_attn.q_proj.bias"].fate == "raises"
+    assert fates["zz.unknown.weight"].fate == fates["norm.weight"].fate == "not-reached"
+    assert "raised before it wrote" in fates["norm.weight"].reason
+    assert fates["midlayer.input_layernorm.weight"].fate == "loaded"
+
+
+def test_real_dependencies_follow_the_release_requirements(tmp_path: Path) -> None:
+    from eagle3lens.engines.wheels import real_dependencies
+
+    dist = tmp_path / "sglang-9.9.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 9.9\n"
+                                   "Requires-Dist: msgspec>=0.18\nRequires-Dist: torch==2.9\n"
+                                   "Requires-Dist: msgspec<0.1; extra == \"old\"\n")
+    assert [str(r) for r in real_dependencies(tmp_path, "sglang")] == ["msgspec>=0.18"]
+
+
+def test_audit_release_prints_where_the_miniature_engine_disagrees(engine: Path, capsys) -> None:
+    """``python -m eagle3lens.engines.audit --root DIR``: the built-in drafts through the miniature 0.5.11, whose
+    loader renames layers.0. to midlayer. where the simulated 0.5.11 drops it; exit 1, each difference printed."""
+    from eagle3lens.engines.audit import main
+
+    code = main(["--root", str(engine), "--draft", "specforge", "--draft", "sglang-layers0"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "sglang==0.5.11   sglang-layers0      tensor layers.0.mlp.down_proj.weight" in out
+    assert "simulated: dropped" in out and "executed:  loaded -> model.midlayer.mlp.down_proj.weight" in out
+    assert "specforge" not in out.split("sglang==0.5.11:")[0]  # the midlayer. draft agrees
+    assert "disagrees with the simulation on 1 of 2 built-in drafts" in out
+
+
+def test_audit_release_exits_0_when_the_engine_agrees(engine: Path, capsys) -> None:
+    from eagle3lens.engines.audit import main
+
+    assert main(["--root", str(engine), "--draft", "specforge"]) == 0
+    assert "agrees with the simulation on all 1 built-in drafts" in capsys.readouterr().out
+
+
+def test_audit_release_refuses_a_root_of_another_release(engine: Path, capsys) -> None:
+    from eagle3lens.engines.audit import main
+
+    assert main(["--release", "sglang==0.5.23", "--root", str(engine)]) == 2
+    assert "holds sglang==0.5.11, not sglang==0.5.23" in capsys.readouterr().err
+
+
+@pytest.mark.ssh
+def test_keys_execute_on_a_loopback_host_ships_only_headers(engine: Path, tmp_path: Path) -> None:
+    """``keys --execute --host H``: the headers go to the host (a real sshd on 127.0.0.1), the worker there rebuilds
+    the checkpoint as sparse files and runs the engine in --engine-root (a directory there); the executed result
+    comes back and is judged here, and the host's private directory is gone afterwards."""
+    import os
+    import stat
+
+    from _sshd import make_sshd, ssh_host, sshd_missing_reason, write_ed25519_key
+
+    if sshd_missing_reason():
+        pytest.skip(sshd_missing_reason())
+    key = tmp_path / "id"
+    server = make_sshd(tmp_path / "sshd", [write_ed25519_key(key)]).start()
+    try:
+        known = tmp_path / "known_hosts"
+        known.write_text(server.host_key_line())
+        config = tmp_path / "ssh_config"
+        config.write_text(ssh_host("e3l-gpu", server.port, key, f"UserKnownHostsFile {known}"))
+        # the host's Python: this interpreter with this checkout of eagle3lens (a login shell does not inherit ours)
+        python = tmp_path / "host-python"
+        python.write_text(f"#!/bin/sh\nPYTHONPATH={Path(__file__).resolve().parents[1]} exec {sys.executable} "
+                          "\"$@\"\n")
+        python.chmod(python.stat().st_mode | stat.S_IXUSR)
+        draft = _eagle(tmp_path, prefix="layers.0.")
+        before = set(Path("/tmp").glob("eagle3lens-execute-*"))
+        done = subprocess.run([sys.executable, "-m", "eagle3lens", "keys", str(draft), "--engine", "installed",
+                               "--execute", "--host", "e3l-gpu", "--ssh-config", str(config), "--python", str(python),
+                               "--engine-root", str(engine), "--json"], capture_output=True, text=True, check=False,
+                              timeout=300, env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+        out = json.loads(done.stdout)
+        keys = out["results"]["keys"]
+        assert keys["origin"] == "executed" and keys["execution"]["root"] == str(engine.resolve())
+        assert any(f["code"] == "engine/simulation-disagrees" and f["evidence"].get("tensor") ==
+                   "layers.0.mlp.down_proj.weight" for f in out["findings"])
+        fates = {f["key"]: f["fate"] for f in keys["tensors"]}
+        assert fates["layers.0.self_attn.q_proj.weight"] == "loaded-shard"
+        assert set(Path("/tmp").glob("eagle3lens-execute-*")) == before  # removed on the host
+    finally:
+        server.stop()

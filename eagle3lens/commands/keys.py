@@ -14,6 +14,8 @@ def run(args: argparse.Namespace) -> int:
     from ..engines import engine_notes, resolve
     from ..probes.keys import simulate_load
 
+    if args.host and not args.execute:
+        raise UsageError("--host runs the host's engine: add --execute (the simulation needs no host)")
     if (args.execute or args.engine_root) and args.engine.strip().lower() != "installed":
         raise UsageError(f"--execute runs the installed engine's own loader: write --engine installed, not "
                          f"--engine {args.engine}")
@@ -21,7 +23,13 @@ def run(args: argparse.Namespace) -> int:
     if args.execute or args.engine_root:
         from ..engines.executed_result import execute_load
 
-        result = execute_load(ckpt, root=args.engine_root, num_target_layers=args.target_layers)
+        execution = None
+        if args.host:
+            from ..engines.execute_remote import execute_on_host
+
+            execution = execute_on_host(ckpt, args.host, fallback_class=None, python=args.python,
+                                        ssh_config=args.ssh_config, engine_root=args.engine_root)
+        result = execute_load(ckpt, root=args.engine_root, num_target_layers=args.target_layers, execution=execution)
         report = Report(checkpoint=ckpt.summary(), engine=result.engine)
         report.notes.append("executed: the engine's own load_weights ran on meta tensors; stand-ins: "
                             + ", ".join(s["target"] for s in result.stand_ins))
@@ -53,5 +61,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "weights read) instead of simulating it; differences are engine/simulation-disagrees")
     p.add_argument("--engine-root", metavar="DIR", default=None,
                    help="with --execute: the engine package in DIR (an unpacked wheel) instead of the installed one")
+    p.add_argument("--host", metavar="H", help="with --execute: run the engine installed on GPU host H over SSH (only "
+                                               "the headers travel; --engine-root is then a directory there)")
+    p.add_argument("--python", default="python3", help="the Python on --host (with eagle3lens and the engine)")
+    p.add_argument("--ssh-config", metavar="FILE", help="ssh config file for --host (default ~/.ssh/config)")
     add_output_options(p)
     p.set_defaults(func=run)

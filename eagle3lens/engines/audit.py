@@ -1,6 +1,8 @@
-"""Maintainer tool: compare released wheels with the per-release source hash table.
+"""Maintainer tool: compare released wheels with the per-release source hash table, or run one release's own
+loader on the built-in drafts (:mod:`.audit_execute`).
 
     python -m eagle3lens.engines.audit --engine sglang --versions 0.5.20:0.5.24 [--cache DIR]
+    python -m eagle3lens.engines.audit --release sglang==0.5.24 [--cache DIR] [--draft NAME ...]
 
 For each release in the range (``pip index versions``), ``pip download --no-deps`` its wheel into the
 cache, hash the files the profiles cite, and print the releases and files that are new or changed.
@@ -24,7 +26,9 @@ from typing import Sequence
 
 from packaging.version import InvalidVersion, Version
 
+from ..errors import UsageError
 from .groups import FileHashes
+from .wheels import CACHE, fetch
 from .versions import RELEASES
 
 MAX_MEMBER_BYTES = 16 << 20
@@ -108,17 +112,6 @@ def pip_versions(name: str) -> list[str]:
     return [str(v) for v in sorted(found)]
 
 
-def fetch(name: str, version: str, cache: Path) -> Path:
-    hits = sorted(cache.glob(f"{name}-{version}-*.whl"))
-    if not hits:
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "-q",
-                        f"{name}=={version}", "-d", str(cache)], check=True, timeout=3600)
-        hits = sorted(cache.glob(f"{name}-{version}-*.whl"))
-    if not hits:
-        raise FileNotFoundError(f"pip download left no wheel for {name}=={version} in {cache}")
-    return hits[0]
-
-
 def audit(name: str, spec: str, cache: Path, available: Sequence[str] | None = None) -> list[AuditRow]:
     from . import FILES
 
@@ -136,10 +129,29 @@ def audit(name: str, spec: str, cache: Path, available: Sequence[str] | None = N
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m eagle3lens.engines.audit", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--engine", required=True, choices=sorted(RELEASES))
-    parser.add_argument("--versions", required=True, metavar="LOW:HIGH", help="inclusive range, or one version")
-    parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "eagle3lens" / "wheels")
+    parser.add_argument("--engine", choices=sorted(RELEASES))
+    parser.add_argument("--versions", metavar="LOW:HIGH", help="inclusive range, or one version")
+    parser.add_argument("--release", metavar="NAME==VERSION",
+                        help="run this release's own loader on the built-in drafts; exit 1 where it and the "
+                             "simulation disagree")
+    parser.add_argument("--root", type=Path, help="with --release or alone: an engine directory to run instead of "
+                                                  "the fetched wheel")
+    parser.add_argument("--draft", action="append", help="only this built-in draft (repeatable)")
+    parser.add_argument("--cache", type=Path, default=CACHE)
     args = parser.parse_args(argv)
+    if args.release or args.root:
+        from .audit_execute import run
+
+        if args.engine or args.versions:
+            parser.error("--release/--root run the loaders; --engine/--versions compare source hashes: one or the "
+                         "other")
+        try:
+            return run(args.release, args.root, args.cache, args.draft)
+        except (UsageError, KeyError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    if not (args.engine and args.versions):
+        parser.error("give --engine and --versions, or --release")
     args.cache.mkdir(parents=True, exist_ok=True)
     rows = audit(args.engine, args.versions, args.cache)
     for row in rows:

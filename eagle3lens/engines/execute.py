@@ -10,7 +10,7 @@ stood in (:mod:`.standins`), and listed.
 
 :mod:`.executed_result` turns the record into a LoadResult (``origin="executed"``) held against the simulation of
 the same release. :func:`execute_isolated` runs the execution in a fresh interpreter (one engine copy per process);
-``python -m eagle3lens.engines.execute CKPT --root DIR`` is that worker and prints the record as JSON.
+``python -m eagle3lens.engines.execute --root DIR CKPT...`` is that worker: one JSON record line per checkpoint.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ from typing import Any, Sequence
 from ..checkpoint import Checkpoint, CheckpointLike, as_checkpoint
 from ..errors import UsageError
 from .execute_adapters import ADAPTERS, tolerant_registries
-from .recorder import LogTap, Provenance, Record, converted_attributes, error_of, parameter_storages, weights
+from .recorder import (LogTap, Provenance, Record, converted_attributes, error_of, key_in_flight, parameter_storages,
+                       weights)
 from .standins import StandIn, StandIns, forget_modules
 
 WORKER_TIMEOUT_S = 600
@@ -107,8 +108,23 @@ def installed_root() -> Path:
     return Path(found[0].location)
 
 
+def simulated_class(ckpt: Checkpoint, root: Path) -> str:
+    """The class the simulation assumes for this config (used when the engine recognises none)."""
+    from . import resolve_named
+
+    name, version = engine_at(root)
+    spec = f"{name}=={version}" if version else name
+    try:
+        return resolve_named(spec).for_config(ckpt.config).draft_class
+    except UsageError:
+        return "LlamaForCausalLMEagle3"
+
+
 # -- running the engine's code --------------------------------------------------------------
 _LOADED: dict[str, str] = {}  # engine name -> the root its modules were imported from in this process
+# root -> the module stand-ins its import chain needed: a later execution in the same process imports nothing
+# again, and its result still lists them
+_IMPORTED_WITH: dict[str, list[StandIn]] = {}
 
 
 def record_execution(draft: CheckpointLike, root: str | Path, *, fallback_class: str | None = None) -> Execution:
@@ -121,6 +137,7 @@ def record_execution(draft: CheckpointLike, root: str | Path, *, fallback_class:
     adapter = ADAPTERS[name]
     if _LOADED.get(name) not in (None, str(root)):
         forget_modules(adapter.packages)
+        _IMPORTED_WITH.pop(_LOADED[name], None)
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))
     _LOADED[name] = str(root)
@@ -142,16 +159,20 @@ def record_execution(draft: CheckpointLike, root: str | Path, *, fallback_class:
             after = tuple(n for n, _ in built.model.named_parameters())
             phase = "done"
     except Exception as exc:  # noqa: BLE001 -- the engine's own failure is the finding, recorded with its place
-        record.error = {**error_of(exc, dirs, record.current if phase == "load" else None), "phase": phase}
+        key = (key_in_flight(exc, dirs) or record.failing_key()) if phase == "load" else None
+        record.error = {**error_of(exc, dirs, key), "phase": phase}
     finally:
         if built is not None and phase in ("load", "done"):
             record.converted = converted_attributes(built.model)
         sys.path.remove(str(root)) if str(root) in sys.path else None
+    earlier = _IMPORTED_WITH.setdefault(str(root), [])
+    earlier += [s for s in stand.used if s.kind == "module" and s not in earlier]
+    used = earlier + [s for s in stand.used if s not in earlier]
     return Execution(
         name, version, str(root), built.module if built else "", built.draft_class if built else "",
         built.recognised if built else False, phase, record.error, tuple(record.processed),
         tuple({"param": w.param, "keys": list(w.keys), "offset": w.offset, "numel": w.numel} for w in record.writes),
-        record.converted, tuple(record.logs), params, after, tuple(stand.used),
+        record.converted, tuple(record.logs), params, after, tuple(used),
         tuple(built.notes) if built else (), round(time.perf_counter() - start, 3))
 
 
@@ -168,32 +189,61 @@ def _preload() -> None:
 def execute_isolated(draft: str | Path, root: str | Path, *, fallback_class: str | None = None,
                      timeout: float = WORKER_TIMEOUT_S, python: str | None = None) -> Execution:
     """:func:`record_execution` in a fresh interpreter (an engine's modules are imported once per process)."""
-    cmd = [python or sys.executable, "-m", "eagle3lens.engines.execute", str(draft), "--root", str(root)]
-    if fallback_class:
-        cmd += ["--class", fallback_class]
+    return execute_many_isolated([(draft, fallback_class)], root, timeout=timeout, python=python)[0]
+
+
+def execute_many_isolated(drafts: Sequence[tuple[str | Path, str | None]], root: str | Path, *,
+                          timeout: float = WORKER_TIMEOUT_S, python: str | None = None) -> list[Execution]:
+    """Several checkpoints (each with its fallback class) through one fresh interpreter that imports the engine once;
+    one :class:`Execution` each, in order."""
+    cmd = [python or sys.executable, "-m", "eagle3lens.engines.execute", "--root", str(root)]
+    for draft, fallback in drafts:
+        cmd += [str(draft), "--class", fallback or ""]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(Path(__file__).resolve().parents[2])] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False, env=env)
     except subprocess.TimeoutExpired:
         raise UsageError(f"--execute: the engine at {root} did not finish within {timeout:.0f} s") from None
-    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
-    if done.returncode != 0 or not lines:
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith(LINE)]
+    if done.returncode != 0 or len(lines) != len(drafts):
         tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
         raise UsageError(f"--execute: the worker for {root} failed: {tail[0][:300]}")
-    return Execution.from_dict(json.loads(lines[-1]))
+    return [Execution.from_dict(json.loads(ln[len(LINE):])) for ln in lines]
+
+
+LINE = "eagle3lens-execution "  # the worker's record lines (an engine may print to stdout too)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m eagle3lens.engines.execute",
-                                     description="run an engine's own load_weights on a checkpoint's headers; "
-                                                 "print the record as one JSON line")
-    parser.add_argument("checkpoint")
-    parser.add_argument("--root", required=True, help="the directory the engine package imports from")
-    parser.add_argument("--class", dest="fallback_class", default=None)
-    args = parser.parse_args(argv)
-    record = record_execution(Checkpoint.open(args.checkpoint), args.root, fallback_class=args.fallback_class)
-    sys.stdout.write(json.dumps(record.to_dict()) + "\n")
+                                     description="run an engine's own load_weights on checkpoints' headers; print "
+                                                 "one record line per checkpoint")
+    parser.add_argument("--root", required=True,
+                        help="the directory the engine package imports from ('installed': this Python's engine)")
+    parser.add_argument("checkpoints", nargs="+", metavar="CKPT")
+    parser.add_argument("--class", dest="classes", action="append", default=[],
+                        help="the class to run an unrecognised config through (one per CKPT, in order; '' for none)")
+    parser.add_argument("--headers", metavar="SPEC",
+                        help="write the checkpoint these headers describe (sparse) into the one CKPT directory first "
+                             "(--execute --host)")
+    args = parser.parse_intermixed_args(argv)
+    if args.root == "installed":
+        args.root = str(installed_root())
+    if args.headers:
+        from .execute_headers import materialise, read_spec
+
+        if len(args.checkpoints) != 1:
+            parser.error("--headers writes one checkpoint: give one CKPT directory")
+        materialise(read_spec(args.headers), Path(args.checkpoints[0]))
+    if len(args.classes) > len(args.checkpoints):
+        parser.error("more --class than checkpoints")
+    classes = args.classes + [""] * (len(args.checkpoints) - len(args.classes))
+    for path, fallback in zip(args.checkpoints, classes, strict=True):
+        ckpt = Checkpoint.open(path)
+        record = record_execution(ckpt, args.root, fallback_class=fallback or simulated_class(ckpt, Path(args.root)))
+        sys.stdout.write(LINE + json.dumps(record.to_dict()) + "\n")
+        sys.stdout.flush()
     return 0
 
 
@@ -201,4 +251,5 @@ if __name__ == "__main__":
     raise SystemExit(main())
 
 
-__all__ = ["Execution", "engine_at", "execute_isolated", "installed_root", "record_execution"]
+__all__ = ["Execution", "engine_at", "execute_isolated", "execute_many_isolated", "installed_root", "record_execution",
+           "simulated_class"]

@@ -13,6 +13,7 @@ import importlib
 import inspect
 import json
 import re
+import tempfile
 import types
 from pathlib import Path
 from typing import Any, Callable
@@ -106,7 +107,17 @@ def _sglang_configs_utils(stand: StandIns, module: types.ModuleType) -> None:
                         "Pillow is not installed: multimodal processors are not registered (no draft uses them)")
 
 
+def _sglang_utils(stand: StandIns, module: types.ModuleType) -> None:
+    """SGLang 0.4.x: without CUDA its layers (RMSNorm, SiluAndMul, rotary) fall back to vLLM's classes; the server
+    runs on CUDA, where they are SGLang's own (their kernels stood in)."""
+    if callable(vars(module).get("is_cuda_available")):
+        stand.patch(module, "is_cuda_available", lambda: True,
+                    "the server runs on CUDA: the layers pick SGLang's own CUDA classes (kernels stood in), not the "
+                    "non-NVIDIA fallback to vLLM's")
+
+
 SGLANG_STATE: dict[str, Callable[[StandIns, types.ModuleType], None]] = {
+    "sglang.srt.utils": _sglang_utils,
     "sglang.srt.distributed.parallel_state": _parallel_state,
     "sglang.srt.layers.dp_attention": _sglang_dp_attention,
     "sglang.srt.server_args": _sglang_server_args,
@@ -164,6 +175,45 @@ def flattened(config: dict[str, Any], draft_class: str) -> dict[str, Any]:
     return {**layer, **top, "architectures": [draft_class]}
 
 
+def _sglang_publish(ckpt_dir: Path, flat: dict[str, Any] | None, stand: StandIns) -> None:
+    """SGLang 0.5.23 on: models read ranks, widths, groups and the device from ``runtime_context``, which the
+    launcher publishes. Done as a one-GPU launcher does it, with the engine's own code: ``publish`` of a
+    ``ServerArgs(model_path=..., device="cuda")`` at world rank 0 (its resolution derives every width). Stood in:
+    the model path (no target is loaded: the draft's config, flattened when the engine cannot read it) and the
+    process groups, which ``initialize_model_parallel`` builds with torch.distributed (the world-size-1 group)."""
+    try:
+        context = importlib.import_module("sglang.srt.runtime_context")
+    except ModuleNotFoundError:
+        return
+    publish, ranks = getattr(context, "publish", None), getattr(context, "SpawnRanks", None)
+    if publish is None or ranks is None:
+        return
+    from sglang.srt.server_args import ServerArgs  # the engine's own
+
+    model_path = ckpt_dir
+    if flat is not None:
+        made = tempfile.TemporaryDirectory(prefix="eagle3lens-config-")
+        stand.on_exit(made.cleanup)
+        model_path = Path(made.name)
+        (model_path / "config.json").write_text(json.dumps(flat))
+    publish(ServerArgs(model_path=str(model_path), device="cuda"), role="scheduler", ranks=ranks(world_rank=0))
+    stand.on_exit(context.reset_context)
+    parallel = context.get_parallel()
+    groups = {}
+    for name in sorted(context._derived_widths()):
+        if name.endswith("_group"):
+            try:
+                getattr(parallel, name)
+            except RuntimeError:  # not written: torch.distributed builds the groups
+                groups[name] = _GROUP
+    parallel.override_permanently(**groups)
+    stand.used.append(StandIn("sglang.srt.runtime_context.publish(ServerArgs)", "attribute",
+                              "no target is loaded: published with model_path = the draft's config"
+                              + (" (flattened)" if flat is not None else "") + ", device=cuda, world rank 0"))
+    stand.used.append(StandIn(f"sglang.srt.runtime_context.get_parallel().{{{','.join(groups)}}}", "attribute",
+                              "one process, no torch.distributed: every parallel group has world size 1, rank 0"))
+
+
 def sglang_build(ckpt_dir: Path, fallback_class: str, stand: StandIns) -> Built:  # noqa: ARG001
     """SGLang: the class named by ``config.architectures`` whose module lists it in ``EntryClass``; the config read
     by transformers' ``AutoConfig`` as SGLang's ``get_config`` does; ``cls(config=..., quant_config=None)``."""
@@ -206,10 +256,12 @@ def sglang_build(ckpt_dir: Path, fallback_class: str, stand: StandIns) -> Built:
     config: PretrainedConfig
     if recognised:
         config = AutoConfig.from_pretrained(str(ckpt_dir))
+        _sglang_publish(ckpt_dir, None, stand)
     else:
         flat = flattened(raw, cls.__name__)
         model_type = flat.get("model_type", "llama")
         config = AutoConfig.for_model(model_type, **{k: v for k, v in flat.items() if k != "model_type"})
+        _sglang_publish(ckpt_dir, flat, stand)
     kwargs = _accepted(cls.__init__, {"config": config, "quant_config": None, "prefix": ""})
     with torch.device("meta"):
         model = cls(**kwargs)
@@ -235,8 +287,29 @@ def _accepted(fn: Callable[..., Any], offered: dict[str, Any]) -> dict[str, Any]
     return {k: v for k, v in offered.items() if k in params}
 
 
+def _vllm_platforms(stand: StandIns, module: types.ModuleType) -> None:
+    """vLLM before 0.11 picks its CPU platform only when built for CPU (``cpu`` in its version): a CUDA wheel on a
+    machine without a GPU resolves to ``UnspecifiedPlatform`` and its configs refuse to build. Where the engine's
+    own CPU check says no, it is answered with vLLM's own ``CpuPlatform`` (what 0.11+ picks under
+    ``VLLM_TARGET_DEVICE=cpu``), and the stand-in is listed."""
+    plugins = getattr(module, "builtin_platform_plugins", None)
+    if not isinstance(plugins, dict) or plugins.get("cpu") is None:
+        return
+    real = plugins["cpu"]
+
+    def cpu_platform_plugin() -> str | None:
+        found = real()
+        if found is None and not any(s.target == "vllm.platforms.cpu_platform_plugin" for s in stand.used):
+            stand.used.append(StandIn("vllm.platforms.cpu_platform_plugin", "attribute",
+                                      "no GPU here and this vLLM is not a CPU build: its own CpuPlatform"))
+        return found or "vllm.platforms.cpu.CpuPlatform"
+
+    stand.replace_item(plugins, "cpu", cpu_platform_plugin)
+
+
 VLLM_STATE: dict[str, Callable[[StandIns, types.ModuleType], None]] = {
     "vllm.distributed.parallel_state": _parallel_state,
+    "vllm.platforms": _vllm_platforms,
 }
 
 

@@ -17,7 +17,7 @@ from typing import Any
 from ..checkpoint import Checkpoint, CheckpointLike, as_checkpoint
 from ..errors import UsageError
 from ..findings import Finding, Severity
-from .execute import Execution, engine_at, execute_isolated, installed_root, record_execution
+from .execute import Execution, execute_isolated, installed_root, record_execution, simulated_class
 from .params import ParamSpec
 
 WRITTEN = ("loaded", "loaded-shard", "converted")
@@ -30,22 +30,10 @@ def execute_load(draft: CheckpointLike, *, root: str | Path | None = None, isola
     ckpt = as_checkpoint(draft)
     if execution is None:
         where = Path(root) if root is not None else installed_root()
-        fallback = _fallback_class(ckpt, where)
+        fallback = simulated_class(ckpt, where)
         execution = (execute_isolated(ckpt.path, where, fallback_class=fallback) if isolate
                      else record_execution(ckpt, where, fallback_class=fallback))
     return executed_result(ckpt, execution, num_target_layers=num_target_layers)
-
-
-def _fallback_class(ckpt: Checkpoint, root: Path) -> str:
-    """The class the simulation assumes for this config (used when the engine recognises none)."""
-    from . import resolve_named
-
-    name, version = engine_at(root)
-    spec = f"{name}=={version}" if version else name
-    try:
-        return resolve_named(spec).for_config(ckpt.config).draft_class
-    except UsageError:
-        return "LlamaForCausalLMEagle3"
 
 
 def disagreement(what: str, simulated: str, executed: str, evidence: dict[str, Any]) -> Finding:
@@ -74,8 +62,11 @@ def executed_result(ckpt: Checkpoint, ex: Execution, *, num_target_layers: int |
     for w in ex.writes:
         for key in w["keys"]:
             writes.setdefault(key, []).append(w)
-    processed = set(ex.processed)
     failing = ex.error.get("key") if ex.error else None
+    # a loader that gathers the weights first (vLLM 0.10's EAGLE-3) has pulled every key when it raises: the keys
+    # after the failing one, in the order pulled, were never written to (not reached), not dropped
+    order = list(ex.processed)
+    processed = set(order[:order.index(failing)] if failing in order else order)
     fates = []
     for info in ckpt.tensors.values():
         key, sim_f = info.name, sim_fates.get(info.name)
@@ -96,7 +87,8 @@ def executed_result(ckpt: Checkpoint, ex: Execution, *, num_target_layers: int |
         elif key in ex.converted:
             fate, param, reason = "converted", ex.converted[key][0], "kept as a module attribute"
         elif key not in processed:
-            fate, reason = "not-reached", "the loader stopped before it pulled this key"
+            fate, reason = "not-reached", ("the loader raised before it wrote this key" if key in ex.processed
+                                           else "the loader stopped before it pulled this key")
         else:
             fate = "skipped" if sim_f is not None and sim_f.fate == "skipped" else "dropped"
             reason = "pulled by load_weights and written nowhere" + (" (logged)" if logs else " (nothing logged)")

@@ -46,10 +46,20 @@ class Record:
     logs: list[dict[str, Any]] = field(default_factory=list)  # level, logger, message, key in flight
     converted: dict[str, list[str]] = field(default_factory=dict)  # key -> module attributes holding its value
     error: dict[str, Any] | None = None
+    touched: set[str] = field(default_factory=set)  # keys whose tensors a torch operation has used
+    since_pull: set[str] = field(default_factory=set)  # ... since the last key was pulled
 
     @property
     def current(self) -> str | None:
         return self.processed[-1] if self.processed else None
+
+    def failing_key(self) -> str | None:
+        """The key the loader was on when it raised. A loader that streams is on the last key it pulled; one that
+        gathered every weight first (vLLM's EAGLE-3) went back to earlier keys after the last pull, and was on the
+        first key, in the order pulled, that it had not used yet."""
+        if self.current is None or not self.since_pull - {self.current}:
+            return self.current
+        return next((k for k in self.processed if k not in self.touched), self.current)
 
 
 def meta_tensor(info: TensorInfo) -> torch.Tensor:
@@ -64,6 +74,7 @@ def weights(tensors: dict[str, TensorInfo], record: Record) -> Iterator[tuple[st
     """The checkpoint as the engine's loader iterates it (sorted names, as ``safe_open(...).keys()`` gives them)."""
     for name in sorted(tensors):
         record.processed.append(name)
+        record.since_pull = set()
         yield name, meta_tensor(tensors[name])
 
 
@@ -89,6 +100,8 @@ class Provenance(TorchFunctionMode):
         keys = keys_of((args, kwargs))
         if not keys:
             return out
+        self.record.touched.update(keys)
+        self.record.since_pull.update(keys)
         name = getattr(func, "__name__", "")
         if name in _WRITES and args and isinstance(args[0], torch.Tensor):
             dest = args[0]
@@ -166,6 +179,21 @@ class LogTap(logging.Handler):
             logger.removeHandler(self)
             logger.setLevel(level)
         self._saved.clear()
+
+
+def key_in_flight(exc: BaseException, roots: tuple[str, ...]) -> str | None:
+    """The checkpoint key whose tensor the engine's innermost frame (where its code raised) held, when it held
+    exactly one: a loader that first gathers every weight into a dict, as vLLM 0.10's EAGLE-3 does, raises long
+    after the last key was pulled. Only that frame: an outer one may still hold a stale loop variable."""
+    tb, inner = exc.__traceback__, None
+    while tb is not None:
+        if any(tb.tb_frame.f_code.co_filename.startswith(r) for r in roots):
+            inner = tb.tb_frame
+        tb = tb.tb_next
+    if inner is None:
+        return None
+    held = {k for v in inner.f_locals.values() if isinstance(v, torch.Tensor) for k in getattr(v, TAG, ())}
+    return next(iter(held)) if len(held) == 1 else None
 
 
 def error_of(exc: BaseException, roots: tuple[str, ...], key: str | None = None) -> dict[str, Any]:

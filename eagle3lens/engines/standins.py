@@ -36,7 +36,8 @@ COMPILED = ("sgl_kernel", "flashinfer", "triton", "flash_attn", "flash_mla", "de
 # packages an engine imports to *detect* hardware (TPU, ROCm, NPU, HPU, XPU plugins): never stood in, so the
 # engine finds this machine's hardware (none) and picks its CPU path
 PROBED = ("libtpu", "tpu_inference", "amdsmi", "torch_npu", "vllm_ascend", "habana_frameworks", "vllm_gaudi",
-          "intel_extension_for_pytorch", "pynvml", "vllm_tpu", "vllm_spyre", "neuronx_distributed")
+          "intel_extension_for_pytorch", "pynvml", "vllm_tpu", "vllm_spyre", "neuronx_distributed",
+          "zentorch")  # vLLM 0.33 picks ZenCpuPlatform on an AMD CPU with AVX-512 when zentorch imports
 
 
 # pure-Python dependencies an engine calls at import time, answered by the standard library module that does the
@@ -183,6 +184,7 @@ class StandIns(importlib.abc.MetaPathFinder):
         self._made: set[str] = set()
         self._env: list[tuple[str, str | None]] = []
         self._restore: list[tuple[Any, str, Any]] = []
+        self._undo: list[Callable[[], Any]] = []
 
     # -- the import hook --------------------------------------------------------------------
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
@@ -266,6 +268,12 @@ class StandIns(importlib.abc.MetaPathFinder):
         if not any(s.target == target for s in self.used):
             self.used.append(StandIn(target, "attribute", why))
 
+    def replace_item(self, table: dict[Any, Any], key: Any, value: Any) -> None:
+        """Set ``table[key]`` until exit (the caller lists the stand-in when it is used)."""
+        old = table.get(key, _ABSENT)
+        table[key] = value
+        self._undo.append(lambda: table.pop(key, None) if old is _ABSENT else table.__setitem__(key, old))
+
     def setenv(self, name: str, value: str, why: str) -> None:
         """Set environment variable ``name`` until exit."""
         import os
@@ -286,14 +294,24 @@ class StandIns(importlib.abc.MetaPathFinder):
         if not any(s.target == target for s in self.used):
             self.used.append(StandIn(target, "attribute", why))
 
+    def on_exit(self, undo: Callable[[], Any]) -> None:
+        """Call ``undo`` at exit (process-wide state the execution set through the engine's own functions)."""
+        self._undo.append(undo)
+
     def __enter__(self) -> "StandIns":
         sys.meta_path.insert(0, self)
+        for name, after in self.after_import.items():  # imported by an earlier execution in this process
+            module = sys.modules.get(name)
+            if module is not None and not isinstance(module, StandInModule):
+                after(self, module)
         return self
 
     def __exit__(self, *exc: Any) -> None:
         if self in sys.meta_path:
             sys.meta_path.remove(self)
         self._hide()
+        while self._undo:
+            self._undo.pop()()
         for owner, attr, old in reversed(self._restore):
             if old is _ABSENT:
                 try:
