@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from _builders import N, V, draft_tensors, llama_fields, mla_config, mla_draft_tensors, write
+from _builders import H, N, V, draft_tensors, llama_fields, mla_config, mla_draft_tensors, write
 from eagle3lens import cli
 from eagle3lens.probes.keys import simulate_load
 from eagle3lens.served import serve_draft
@@ -123,3 +123,18 @@ def test_which_parameters_come_from_the_target_per_release(tmp_path):
     bare = write(tmp_path / "bare", tensors, full)
     params = {p.param.role: p for p in simulate_load(bare, "vllm==0.11.1").params if p.param.role in ("embed", "norm")}
     assert params["embed"].source == "target" and params["norm"].source == "init"
+
+
+def test_the_v1_runner_keeps_a_narrower_draft_embed_from_0_25(tmp_path):
+    """llm_base_proposer.py 0.25.0+: the target's embed only when its width is the draft's (V1 runner); the V2
+    runner's maybe_share_target_embed has no width check; 0.24.0 shares it regardless."""
+    tensors = draft_tensors()
+    del tensors["embed_tokens.weight"]
+    tensors["fc.weight"] = tensors["fc.weight"].new_zeros(H, 3 * 2 * H)
+    ckpt = write(tmp_path / "d", tensors, {**LLAMA, "target_hidden_size": 2 * H})
+
+    def embed(engine: str) -> str:
+        return next(p.source for p in serve_draft(ckpt, engine=engine).params if p.role == "embed")
+
+    assert embed("vllm==0.24.0:v1") == embed("vllm==0.25.0:v2") == embed("vllm==0.33.0") == "target"
+    assert embed("vllm==0.25.0:v1") == embed("vllm==0.33.0:v1") == "init"

@@ -45,7 +45,10 @@ def _from_target(p: EngineProfile) -> str:
     """Which parameters the proposer takes from the target after load, and when."""
     when = {"absent": "when absent", "same-shape": "when its shape is the target's, trained or not",
             "always": "always"}
+    unless = {"draft_vocab_size": " (not with a draft_vocab_size)",
+              "target_hidden_size-differs": " (not when the target's width differs)"}
     rows = [f"{role} {when[p.share_when.get(role, 'always' if role == 'embed' else 'absent')]}"
+            + unless.get(p.shared_unless.get(role, ""), "")
             for role in ("embed", "lm_head") if role in p.shared_from_target]
     return "; ".join(rows) or "nothing"
 

@@ -143,6 +143,9 @@ SAME_SHAPE = {**SAME_SHAPE_EMBED,
 SHARED = {"embed": "shared from the target when absent from the checkpoint (has_own_embed_tokens; also when equal to "
                    "the target's)",
           "lm_head": "the target's lm_head when the checkpoint has none (has_own_lm_head), with no shape check"}
+# V1 runner from 0.25.0 (llm_base_proposer.py _maybe_share_embeddings): the target's embed only when its width is the
+# draft's; the V2 runner's maybe_share_target_embed (eagle/utils.py) has no width check
+WIDTH: dict[str, str] = {"embed": "target_hidden_size-differs"}
 FLAGS_22 = frozenset({"norm_before_residual", "norm_before_fc", "fc_norm", "norm_output"})
 
 ASPECTS = (
@@ -208,11 +211,14 @@ ASPECTS = (
                         path_notes={"v1": "VLLM_USE_V2_MODEL_RUNNER=0, or auto for a target outside the V2 list",
                                     "v2": ("auto (assumed) for Qwen3, DeepseekV2, Qwen2Moe, GraniteMoe, Llama and "
                                            "Mistral causal-LM targets")})),
-        ("0.25.0", dict(path_notes={"v1": ("VLLM_USE_V2_MODEL_RUNNER=0, or auto for a MoE target outside the V2 list "
+        ("0.25.0", dict(paths={"v1": dict(aux_ids_sources=("top-level", "dflash", "eagle_config"), shared_unless=WIDTH),
+                               "v2": dict(aux_ids_sources=("top-level", "dflash"), shared_unless={})},
+                        path_notes={"v1": ("VLLM_USE_V2_MODEL_RUNNER=0, or auto for a MoE target outside the V2 list "
                                            "(e.g. DeepseekV3 / Kimi)"),
                                     "v2": "auto (assumed) for any dense target and a few listed MoE targets"})),
-        ("0.27.0", dict(paths={"v1": dict(aux_ids_sources=("top-level", "dflash", "eagle_config")),
-                               "v2": dict(aux_ids_sources=("top-level", "dflash", "eagle_config.layer_ids"))})),
+        ("0.27.0", dict(paths={"v1": dict(aux_ids_sources=("top-level", "dflash", "eagle_config"), shared_unless=WIDTH),
+                               "v2": dict(aux_ids_sources=("top-level", "dflash", "eagle_config.layer_ids"),
+                                          shared_unless={})})),
         ("0.29.0", dict(path_notes={"v1": "VLLM_USE_V2_MODEL_RUNNER=0, or parallel drafting / pipeline parallelism",
                                     "v2": "the default for EAGLE-3 (VLLM_USE_V2_MODEL_RUNNER unset: auto)"})),
     )),
