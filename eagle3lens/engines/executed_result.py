@@ -167,9 +167,14 @@ def compare(sim: Any, fates: list[Any], sources: list[Any], ex: Execution) -> li
                                 "recognised" if ex.recognised else "not recognised", {}))
     sim_raises = [f.key for f in sim.fates if f.fate == "raises"]
     ex_raises = [f.key for f in fates if f.fate == "raises"]
+    built = sim.refused if sim.refused_at == "construct" else "built"  # the simulated constructor's outcome
     if ex.error and ex.phase != "load":
-        out.append(disagreement("the draft cannot be built", "built", f"{ex.error['type']} while {ex.phase}: "
-                                f"{ex.error['message'][:200]}", {"error": ex.error}))
+        if not (sim.refused_at == "construct" and str(sim.refused).startswith(ex.error["type"])):
+            out.append(disagreement("the draft cannot be built", built, f"{ex.error['type']} while {ex.phase}: "
+                                    f"{ex.error['message'][:200]}", {"error": ex.error}))
+        return out
+    if sim.refused_at == "construct":
+        out.append(disagreement("the draft cannot be built", built, "built", {}))
         return out
     if sim_raises[:1] != ex_raises[:1]:
         out.append(disagreement("where the load raises", f"raises at {sim_raises[0]!r}" if sim_raises else "no raise",
