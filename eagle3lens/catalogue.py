@@ -148,6 +148,12 @@ CODES: tuple[Code, ...] = (
     Code("keys/d2t-discarded", owner="keys", severity="critical", rank=130,
          meaning="the engine loads d2t and then throws it away (vLLM 0.9.0–0.9.0.1): draft ids are used raw as "
                  "target ids"),
+    Code("keys/d2t-unwritten", owner="keys", severity="critical", rank=130,
+         meaning="N < V and the checkpoint stores t2d but no d2t: the engine's mapping keeps its init (vLLM "
+                 "draft_id_to_target_id all zeros, SGLang hot_token_id unset): draft id i is proposed as target id i"),
+    Code("keys/head-vocab-mismatch", owner="keys", severity="critical", rank=135,
+         meaning="no lm_head under a reduced draft vocabulary: the engine installs the target's V-row head without a "
+                 "shape check (vLLM 0.11.1+) and scores each draft id with another token's logit"),
     Code("engine/unverified-version", owner="keys", severity="warning", rank=240,
          meaning="the release is newer than the newest one read: simulated with the newest group"),
     Code("engine/simulation-disagrees", owner="keys", severity="warning", rank=240,

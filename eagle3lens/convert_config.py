@@ -56,7 +56,32 @@ def convert_config(config: dict[str, Any], spec: DraftSpec, profile: EngineProfi
         if on and flag not in profile.honoured_flags:
             job.refusals.append(f"{flag} is used by this draft but {profile.spec} does not implement it")
     new = CONFIG_WRITERS[profile.config_style](job)
+    _complete_rope(job, new)
     return new, job.changes, job.refusals, job.notes
+
+
+def _complete_rope(job: ConfigJob, new: dict[str, Any]) -> None:
+    """vLLM 0.18-0.27 MLA: a rope config without ``factor`` stops the constructor (engines/construct.py); a default
+    rope is written as the equivalent factor-1.0 yarn, any other scaling is the trainer's to complete."""
+    from .engines.construct import construct_error, neutral_rope
+
+    if construct_error(job.profile.for_config(new), new) is None:
+        return
+    rope = neutral_rope(new)
+    if rope is None:
+        job.refusals.append(f"{job.profile.spec} builds this MLA draft's rope as deepseek_yarn, which needs "
+                            "rope_scaling.factor: set the trained factor in the source config.json")
+        return
+    inner = new.get("transformer_layer_config")
+    layer: dict[str, Any] = inner if isinstance(inner, dict) else new
+    text = layer.get("text_config")
+    layer = text if isinstance(text, dict) else layer
+    layer["rope_scaling"] = rope
+    if isinstance(layer.get("rope_parameters"), dict):
+        theta = layer["rope_parameters"].get("rope_theta", layer.get("rope_theta"))
+        layer["rope_parameters"] = {**rope, **({"rope_theta": theta} if theta is not None else {})}
+    job.changes.append(f"rope_scaling {rope} ({job.profile.spec} builds the MLA rope as deepseek_yarn and needs a "
+                       "factor; factor 1.0 yarn is the default rope)")
 
 
 def rewrite_aux_ids(config: dict[str, Any], spec: DraftSpec, hf_ids: list[int]) -> tuple[dict[str, Any], list[str]]:

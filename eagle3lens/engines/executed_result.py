@@ -105,10 +105,12 @@ def executed_result(ckpt: Checkpoint, ex: Execution, *, num_target_layers: int |
         pspec = ParamSpec(name, tuple(shape), sp.init if sp else "engine init", sp.role if sp else K.role_of(name),
                           dict(sp.shards) if sp else {}, sp.dtype if sp else None)
         missing = ("unwritten rows",) if name in by_param and covered[name] < math.prod(shape) else ()
-        by_design = profile.shared(pspec.role, ckpt.spec)
+        keys = tuple(by_param.get(name, ()))
+        target = profile.shares(pspec, ckpt.spec, bool(keys) and not missing)  # the proposer's step, after the load
+        by_design = target
         if pspec.role == "vocab":
             by_design = by_design or "judged by the vocab probe"
-        sources.append(K.ParamSource(pspec, tuple(by_param.get(name, ())), missing, by_design))
+        sources.append(K.ParamSource(pspec, keys, missing, by_design, target))
     recognised = ex.recognised if ex.draft_class else sim.recognised  # no class chosen yet: not judged
     findings = K._findings(ckpt, profile, ckpt.spec, fates, tuple(sources), recognised, num_target_layers)
     if ex.error and ex.phase != "load":
@@ -159,9 +161,14 @@ def compare(sim: Any, fates: list[Any], sources: list[Any], ex: Execution) -> li
                                 "recognised" if ex.recognised else "not recognised", {}))
     sim_raises = [f.key for f in sim.fates if f.fate == "raises"]
     ex_raises = [f.key for f in fates if f.fate == "raises"]
+    built = sim.refused if sim.refused_at == "construct" else "built"  # the simulated constructor's outcome
     if ex.error and ex.phase != "load":
-        out.append(disagreement("the draft cannot be built", "built", f"{ex.error['type']} while {ex.phase}: "
-                                f"{ex.error['message'][:200]}", {"error": ex.error}))
+        if not (sim.refused_at == "construct" and str(sim.refused).startswith(ex.error["type"])):
+            out.append(disagreement("the draft cannot be built", built, f"{ex.error['type']} while {ex.phase}: "
+                                    f"{ex.error['message'][:200]}", {"error": ex.error}))
+        return out
+    if sim.refused_at == "construct":
+        out.append(disagreement("the draft cannot be built", built, "built", {}))
         return out
     if sim_raises[:1] != ex_raises[:1]:
         out.append(disagreement("where the load raises", f"raises at {sim_raises[0]!r}" if sim_raises else "no raise",

@@ -126,6 +126,14 @@ class EngineProfile:
     # role -> config condition under which the engine does NOT share it: "draft_vocab_size" (the config gives one),
     # "target_hidden_size-differs" (a declared target_hidden_size other than hidden_size)
     shared_unless: dict[str, Literal["draft_vocab_size", "target_hidden_size-differs"]] = field(default_factory=dict)
+    # role -> when the proposer installs the target's module: "absent" (no checkpoint key wrote it: vLLM 0.11.1+
+    # has_own_*), "same-shape" (whenever its shape equals the target's, written or not: vLLM 0.9.1-0.11.0)
+    share_when: dict[str, Literal["absent", "same-shape"]] = field(default_factory=dict)
+    # vLLM 0.9.0: load_weights returns the loaded names, so DefaultModelLoader's strict check raises on any unwritten
+    strict_load: bool = False
+    # vLLM 0.18-0.27 MLA class: a truthy config.rope_scaling is copied as deepseek_yarn rope; the transformers major
+    # the release installs decides what rope_scaling is (4: config.json's; 5: an alias of rope_parameters)
+    rope_yarn: Literal["transformers-4", "transformers-5"] | None = None
     notes: tuple[str, ...] = ()
     # conversion: preferred decoder key prefix and config flavour to write
     native_decoder: str = "layers.{i}."
@@ -255,6 +263,21 @@ class EngineProfile:
         if unless == "target_hidden_size-differs" and spec.target_hidden_size_declared not in (None, spec.hidden_size):
             return None
         return self.shared_from_target.get(role)
+
+    def shares(self, param: ParamSpec, spec: DraftSpec, written: bool) -> str | None:
+        """How the proposer fills ``param`` from the target after load (None: it keeps what the load left), by the
+        release's rule for its role: only when nothing wrote it (vLLM 0.11.1+ ``has_own_*``), whenever its shape is
+        the target's (vLLM 0.9.1-0.11.0, the checkpoint's own tensor replaced too) or always (SGLang ``set_embed``)."""
+        how = self.shared(param.role, spec)
+        if how is None:
+            return None
+        when = self.share_when.get(param.role, "always" if param.role == "embed" else "absent")
+        if when == "absent":
+            return None if written else how
+        if when == "same-shape":
+            target = (spec.vocab_size, spec.target_hidden_size_declared or spec.hidden_size)
+            return how if tuple(param.shape) == target else None
+        return how
 
     # -- config reading -------------------------------------------------------------------
     def flag_on(self, spec: DraftSpec, flag: str) -> bool:

@@ -41,10 +41,22 @@ def _without_aux(p: EngineProfile) -> str:
     return {"always-assert": "fc asserts the width", "width-differs": "fc skipped"}.get(p.fc_gate, p.fc_gate)
 
 
+def _from_target(p: EngineProfile) -> str:
+    """Which parameters the proposer takes from the target after load, and when."""
+    when = {"absent": "when absent", "same-shape": "when its shape is the target's, trained or not",
+            "always": "always"}
+    unless = {"draft_vocab_size": " (not with a draft_vocab_size)",
+              "target_hidden_size-differs": " (not when the target's width differs)"}
+    rows = [f"{role} {when[p.share_when.get(role, 'always' if role == 'embed' else 'absent')]}"
+            + unless.get(p.shared_unless.get(role, ""), "")
+            for role in ("embed", "lm_head") if role in p.shared_from_target]
+    return "; ".join(rows) or "nothing"
+
+
 def engine_table() -> str:
     """Markdown: one row per serving version group (release range, spec, classes, key and config rules, hashes)."""
     head = ("| releases | `--engine` | draft classes | unknown keys | aux ids read from | flags honoured | "
-            "without aux capture | read from (sha256[:12]) |\n|---|---|---|---|---|---|---|---|")
+            "without aux capture | from the target | read from (sha256[:12]) |\n|---|---|---|---|---|---|---|---|---|")
     rows = []
     for p in all_profiles():
         if p.kind != "serving":
@@ -52,7 +64,7 @@ def engine_table() -> str:
         classes = ", ".join(f"`{c}`" for c in [p.draft_class, *(c.name for c in p.classes)])
         flags = ", ".join(sorted(p.honoured_flags)) or "none"
         rows.append(f"| {p.label} | `{p.spec}` | {classes} | {p.unknown} | {_ids(p)} ({p.aux_id_convention} "
-                    f"convention) | {flags} | {_without_aux(p)} | {_sources(p)} |")
+                    f"convention) | {flags} | {_without_aux(p)} | {_from_target(p)} | {_sources(p)} |")
     return head + "\n" + "\n".join(rows)
 
 

@@ -74,10 +74,20 @@ def _mla(first: str) -> DraftClass:
                   honoured_flags=frozenset({"norm_before_residual", "fc_norm", "norm_output"} if v >= (0, 22)
                                            else {"norm_before_residual"}),
                   num_aux_sources=("num_aux_hidden_states", "eagle_config") if v >= (0, 22) else (),
-                  flag_sources={}, notes=("Eagle3DeepseekV2ForCausalLM (deepseek_eagle3.py): MLA attention, "
-                                          "q_a_proj / kv_a_proj_with_mqa loaded as shards of fused_qkv_a_proj",))
+                  flag_sources={}, rope_yarn=_rope_yarn(v),
+                  notes=("Eagle3DeepseekV2ForCausalLM (deepseek_eagle3.py): MLA attention, "
+                         "q_a_proj / kv_a_proj_with_mqa loaded as shards of fused_qkv_a_proj",))
     return DraftClass("Eagle3DeepseekV2ForCausalLM",
                       frozenset({"Eagle3DeepseekV2ForCausalLM", "Eagle3DeepseekV3ForCausalLM"}), fields)
+
+
+def _rope_yarn(v: tuple[int, ...]) -> str | None:
+    """deepseek_eagle3.py 0.18.0-0.27.x: ``if rope_scaling:`` copies config.rope_scaling as deepseek_yarn rope (gone
+    in 0.28.0). What rope_scaling is depends on the transformers the release requires: <5 up to 0.19.x (config.json's
+    field), >=5.5.3 from 0.24.0 (an alias of rope_parameters), either in 0.20-0.23, where a fresh install resolves to 5."""
+    if not (0, 18) <= v < (0, 28):
+        return None
+    return "transformers-4" if v < (0, 20) else "transformers-5"
 
 
 def _qwen3(steps: tuple) -> DraftClass:
@@ -123,20 +133,29 @@ BASE = dict(
 
 REQUIRES_N = (("draft_vocab_size", "AttributeError: 'LlamaConfig' object has no attribute 'draft_vocab_size' "
                                    "(ParallelLMHead(config.draft_vocab_size))"),)
-NEVER_SHARED = {"embed": "shared from the target when the checkpoint has no embed_tokens (v1/spec_decode/eagle.py); "
-                                "EAGLE-3 never shares lm_head"}
-SHARED = {"embed": "shared from the target when absent from the checkpoint (or equal to the target's)",
-          "lm_head": "shared from the target when absent from the checkpoint"}
+NEVER_SHARED = {"embed": "shared from the target when the checkpoint has no embed_tokens (v1/spec_decode/eagle.py "
+                         "load_model: 'model.embed_tokens.weight' not in loaded_weights); EAGLE-3 never shares lm_head"}
+SAME_SHAPE_EMBED = {"embed": "the target's embed_tokens replaces the draft's whenever their shapes are equal, the "
+                             "checkpoint's own included (v1/spec_decode/eagle.py load_model, pipeline parallel size 1)"}
+SAME_SHAPE = {**SAME_SHAPE_EMBED,
+              "lm_head": "the target's lm_head replaces the draft's whenever their shapes are equal (N = V, same hidden "
+                         "size), the checkpoint's own included (v1/spec_decode/eagle.py load_model, vllm 0.11.0)"}
+SHARED = {"embed": "shared from the target when absent from the checkpoint (has_own_embed_tokens; also when equal to "
+                   "the target's)",
+          "lm_head": "the target's lm_head when the checkpoint has none (has_own_lm_head), with no shape check"}
+# V1 runner from 0.25.0 (llm_base_proposer.py _maybe_share_embeddings): the target's embed only when its width is the
+# draft's; the V2 runner's maybe_share_target_embed (eagle/utils.py) has no width check
+WIDTH: dict[str, str] = {"embed": "target_hidden_size-differs"}
 FLAGS_22 = frozenset({"norm_before_residual", "norm_before_fc", "fc_norm", "norm_output"})
 
 ASPECTS = (
     Aspect("loader", (
         ("0.8.5", dict(steps=_llama_steps(), fc_gate="width-differs", max_layers=1, embed_param=True,
                        vocab_params="mapping", qkv_bias=False, reads_use_aux=False)),
-        ("0.9.0", dict(steps=_llama_steps(discard_d2t=True), fc_gate="always-assert", embed_param=False,
+        ("0.9.0", dict(steps=_llama_steps(discard_d2t=True), fc_gate="always-assert", embed_param=False, strict_load=True,
                        notes=("embed_tokens exists only with pipeline parallelism (llama_eagle3.py:98): at PP=1 an "
                               "embed_tokens.weight key raises KeyError",))),
-        ("0.9.1", dict(steps=_llama_steps(), embed_param=True, notes=())),
+        ("0.9.1", dict(steps=_llama_steps(), embed_param=True, strict_load=False, notes=())),
         ("0.11.1", dict(max_layers=None)),
         ("0.12.0", dict(steps=_llama_steps(use_aux_drop=True), reads_use_aux=True)),
         ("0.16.0", dict(qkv_bias=True)),
@@ -148,11 +167,12 @@ ASPECTS = (
     )),
     Aspect("config", (
         ("0.8.5", dict(honoured_flags=frozenset(), num_aux_sources=(), requires=REQUIRES_N, any_architecture=True,
-                       shared_from_target=NEVER_SHARED)),
-        ("0.9.0", dict(any_architecture=False)),
+                       shared_from_target=NEVER_SHARED, share_when={"embed": "absent"})),
+        ("0.9.0", dict(any_architecture=False, shared_from_target=SAME_SHAPE_EMBED, share_when={"embed": "same-shape"})),
         ("0.10.1", dict(honoured_flags=frozenset({"norm_before_residual"}))),
-        ("0.11.0", dict(requires=())),
-        ("0.11.1", dict(shared_from_target=SHARED)),
+        ("0.11.0", dict(requires=(), shared_from_target=SAME_SHAPE,
+                        share_when={"embed": "same-shape", "lm_head": "same-shape"})),
+        ("0.11.1", dict(shared_from_target=SHARED, share_when={"embed": "absent", "lm_head": "absent"})),
         ("0.18.0", dict(honoured_flags=frozenset({"norm_before_residual", "norm_before_fc"}),
                         flag_sources={"norm_before_fc": ("top-level",)})),
         ("0.22.0", dict(honoured_flags=FLAGS_22, num_aux_sources=("num_aux_hidden_states", "eagle_config"),
@@ -191,11 +211,14 @@ ASPECTS = (
                         path_notes={"v1": "VLLM_USE_V2_MODEL_RUNNER=0, or auto for a target outside the V2 list",
                                     "v2": ("auto (assumed) for Qwen3, DeepseekV2, Qwen2Moe, GraniteMoe, Llama and "
                                            "Mistral causal-LM targets")})),
-        ("0.25.0", dict(path_notes={"v1": ("VLLM_USE_V2_MODEL_RUNNER=0, or auto for a MoE target outside the V2 list "
+        ("0.25.0", dict(paths={"v1": dict(aux_ids_sources=("top-level", "dflash", "eagle_config"), shared_unless=WIDTH),
+                               "v2": dict(aux_ids_sources=("top-level", "dflash"), shared_unless={})},
+                        path_notes={"v1": ("VLLM_USE_V2_MODEL_RUNNER=0, or auto for a MoE target outside the V2 list "
                                            "(e.g. DeepseekV3 / Kimi)"),
                                     "v2": "auto (assumed) for any dense target and a few listed MoE targets"})),
-        ("0.27.0", dict(paths={"v1": dict(aux_ids_sources=("top-level", "dflash", "eagle_config")),
-                               "v2": dict(aux_ids_sources=("top-level", "dflash", "eagle_config.layer_ids"))})),
+        ("0.27.0", dict(paths={"v1": dict(aux_ids_sources=("top-level", "dflash", "eagle_config"), shared_unless=WIDTH),
+                               "v2": dict(aux_ids_sources=("top-level", "dflash", "eagle_config.layer_ids"),
+                                          shared_unless={})})),
         ("0.29.0", dict(path_notes={"v1": "VLLM_USE_V2_MODEL_RUNNER=0, or parallel drafting / pipeline parallelism",
                                     "v2": "the default for EAGLE-3 (VLLM_USE_V2_MODEL_RUNNER unset: auto)"})),
     )),
@@ -205,12 +228,15 @@ ASPECTS = (
         ("0.11.1", dict(architectures=_archs("0.11.1"))),
         ("0.12.0", dict(architectures=_archs("0.12.0"))),
         ("0.18.0", dict(classes=(_mla("0.18.0"),))),
-        ("0.20.0", dict(architectures=_archs("0.20.0"))),
+        ("0.20.0", dict(architectures=_archs("0.20.0"), classes=(_mla("0.20.0"),))),
         ("0.22.0", dict(architectures=_archs("0.22.0"), classes=(_mla("0.22.0"),))),
-        ("0.24.0", dict(classes=(_mla("0.22.0"),
+        ("0.24.0", dict(classes=(_mla("0.24.0"),
                                  _qwen3(_llama_steps(use_aux_drop=True,
                                                                input_norm_drop="eagle_config first, then top-level"))))),
         ("0.25.0", dict(classes=(_mla("0.25.0"),
+                                 _qwen3(_llama_steps(use_aux_drop=True, auto=True,
+                                                               input_norm_drop="eagle_config first, then top-level"))))),
+        ("0.28.0", dict(classes=(_mla("0.28.0"),
                                  _qwen3(_llama_steps(use_aux_drop=True, auto=True,
                                                                input_norm_drop="eagle_config first, then top-level"))))),
         ("0.30.0", dict(classes=(_mla("0.30.0"),

@@ -40,16 +40,17 @@ def load_rich(result: LoadResult) -> Any:
         shape = str(list(f.shape)) + (f" ≠ {list(f.expected_shape)}" if f.shape_mismatch else "")
         table.add_row(f"[{FATE_STYLE[f.fate]}]{f.fate}[/]", markup(f.key), shape, markup(_target(f)))
     parts: list[Any] = [table]
-    unwritten = [p for p in result.params if p.status != "loaded"]
+    unwritten = [p for p in result.params if p.status != "loaded" or p.source == "target"]
     if unwritten:
-        ptable = Table(title="engine parameters not fully written", expand=False)
-        for col in ("parameter", "shape", "status", "holds"):
+        ptable = Table(title="engine parameters not fully written (or taken from the target)", expand=False)
+        for col in ("parameter", "shape", "status", "served from", "holds"):
             ptable.add_column(col)
         for p in unwritten:
             style = "bold red" if p.status in ("left-at-init", "partial") else "dim"
-            holds = p.by_design if p.status == "by-design" else f"init: {p.param.init}" + (
+            holds = p.by_design if p.status == "by-design" or p.target else f"init: {p.param.init}" + (
                 f" (shards {', '.join(p.missing_shards)})" if p.missing_shards else "")
-            ptable.add_row(markup(p.param.name), str(list(p.param.shape)), f"[{style}]{p.status}[/]", markup(holds))
+            ptable.add_row(markup(p.param.name), str(list(p.param.shape)), f"[{style}]{p.status}[/]", p.source,
+                           markup(holds or ""))
         parts.append(ptable)
     return Group(*parts)
 

@@ -22,6 +22,7 @@ from ..checkpoint import (
 from ..engines import EngineProfile, ParamSpec, all_profiles, resolve
 from ..errors import UsageError
 from ..findings import Finding, Severity, fix_command, to_jsonable
+from ..engines.construct import construct_error
 from ..engines.stops import ServerStop, class_absent
 
 CRITICAL_ROLES = ("decoder", "fc", "norm", "lm_head")
@@ -66,6 +67,14 @@ class ParamSource:
     sources: tuple[str, ...]  # checkpoint keys written into it
     missing_shards: tuple[str, ...] = ()
     by_design: str | None = None  # why staying unwritten is expected (shared from the target, ...)
+    target: str | None = None  # the proposer installs the target's module here after load: how (None: it does not)
+
+    @property
+    def source(self) -> str:
+        """What the served draft holds here: ``target`` (installed from it), ``checkpoint`` or ``init``."""
+        if self.target:
+            return "target"
+        return "checkpoint" if self.sources and not self.missing_shards else "init"
 
     @property
     def status(self) -> str:
@@ -77,7 +86,7 @@ class ParamSource:
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.param.to_dict(), "sources": list(self.sources), "missing_shards": list(self.missing_shards),
-                "status": self.status, "by_design": self.by_design}
+                "status": self.status, "by_design": self.by_design, "source": self.source, "target": self.target}
 
 
 @dataclass(frozen=True)
@@ -101,6 +110,10 @@ class LoadResult:
     origin: str = "simulated"  # simulated (the profile's rules) | executed (the engine's own load_weights ran)
     stand_ins: tuple[dict[str, str], ...] = ()  # executed: what replaced modules / state this machine lacks
     execution: dict[str, Any] | None = None  # executed: engine, root, module, phase, error, logs, seconds
+    # the engine's error that stops the server without any key raising: the class's constructor ("construct") or
+    # the loader's strict check on unwritten parameters after load_weights ("strict-check")
+    refused: str | None = None
+    refused_at: str | None = None
 
     # -- views --------------------------------------------------------------------------
     def by_fate(self, fate: str) -> tuple[TensorFate, ...]:
@@ -136,6 +149,7 @@ class LoadResult:
             "missing_d2t": self.missing_d2t,
             "draft_class": self.draft_class, "release": self.release, "path": self.path,
             "origin": self.origin, "stand_ins": list(self.stand_ins), "execution": self.execution,
+            "refused": self.refused, "refused_at": self.refused_at,
         })
 
 
@@ -179,8 +193,16 @@ def simulate_load(draft: CheckpointLike, engine: EngineProfile | str | None = No
     params = profile.parameters(spec, ckpt.path)
     fates: list[TensorFate] = []
     written: dict[str, list[tuple[str, str | None]]] = {}
-    for info in ckpt.tensors.values():
+    refused = construct_error(profile, ckpt.config)
+    stopped = "the draft class's constructor raised before load_weights" if refused else ""
+    for info in ckpt.tensors.values():  # in the loader's order: sorted names, as safe_open(...).keys() gives them
+        if stopped:
+            fates.append(TensorFate(info.name, info.dtype, info.shape, "not-reached", reason=f"never read: {stopped}",
+                                    role=role_of(info.name)))
+            continue
         route = profile.route(info.name, params, spec)
+        if route.fate == "raises":
+            stopped = f"the loader raised at {info.name!r} first"
         expected = None
         if route.param in params:
             param = params[route.param]
@@ -192,15 +214,33 @@ def simulate_load(draft: CheckpointLike, engine: EngineProfile | str | None = No
     recognised = profile.recognises(ckpt.config)
     mapping = {f.key: f.param for f in fates if f.param and f.fate in ("loaded", "loaded-shard", "converted")}
     absent = class_absent(profile, spec)
-    findings = (_findings(ckpt, profile, spec, fates, sources, recognised, num_target_layers) if absent is None
-                else [_class_absent(profile, spec, absent)])
+    refused_at = "construct" if refused else None
+    discarded = any(f.finding == "keys/d2t-discarded" for f in fates)  # taken (so counted as loaded), then dropped
+    unwritten = [s.param.name for s in sources if not s.sources and not (discarded and s.param.role == "vocab")]
+    if refused is None and profile.strict_load and unwritten and not any(f.fate == "raises" for f in fates):
+        refused, refused_at = f"ValueError: Following weights were not initialized from checkpoint: {set(unwritten)}", \
+            "strict-check"
+    if absent is not None:
+        findings = [_class_absent(profile, spec, absent)]
+    elif refused_at == "construct":
+        findings = [_refused(ckpt, profile, refused or "")]
+    else:
+        findings = _findings(ckpt, profile, spec, fates, sources, recognised, num_target_layers, refused)
     if profile.path:  # every finding says which runtime path it assumed
         findings = [replace(f, detail=f"{f.detail} (Assumed runtime path: {profile.path_label}.)".strip(),
                             evidence={**f.evidence, "runtime_path": profile.path_label}) for f in findings]
     notes = profile.notes + _release_notes(profile) + _path_notes(ckpt, profile, num_target_layers)
     return LoadResult(str(ckpt.path), profile.spec, profile.label, profile.source, recognised, tuple(fates),
                       sources, tuple(findings), notes, mapping, missing_d2t(profile, spec), profile.draft_class,
-                      profile.release, profile.path)
+                      profile.release, profile.path, refused=refused, refused_at=refused_at)
+
+
+def _refused(ckpt: Checkpoint, profile: EngineProfile, error: str) -> Finding:
+    """The draft class's constructor raises for this config: the server stops, no key is read."""
+    return Finding(
+        "keys/raises", Severity.CRITICAL, f"{profile.spec} cannot build the draft: its constructor raises",
+        f"{profile.draft_class} raises while it is built, before load_weights reads any key: {error}",
+        evidence={"message": error, "stage": "construct", "draft_class": profile.draft_class}, fix=_fix(ckpt, profile))
 
 
 def _class_absent(profile: EngineProfile, spec: DraftSpec, stop: ServerStop) -> Finding:
@@ -260,10 +300,11 @@ def _param_source(param: ParamSpec, writes: list[tuple[str, str | None]], profil
                   spec: DraftSpec) -> ParamSource:
     keys = tuple(k for k, _ in writes)
     missing = tuple(s for s in param.shards if s not in {sh for _, sh in writes}) if param.shards and writes else ()
-    by_design = profile.shared(param.role, spec)
+    target = profile.shares(param, spec, bool(keys) and not missing)
+    by_design = target
     if param.role == "vocab":
         by_design = by_design or "judged by the vocab probe (vocab/d2t-missing when the mapping is needed)"
-    return ParamSource(param, keys, missing, by_design)
+    return ParamSource(param, keys, missing, by_design, target)
 
 
 # -- findings --------------------------------------------------------------------------------
@@ -298,7 +339,8 @@ def convert_blocker(ckpt: Checkpoint, profile: EngineProfile) -> str | None:
 
 
 def _findings(ckpt: Checkpoint, profile: EngineProfile, spec: DraftSpec, fates: list[TensorFate],
-              sources: tuple[ParamSource, ...], recognised: bool, num_target_layers: int | None) -> list[Finding]:
+              sources: tuple[ParamSource, ...], recognised: bool, num_target_layers: int | None,
+              refused: str | None = None) -> list[Finding]:
     out: list[Finding] = []
     label, fix = profile.spec, _fix(ckpt, profile)
     missing = profile.speculators_missing(ckpt.config or {}) if spec.flavour == "speculators" else ()
@@ -343,6 +385,15 @@ def _findings(ckpt: Checkpoint, profile: EngineProfile, spec: DraftSpec, fates: 
         out.append(Finding("keys/raises", Severity.CRITICAL, f"{label} refuses a {layers}-layer draft",
                            profile.too_many_layers, evidence={"num_hidden_layers": layers, "max": profile.max_layers,
                                                               "message": profile.too_many_layers}))
+    if refused:
+        out.append(Finding(
+            "keys/raises", Severity.CRITICAL, f"{label} stops after load_weights: parameters no key wrote",
+            f"load_weights returns the names it loaded and the model loader's strict check refuses the rest: {refused}",
+            evidence={"message": refused, "stage": "strict-check",
+                      "parameters": [s.param.name for s in sources if not s.sources]},
+            fix=fix_command("convert", ckpt.path, "--repair-d2t", "OUT") if _repairable(spec) and all(
+                s.param.role == "vocab" for s in sources if not s.sources) else
+            f"serve with another {profile.name} release (0.9.1 and later keep an unwritten parameter at its init)"))
     raising = [f for f in fates if f.fate == "raises"]
     if raising:
         out.append(Finding(
@@ -374,8 +425,9 @@ def _findings(ckpt: Checkpoint, profile: EngineProfile, spec: DraftSpec, fates: 
             evidence={"tensors": [f.key for f in dropped], "reasons": {f.key: f.reason for f in dropped},
                       "logged": logged},
             fix=fix))
+    out += _served_mapping_findings(ckpt, profile, spec, sources, bool(refused))
     at_init = [s for s in sources if s.status in ("left-at-init", "partial") and s.param.role != "vocab"]
-    if at_init:
+    if at_init and not raising and not refused:  # a load that stops leaves nothing to serve
         severe = any(s.param.role in CRITICAL_ROLES for s in at_init)
         renamed = suppliable(ckpt, profile, spec)
         absent = [s.param.name for s in at_init if s.param.name not in renamed]
@@ -402,6 +454,43 @@ def _findings(ckpt: Checkpoint, profile: EngineProfile, spec: DraftSpec, fates: 
     out += _vocab_shape_findings(ckpt, spec)
     out += _flag_findings(ckpt, profile, spec, fates, fix)
     out += _aux_findings(ckpt, profile, num_target_layers)
+    return out
+
+
+def _repairable(spec: DraftSpec) -> bool:
+    """No d2t under a reduced vocabulary, but a t2d ``convert --repair-d2t`` rebuilds it from."""
+    n, v = spec.draft_vocab_size or spec.lm_head_rows, spec.vocab_size
+    return spec.has_t2d and not spec.has_d2t and bool(n and v and n < v)
+
+
+def _served_mapping_findings(ckpt: Checkpoint, profile: EngineProfile, spec: DraftSpec,
+                             sources: tuple[ParamSource, ...], refused: bool) -> list[Finding]:
+    """What the served draft maps its ids and scores with when the checkpoint leaves it to the engine: a mapping at
+    its init although a t2d holds the real one, a target head installed under a reduced draft vocabulary."""
+    out = []
+    n, v = spec.draft_vocab_size or spec.lm_head_rows, spec.vocab_size
+    if _repairable(spec) and not refused and profile.missing_d2t in ("identity", "raw-index"):
+        out.append(Finding(
+            "keys/d2t-unwritten", Severity.CRITICAL,
+            f"{profile.spec} serves this draft without its vocabulary mapping: the checkpoint has t2d but no d2t",
+            f"{profile.missing_d2t_use or profile.missing_d2t}: with N = {n} < V = {v} only target ids below {n} are "
+            "ever proposed, each for the wrong draft token. The loader skips t2d; the mapping it holds is "
+            "recoverable from it.",
+            evidence={"draft_vocab_size": n, "vocab_size": v, "t2d": True, "d2t": False,
+                      "engine_mapping": profile.missing_d2t},
+            fix=fix_command("convert", ckpt.path, "--repair-d2t", "OUT")))
+    for s in sources:
+        if s.param.role == "lm_head" and s.target and not s.sources and n and v and n < v:
+            out.append(Finding(
+                "keys/head-vocab-mismatch", Severity.CRITICAL,
+                f"{profile.spec} gives this reduced-vocabulary draft the target's {v}-row lm_head",
+                f"The checkpoint has no lm_head, so the proposer installs the target's ({s.target}). The draft's "
+                f"logits processor is built for N = {n}: it keeps the first {n} of the head's {v} logits (target ids "
+                f"0..{n - 1}) and scatters them to arange(N) + draft_id_to_target_id, so each draft id is scored by "
+                "another token's logit.",
+                evidence={"parameter": s.param.name, "draft_vocab_size": n, "vocab_size": v, "shared": s.target},
+                fix="the checkpoint has no lm_head.weight: re-export it from training (a speculators draft: the "
+                    "target's lm_head rows nonzero(t2d))"))
     return out
 
 

@@ -173,7 +173,7 @@ def serve_draft(draft: CheckpointLike, *, engine: str | EngineProfile, target: s
     trained, trained_source = trained_with(spec, L)
     return ServedDraft(
         str(ckpt.path), profile.spec, profile.release, profile.path, None if stop else load.draft_class, stop, load,
-        _params(load, profile, spec), algorithm, launch is not None, capture, aux, tuple(trained), trained_source,
+        _params(load), algorithm, launch is not None, capture, aux, tuple(trained), trained_source,
         shape, received, spec.hidden_size, spec.fc_in_features, fc, fc_error, _vocab(profile, load), profile.eagle_mode_vocab if not capture else None,
         tuple(findings), tuple(notes))
 
@@ -193,6 +193,8 @@ def _stop(profile: EngineProfile, spec: Any, load: LoadResult, shape: TargetShap
         stop = target_capture(profile, shape, notes)
     if stop is None:
         stop = class_absent(profile, spec)
+    if stop is None and load.refused_at == "construct":
+        stop = ServerStop("construct", load.refused or "", _raises_fix(load))
     if stop is None:
         raising = [f for f in load.fates if f.fate == "raises"]
         required = profile.missing_required(spec)
@@ -200,9 +202,15 @@ def _stop(profile: EngineProfile, spec: Any, load: LoadResult, shape: TargetShap
             stop = ServerStop("load", raising[0].reason)
         elif required:
             stop = ServerStop("load", required[0][1])
+        elif load.refused:
+            stop = ServerStop("load", load.refused, _raises_fix(load))
         elif profile.missing_d2t == "raises" and not spec.has_d2t:
             stop = ServerStop("load", profile.missing_d2t_error)
     return stop
+
+
+def _raises_fix(load: LoadResult) -> str | None:
+    return next((f.fix for f in load.findings if f.code == "keys/raises"), None)
 
 
 def _algorithm(launch: Launch, spec: Any, notes: list[str]) -> str | None:
@@ -247,18 +255,11 @@ def _fc(profile: EngineProfile, spec: Any, capture: bool, width: int | None,
                      f"expects {fc_in})")
 
 
-def _params(load: LoadResult, profile: EngineProfile, spec: Any) -> tuple[ServedParam, ...]:
-    out = []
-    for source in load.params:
-        p = source.param
-        shared = profile.shared(p.role, spec)
-        if shared and (not source.sources or p.role == "embed"):
-            out.append(ServedParam(p.name, p.role, p.shape, "target", source.sources, shared))
-        elif source.sources and not source.missing_shards:
-            out.append(ServedParam(p.name, p.role, p.shape, "checkpoint", source.sources))
-        else:
-            out.append(ServedParam(p.name, p.role, p.shape, "init", source.sources, p.init))
-    return tuple(out)
+def _params(load: LoadResult) -> tuple[ServedParam, ...]:
+    """Each parameter's source as the load simulation decided it (the release's sharing rule included)."""
+    return tuple(ServedParam(s.param.name, s.param.role, s.param.shape, s.source,  # type: ignore[arg-type]
+                             s.sources, {"target": s.target or "", "init": s.param.init}.get(s.source, ""))
+                 for s in load.params)
 
 
 def _vocab(profile: EngineProfile, load: LoadResult) -> str:
@@ -271,7 +272,7 @@ def _stop_finding(profile: EngineProfile, stop: ServerStop, shape: TargetShape |
     what = {"class-absent": "the release does not ship the draft's class",
             "config-gate": "the release refuses EAGLE-3 for this target at config validation",
             "target-capture": "the target class cannot capture EAGLE-3 aux states",
-            "load": "the loader raises"}[stop.stage]
+            "load": "the loader raises", "construct": "the draft class's constructor raises"}[stop.stage]
     return Finding(
         "launch/server-fails", Severity.CRITICAL, f"{'predicted: ' if launch else ''}the server stops at start: {what}",
         f"{profile.spec} stops before the draft runs: {stop.error}",

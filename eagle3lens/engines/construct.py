@@ -1,0 +1,69 @@
+"""What a draft class's constructor raises for a config before ``load_weights`` runs (headers and configs only).
+
+vLLM 0.18.0-0.27.x ``Eagle3DeepseekV2ForCausalLM`` (deepseek_eagle3.py, ``DeepseekV2Eagle3DecoderLayer.__init__``):
+``rope_scaling = getattr(config, "rope_scaling", None)``; when it is truthy it is copied with
+``rope_type = "deepseek_yarn"`` and ``get_rope`` reads ``rope_parameters["factor"]`` (then
+``["original_max_position_embeddings"]``; rotary_embedding/__init__.py, 0.20.0 line 281): a rope config without
+``factor`` stops the server with ``KeyError: 'factor'``. Under transformers 5 ``rope_scaling`` is an alias of
+``rope_parameters``, never empty (``standardize_rope_params`` puts ``rope_theta`` in it and, for yarn, defaults
+``original_max_position_embeddings`` to ``max_position_embeddings``); under 4 it is config.json's own field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..mla_config import layer_config
+from .profile import EngineProfile
+
+NEUTRAL = "factor 1.0 yarn (the same frequencies and scale as the default rope)"
+
+
+def effective_rope(profile: EngineProfile, config: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """``config.rope_scaling`` as the release's transformers gives it to the draft class (None: falsy)."""
+    layer = layer_config(config)
+    own = layer.get("rope_scaling")
+    if profile.rope_yarn == "transformers-4":
+        return dict(own) if isinstance(own, Mapping) and own else None
+    params = layer.get("rope_parameters")
+    rope = dict(params) if isinstance(params, Mapping) else dict(own) if isinstance(own, Mapping) else {}
+    rope.setdefault("rope_type", rope.get("type", "default"))
+    if layer.get("rope_theta") is not None:
+        rope.setdefault("rope_theta", layer["rope_theta"])
+    if rope["rope_type"] in ("yarn", "deepseek_yarn"):
+        rope.setdefault("original_max_position_embeddings", layer.get("max_position_embeddings"))
+    return rope
+
+
+def construct_error(profile: EngineProfile, config: Mapping[str, Any] | None) -> str | None:
+    """The engine's error when building the draft class for ``config`` (None: the constructor runs)."""
+    if profile.rope_yarn is None:
+        return None
+    rope = effective_rope(profile, config)
+    if not rope:
+        return None
+    for key in ("factor", "original_max_position_embeddings"):
+        if rope.get(key) is None:
+            how = ("transformers 5 reads rope_parameters for it" if profile.rope_yarn == "transformers-5"
+                   else "config.json's rope_scaling")
+            return (f"KeyError: {key!r} (deepseek_eagle3.py copies config.rope_scaling as deepseek_yarn rope and "
+                    f"get_rope reads rope_parameters[{key!r}]; {how}: {_shown(rope)})")
+    return None
+
+
+def neutral_rope(config: Mapping[str, Any]) -> dict[str, Any] | None:
+    """``rope_scaling`` that gives a default-rope draft the same rope under deepseek_yarn: factor 1.0 (None when the
+    config's rope is scaled some other way, which only its trainer can complete)."""
+    layer = layer_config(config)
+    rope = next((r for r in (layer.get("rope_parameters"), layer.get("rope_scaling")) if isinstance(r, Mapping)), {})
+    kind = rope.get("rope_type", rope.get("type", "default"))
+    if kind not in (None, "default"):
+        return None
+    return {"rope_type": "yarn", "factor": 1.0,
+            "original_max_position_embeddings": layer.get("max_position_embeddings") or 8192}
+
+
+def _shown(rope: Mapping[str, Any]) -> str:
+    keys = [repr(str(k)[:40]) for k in list(rope)[:8]]
+    return "it has only " + ", ".join(keys)
