@@ -15,6 +15,7 @@ import math
 import os
 import re
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from ..checkpoint import (
@@ -27,6 +28,7 @@ from ..checkpoint import (
 from ..errors import UsageError
 from ..findings import Finding, Severity, to_jsonable
 from ..progress import Counter, Progress
+from ..io.prefetch import ReadAhead
 from ..io.safetensors_header import DTYPE_BITS, torch_dtype
 from .stats import (
     DEFAULT_CHUNK_BYTES,
@@ -295,7 +297,13 @@ def weight_stats(
     selected = select_names(ckpt, names)
     total = sum(ckpt.info(n).nbytes for n in selected)
     read = Counter(progress, total, f"weights {ckpt.path}")
-    stats = [tensor_stats(ckpt, n, chunk_bytes, device, read.add, threads) for n in selected]
+    # the disk reads ahead while torch is imported (on the first tensor) and while each chunk is reduced
+    with ReadAhead(byte_ranges(ckpt, selected)) as ahead:
+        def took(n: int) -> None:
+            read.add(n)
+            ahead.consumed(n)
+
+        stats = [tensor_stats(ckpt, n, chunk_bytes, device, took, threads) for n in selected]
     spec = ckpt.spec
     notes: list[str] = []
     copies: tuple[CopyCheck, ...] = ()
@@ -329,12 +337,20 @@ def default_threads() -> int:
 
 
 def check_device(device: str) -> None:
-    import torch
-
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise UsageError(f"--device {device}: torch sees no CUDA device on this machine (use --device cpu)")
+    """A UsageError for a device other than cpu or an available cuda one (torch is imported for cuda only)."""
     if not (device == "cpu" or device.startswith("cuda")):
         raise UsageError(f"unknown device {device!r}: use cpu or cuda")
+    if device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise UsageError(f"--device {device}: torch sees no CUDA device on this machine (use --device cpu)")
+
+
+def byte_ranges(ckpt: Checkpoint, names: Iterable[str]) -> list[tuple[Path, int, int]]:
+    """(file, begin, end) of each named tensor stored in a file, in the order given (pickled tensors have none)."""
+    infos = (ckpt.info(n) for n in names)
+    return [(i.file, i.begin, i.end) for i in infos if i.begin is not None and i.end is not None]
 
 
 def select_names(ckpt: Checkpoint, names: str | Iterable[str] | None) -> list[str]:
