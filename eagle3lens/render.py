@@ -83,8 +83,9 @@ def render_report_terminal(report: Report, console: Any = None) -> None:
 
 
 # Inline, so the layout holds where page CSS does not reach or is overridden: JupyterLab's output CSS
-# right-aligns every table cell (the fix command's own box: plots.style.fix_html).
-CELL_STYLE = "text-align:left;vertical-align:top"
+# right-aligns every table cell (the fix command's own box: plots.style.fix_html). A long tensor name or path in a
+# cell breaks inside it (overflow-wrap:anywhere) rather than setting the table's least width past the panel.
+CELL_STYLE = "text-align:left;vertical-align:top;overflow-wrap:anywhere"
 
 
 def findings_html(report: Report) -> str:
@@ -99,7 +100,7 @@ def findings_html(report: Report) -> str:
             f"<tr>{td}{i}</td><td style='{CELL_STYLE};color:{color};font-weight:bold'>{f.severity.value}</td>"
             f"{td}<code>{html_text(f.code)}</code></td>{td}<b>{html_text(f.title)}</b><br>"
             f"{html_text(f.detail, newlines=True)}"
-            f"<details><summary>evidence</summary><pre style='text-align:left'>{evidence}</pre></details></td>"
+            f"<details><summary>evidence</summary><pre style='text-align:left;white-space:pre-wrap'>{evidence}</pre></details></td>"
             f"{td}{fix_html(f.fix)}</td></tr>"
         )
     head = "".join(f"<th style='{CELL_STYLE}'>{name}</th>" for name in ("#", "severity", "code", "what", "fix"))
