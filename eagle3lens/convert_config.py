@@ -63,9 +63,12 @@ def convert_config(config: dict[str, Any], spec: DraftSpec, profile: EngineProfi
 def _complete_rope(job: ConfigJob, new: dict[str, Any]) -> None:
     """vLLM 0.18-0.27 MLA: a rope config without ``factor`` stops the constructor (engines/construct.py); a default
     rope is written as the equivalent factor-1.0 yarn, any other scaling is the trainer's to complete."""
-    from .engines.construct import construct_error, neutral_rope
+    from .engines.construct import ROPE_INCOMPLETE, config_rope_error, construct_error, neutral_rope
 
     if construct_error(job.profile.for_config(new), new) is None:
+        return
+    if config_rope_error(new) is not None:
+        job.refusals.append(f"{ROPE_INCOMPLETE}: set the trained value in the source config.json")
         return
     rope = neutral_rope(new)
     if rope is None:

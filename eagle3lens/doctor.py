@@ -154,6 +154,8 @@ def diagnose(
     prompts: str | Path | None = None,
     execute: bool = False,
     chat: str | Path | None = None,
+    engine_root: str | Path | None = None,
+    execution: Any = None,
 ) -> Report:
     """Run the applicable probes on a draft and return a Report whose findings are ranked causes first.
 
@@ -163,7 +165,9 @@ def diagnose(
     line (or a parsed :class:`~eagle3lens.launch.Launch`); without it, a ``log``'s start-up lines are read for one.
     With a target, the launch gives the predicted wiring beside the traced one. ``data`` (a hidden-state dump) or
     ``prompts`` with ``target`` add the offline acceptance estimate, held against the log's accept len.
-    ``execute``: the keys fate is the installed engine's own loader run on meta tensors (``keys --execute``).
+    ``execute``: the keys fate is the installed engine's own loader run on meta tensors (``keys --execute``), or
+    the engine package in ``engine_root``, or an ``execution`` already recorded elsewhere (``--host``); the other
+    probes then judge as the release that ran.
     ``chat`` (served conversations, JSONL) with ``target``: without ``data``, the live acceptance estimate over
     them as the server renders them; with ``data``, the dump's template is checked against them.
     """
@@ -187,7 +191,17 @@ def diagnose(
     tgt = None if shapes_only else as_checkpoint(target)
     num_target_layers = (config_spec(config_target).num_hidden_layers if config_target is not None
                          else tgt.spec.num_hidden_layers if tgt is not None else None)
-    profile = as_profile(engine or None)
+    executed = None
+    if execute or engine_root is not None or execution is not None:
+        from .engines.executed_result import execute_load
+
+        if not isinstance(engine, (str, type(None))) or (engine or "installed").strip().lower() != "installed":
+            raise UsageError(f"execute runs the installed engine's own loader: engine='installed', not {engine!r}")
+        if ckpt.config is not None:
+            executed = execute_load(ckpt, root=engine_root, num_target_layers=num_target_layers, execution=execution)
+        profile = as_profile(executed.engine if executed is not None else engine or "installed")
+    else:
+        profile = as_profile(engine or None)
     report = Report(checkpoint=ckpt.summary(), engine=profile.spec if profile else None)
     if profile is not None:
         from .engines import engine_notes
@@ -211,10 +225,11 @@ def diagnose(
             evidence={"files": [f.name for f in ckpt.files]},
             fix="copy the training run's config.json next to the weights"))
         skipped["keys"] = skipped["aux_layers"] = skipped["wiring"] = "no config.json: nothing to build the draft from"
-    elif profile is not None and execute:
-        from .engines.executed_result import execute_load
+    elif executed is not None:
+        from .engines.executed_result import stand_ins_note
 
-        run("keys", execute_load, ckpt, num_target_layers=num_target_layers)
+        run("keys", lambda: executed)
+        report.notes.append(stand_ins_note(executed))
     elif profile is not None:
         served = serve_draft(ckpt, engine=profile, num_target_layers=num_target_layers,
                              target=config_target or (tgt.root if tgt is not None else None))

@@ -232,11 +232,28 @@ def test_cli_keys_execute_json(engine: Path, tmp_path: Path) -> None:
     assert any(s["target"] == "sgl_kernel" for s in out["results"]["keys"]["stand_ins"])
 
 
-def test_cli_execute_refuses_a_named_release(tmp_path: Path) -> None:
+def test_doctor_execute_uses_the_executed_fate(engine: Path, tmp_path: Path) -> None:
+    """``doctor --execute``: the keys result is the engine's own loader (its disagreement with the simulation is a
+    finding of the report), and the other probes judge as the release that ran."""
+    draft = _eagle(tmp_path, prefix="layers.0.")
+    done = subprocess.run([sys.executable, "-m", "eagle3lens", "doctor", str(draft), "--engine", "installed",
+                           "--execute", "--engine-root", str(engine), "--no-weights", "--json"], capture_output=True,
+                          text=True, check=False, timeout=300)
+    out = json.loads(done.stdout)
+    assert out["engine"] == "sglang==0.5.11" and out["results"]["keys"]["origin"] == "executed"
+    assert any(f["code"] == "engine/simulation-disagrees" and f["evidence"].get("tensor") ==
+               "layers.0.mlp.down_proj.weight" for f in out["findings"])
+    assert any(n.startswith("executed: the engine's own load_weights ran") for n in out["notes"])
+
+
+@pytest.mark.parametrize("command", ["keys", "doctor"])
+def test_cli_execute_refuses_a_named_release(tmp_path: Path, command: str) -> None:
     draft = write(tmp_path / "d", draft_tensors("midlayer."), sglang_config())
-    done = subprocess.run([sys.executable, "-m", "eagle3lens", "keys", str(draft), "--engine", "sglang==0.5.11",
-                           "--execute"], capture_output=True, text=True, check=False, timeout=120)
-    assert done.returncode == 2 and "--engine installed" in done.stderr
+    for extra, said in ((["--engine", "sglang==0.5.11", "--execute"], "--engine installed"),
+                        (["--engine", "installed", "--host", "gpu"], "add --execute")):
+        done = subprocess.run([sys.executable, "-m", "eagle3lens", command, str(draft), *extra], capture_output=True,
+                              text=True, check=False, timeout=120)
+        assert done.returncode == 2 and said in done.stderr, done.stderr
 
 
 def test_a_loader_that_gathers_first_raises_on_the_key_its_frame_holds(engine: Path, tmp_path: Path) -> None:
@@ -332,5 +349,16 @@ def test_keys_execute_on_a_loopback_host_ships_only_headers(engine: Path, tmp_pa
         fates = {f["key"]: f["fate"] for f in keys["tensors"]}
         assert fates["layers.0.self_attn.q_proj.weight"] == "loaded-shard"
         assert set(Path("/tmp").glob("eagle3lens-execute-*")) == before  # removed on the host
+        # doctor --execute --host: the same executed fate ranked among the report's causes
+        done = subprocess.run([sys.executable, "-m", "eagle3lens", "doctor", str(draft), "--engine", "installed",
+                               "--execute", "--host", "e3l-gpu", "--ssh-config", str(config), "--python", str(python),
+                               "--engine-root", str(engine), "--no-weights", "--json"], capture_output=True,
+                              text=True, check=False, timeout=300,
+                              env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+        report = json.loads(done.stdout)
+        assert report["results"]["keys"]["origin"] == "executed"
+        assert report["results"]["keys"]["execution"]["root"] == str(engine.resolve())
+        assert any(f["code"] == "engine/simulation-disagrees" for f in report["findings"])
+        assert set(Path("/tmp").glob("eagle3lens-execute-*")) == before
     finally:
         server.stop()

@@ -138,3 +138,52 @@ def test_the_v1_runner_keeps_a_narrower_draft_embed_from_0_25(tmp_path):
 
     assert embed("vllm==0.24.0:v1") == embed("vllm==0.25.0:v2") == embed("vllm==0.33.0") == "target"
     assert embed("vllm==0.25.0:v1") == embed("vllm==0.33.0:v1") == "init"
+
+
+ROPES = [{"rope_type": "yarn", "original_max_position_embeddings": 64}, {"type": "yarn"}, {"rope_type": "linear"},
+         {"rope_type": "llama3", "factor": 8.0}, {"rope_type": "yarn", "factor": 4.0}, {"rope_type": "default"},
+         {"rope_type": "linear", "factor": 2.0}, None]
+
+
+@pytest.mark.parametrize("model_type", ["llama", "deepseek_v3"])
+@pytest.mark.parametrize("rope", ROPES, ids=str)
+def test_config_rope_rule_matches_the_installed_transformers(tmp_path, model_type, rope):
+    """The rule is transformers' own: AutoConfig raises KeyError for this config.json exactly when it says so."""
+    import transformers
+
+    from eagle3lens.engines.construct import config_rope_error
+
+    config = {**llama_fields(), "model_type": model_type, **({"rope_scaling": rope} if rope else {})}
+    write(tmp_path / "d", draft_tensors(), config)
+    try:
+        transformers.AutoConfig.from_pretrained(str(tmp_path / "d"))
+        raised = None
+    except KeyError as e:
+        raised = str(e)
+    predicted = config_rope_error(config)
+    assert (predicted is None) == (raised is None), (predicted, raised)
+    if raised:
+        assert raised.strip('"') in predicted
+
+
+@pytest.mark.parametrize("engine", ["sglang==0.4.5", "sglang==0.5.11", "sglang==0.5.23", "vllm==0.10.2", "vllm==0.20.0",
+                                    "vllm==0.33.0"])
+def test_a_scaled_rope_without_factor_stops_every_release_at_its_config(tmp_path, engine):
+    """Every release reads the draft's config.json with transformers first (executed: the KeyError comes from
+    AutoConfig.from_pretrained in the engines' config parsing), before it resolves the class: even an MLA draft the
+    release does not ship stops there, and no conversion or release serves it until the factor is set."""
+    yarn = {"rope_type": "yarn", "original_max_position_embeddings": 64}
+    for name, tensors, config in (
+            ("llama", draft_tensors(), {**LLAMA, "model_type": "llama", "rope_scaling": yarn}),
+            ("mla", mla_draft_tensors(), {**mla_config(), "model_type": "deepseek_v3", "rope_scaling": yarn})):
+        ckpt = write(tmp_path / name, tensors, config)
+        result = simulate_load(ckpt, engine)
+        assert result.refused_at == "config" and "Missing required keys" in (result.refused or "")
+        assert codes(result) == {"keys/raises"} and {f.fate for f in result.fates} == {"not-reached"}
+        fix = result.findings[0].fix or ""
+        assert fix.startswith("no release loads this draft") and "config.json" in fix
+        served = serve_draft(ckpt, engine=engine)
+        assert served.stops is not None and served.stops.stage == "config" and served.outcome == "fails-at-start"
+        assert cli.main(["convert", str(ckpt), "--to", engine, str(tmp_path / f"{name}-out")]) != 0
+        fixed_config = {**config, "rope_scaling": {**yarn, "factor": 4.0}}
+        assert simulate_load(write(tmp_path / f"{name}-set", tensors, fixed_config), engine).refused_at != "config"

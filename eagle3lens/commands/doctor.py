@@ -11,7 +11,9 @@ from ..progress import bars
 from ..render import render_report_html
 from ..io.safewrite import write_text_atomic
 from ..io.textsafe import printable
+from ..checkpoint import Checkpoint
 from . import add_output_options, example_epilog, finish, positive_float, positive_int
+from ._execute import add_execute_options, executing
 from .trace import DTYPE_NAMES, SCENARIO_NAMES
 
 
@@ -25,11 +27,18 @@ def write_html(out: Path, page: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    execution = None
+    if executing(args) and args.host:
+        from ..engines.execute_remote import execute_on_host
+
+        execution = execute_on_host(Checkpoint.open(args.checkpoint).require_draft(), args.host, fallback_class=None,
+                                    python=args.python, ssh_config=args.ssh_config, engine_root=args.engine_root)
     report = diagnose(args.checkpoint, engine=args.engine, target=args.target, log=args.log,
                       baseline_tps=args.baseline_tps, num_draft_tokens=args.num_draft_tokens,
                       scenario=args.scenario, weights=not args.no_weights, device_map=args.device_map,
                       dtype=args.dtype, progress=bars(not args.json), launch=args.launch,
-                      data=args.data, prompts=args.prompts, execute=args.execute, chat=args.chat)
+                      data=args.data, prompts=args.prompts, execute=args.execute, chat=args.chat,
+                      engine_root=None if args.host else args.engine_root, execution=execution)
     if args.html:
         write_html(Path(args.html), render_report_html(report, title=f"eagle3lens doctor: {args.checkpoint}"))
     code = finish(report, args)
@@ -56,8 +65,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("checkpoint", metavar="CKPT", help="draft checkpoint (directory or file)")
     p.add_argument("--engine", metavar="E", help="serving engine, NAME[==VERSION][:PATH] or installed, e.g. sglang==0.5.11, "
                         "vllm==0.33.0:v1 (eagle3lens engines --help explains the forms)")
-    p.add_argument("--execute", action="store_true",
-                   help="with --engine installed: the keys fate from the engine's own loader run on meta tensors")
+    add_execute_options(p, "the keys fate")
     p.add_argument("--target", metavar="T", help="target model checkpoint (HF layout): copies, wiring, aux layers")
     p.add_argument("--log", metavar="FILE", help="server log with acceptance lines (SGLang or vLLM)")
     p.add_argument("--launch", metavar="CMD",

@@ -7,6 +7,13 @@ vLLM 0.18.0-0.27.x ``Eagle3DeepseekV2ForCausalLM`` (deepseek_eagle3.py, ``Deepse
 ``factor`` stops the server with ``KeyError: 'factor'``. Under transformers 5 ``rope_scaling`` is an alias of
 ``rope_parameters``, never empty (``standardize_rope_params`` puts ``rope_theta`` in it and, for yarn, defaults
 ``original_max_position_embeddings`` to ``max_position_embeddings``); under 4 it is config.json's own field.
+
+Before any class is built, both engines read the draft's config.json with transformers' ``AutoConfig``, whose config
+classes validate the rope (4.x: ``rope_config_validation`` from ``LlamaConfig`` / ``DeepseekV3Config`` / ``Qwen3Config``
+``__init__``; 5.x: ``validate_rope`` under ``@strict``; modeling_rope_utils.py ``_check_received_keys``, read in 4.56.2,
+5.6.0 and 5.16.1, executed under 5.24): a scaled rope without its required keys raises ``KeyError`` in every release.
+Transformers 5 fills ``original_max_position_embeddings`` from ``max_position_embeddings`` first; 4 requires only
+the factors.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from typing import Any
 from ..mla_config import layer_config
 from .profile import EngineProfile
 
+ROPE_INCOMPLETE = "transformers refuses this config in every release (its scaled rope lacks a required key)"
 NEUTRAL = "factor 1.0 yarn (the same frequencies and scale as the default rope)"
 
 
@@ -36,10 +44,31 @@ def effective_rope(profile: EngineProfile, config: Mapping[str, Any] | None) -> 
     return rope
 
 
-def construct_error(profile: EngineProfile, config: Mapping[str, Any] | None) -> str | None:
-    """The engine's error when building the draft class for ``config`` (None: the constructor runs)."""
-    if profile.rope_yarn is None:
+# the config classes an EAGLE-3 draft's model_type resolves to that validate their rope (transformers 4.56.2 on)
+ROPE_VALIDATED = frozenset({"llama", "deepseek_v2", "deepseek_v3", "qwen2", "qwen3"})
+# rope type -> the keys transformers requires besides rope_type (the common subset of 4.x and 5.x)
+ROPE_REQUIRED = {"linear": ("factor",), "dynamic": ("factor",), "yarn": ("factor",),
+                 "longrope": ("short_factor", "long_factor"), "llama3": ("factor", "low_freq_factor", "high_freq_factor")}
+
+
+def config_rope_error(config: Mapping[str, Any] | None) -> str | None:
+    """transformers' error reading ``config`` (``AutoConfig``) when its scaled rope lacks a required key."""
+    if not isinstance(config, Mapping) or config.get("model_type") not in ROPE_VALIDATED:
         return None
+    rope = next((r for r in (config.get("rope_parameters"), config.get("rope_scaling")) if isinstance(r, Mapping)), {})
+    kind = rope.get("rope_type", rope.get("type"))
+    missing = sorted(k for k in ROPE_REQUIRED.get(kind, ()) if k not in rope) if isinstance(kind, str) else []
+    if not missing:
+        return None
+    return (f"KeyError: \"Missing required keys in `rope_parameters` for 'rope_type'='{str(kind)[:40]}': "
+            f"{set(missing)}\" (transformers' AutoConfig, reading config.json; transformers 4 names it `rope_scaling`)")
+
+
+def construct_error(profile: EngineProfile, config: Mapping[str, Any] | None) -> str | None:
+    """The engine's error when reading ``config`` and building the draft class for it (None: the constructor runs)."""
+    refused = config_rope_error(config)
+    if refused is not None or profile.rope_yarn is None:
+        return refused
     rope = effective_rope(profile, config)
     if not rope:
         return None

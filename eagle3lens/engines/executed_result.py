@@ -36,6 +36,12 @@ def execute_load(draft: CheckpointLike, *, root: str | Path | None = None, isola
     return executed_result(ckpt, execution, num_target_layers=num_target_layers)
 
 
+def stand_ins_note(result: Any) -> str:
+    """The note an executed load carries: what ran, and what replaced modules this machine lacks."""
+    return ("executed: the engine's own load_weights ran on meta tensors; stand-ins: "
+            + (", ".join(s["target"] for s in result.stand_ins) or "none"))
+
+
 def disagreement(what: str, simulated: str, executed: str, evidence: dict[str, Any]) -> Finding:
     return Finding("engine/simulation-disagrees", Severity.WARNING,
                    f"the engine's own loader disagrees with the simulation: {what}",
@@ -161,13 +167,15 @@ def compare(sim: Any, fates: list[Any], sources: list[Any], ex: Execution) -> li
                                 "recognised" if ex.recognised else "not recognised", {}))
     sim_raises = [f.key for f in sim.fates if f.fate == "raises"]
     ex_raises = [f.key for f in fates if f.fate == "raises"]
-    built = sim.refused if sim.refused_at == "construct" else "built"  # the simulated constructor's outcome
+    # the simulated build's outcome: the config read (transformers) and the class's constructor, one phase executed
+    unbuilt = sim.refused_at in ("config", "construct")
+    built = sim.refused if unbuilt else "built"
     if ex.error and ex.phase != "load":
-        if not (sim.refused_at == "construct" and str(sim.refused).startswith(ex.error["type"])):
+        if not (unbuilt and str(sim.refused).startswith(ex.error["type"])):
             out.append(disagreement("the draft cannot be built", built, f"{ex.error['type']} while {ex.phase}: "
                                     f"{ex.error['message'][:200]}", {"error": ex.error}))
         return out
-    if sim.refused_at == "construct":
+    if unbuilt:
         out.append(disagreement("the draft cannot be built", built, "built", {}))
         return out
     if sim_raises[:1] != ex_raises[:1]:

@@ -20,7 +20,7 @@ from .target_shape import TargetShape
 class ServerStop:
     """The server stops at ``stage`` with ``error`` (the engine's message); ``remedy`` says what serves it."""
 
-    stage: str  # "class-absent" | "config-gate" | "target-capture" | "construct" | "load"
+    stage: str  # "class-absent" | "config-gate" | "target-capture" | "config" | "construct" | "load"
     error: str
     remedy: str | None = None
     details: Mapping[str, Any] = field(default_factory=dict)  # what the rule read (release row, class, list)

@@ -22,7 +22,7 @@ from ..checkpoint import (
 from ..engines import EngineProfile, ParamSpec, all_profiles, resolve
 from ..errors import UsageError
 from ..findings import Finding, Severity, fix_command, to_jsonable
-from ..engines.construct import construct_error
+from ..engines.construct import ROPE_INCOMPLETE, config_rope_error, construct_error
 from ..engines.stops import ServerStop, class_absent
 
 CRITICAL_ROLES = ("decoder", "fc", "norm", "lm_head")
@@ -110,8 +110,8 @@ class LoadResult:
     origin: str = "simulated"  # simulated (the profile's rules) | executed (the engine's own load_weights ran)
     stand_ins: tuple[dict[str, str], ...] = ()  # executed: what replaced modules / state this machine lacks
     execution: dict[str, Any] | None = None  # executed: engine, root, module, phase, error, logs, seconds
-    # the engine's error that stops the server without any key raising: the class's constructor ("construct") or
-    # the loader's strict check on unwritten parameters after load_weights ("strict-check")
+    # the engine's error that stops the server without any key raising: transformers reading config.json ("config"),
+    # the class's constructor ("construct") or the loader's strict check on unwritten parameters after load_weights ("strict-check")
     refused: str | None = None
     refused_at: str | None = None
 
@@ -194,7 +194,9 @@ def simulate_load(draft: CheckpointLike, engine: EngineProfile | str | None = No
     fates: list[TensorFate] = []
     written: dict[str, list[tuple[str, str | None]]] = {}
     refused = construct_error(profile, ckpt.config)
-    stopped = "the draft class's constructor raised before load_weights" if refused else ""
+    at_config = config_rope_error(ckpt.config) is not None  # transformers reads config.json before the class
+    stopped = ("transformers refused config.json before the draft class was built" if at_config else
+               "the draft class's constructor raised before load_weights" if refused else "")
     for info in ckpt.tensors.values():  # in the loader's order: sorted names, as safe_open(...).keys() gives them
         if stopped:
             fates.append(TensorFate(info.name, info.dtype, info.shape, "not-reached", reason=f"never read: {stopped}",
@@ -213,8 +215,8 @@ def simulate_load(draft: CheckpointLike, engine: EngineProfile | str | None = No
     sources = tuple(_param_source(p, written.get(p.name, []), profile, spec) for p in params.values())
     recognised = profile.recognises(ckpt.config)
     mapping = {f.key: f.param for f in fates if f.param and f.fate in ("loaded", "loaded-shard", "converted")}
-    absent = class_absent(profile, spec)
-    refused_at = "construct" if refused else None
+    absent = None if at_config else class_absent(profile, spec)  # the config is read before the class is resolved
+    refused_at = ("config" if at_config else "construct") if refused else None
     discarded = any(f.finding == "keys/d2t-discarded" for f in fates)  # taken (so counted as loaded), then dropped
     unwritten = [s.param.name for s in sources if not s.sources and not (discarded and s.param.role == "vocab")]
     if refused is None and profile.strict_load and unwritten and not any(f.fate == "raises" for f in fates):
@@ -222,8 +224,8 @@ def simulate_load(draft: CheckpointLike, engine: EngineProfile | str | None = No
             "strict-check"
     if absent is not None:
         findings = [_class_absent(profile, spec, absent)]
-    elif refused_at == "construct":
-        findings = [_refused(ckpt, profile, refused or "")]
+    elif refused_at in ("config", "construct"):
+        findings = [_refused(ckpt, profile, refused or "", refused_at or "")]
     else:
         findings = _findings(ckpt, profile, spec, fates, sources, recognised, num_target_layers, refused)
     if profile.path:  # every finding says which runtime path it assumed
@@ -235,12 +237,18 @@ def simulate_load(draft: CheckpointLike, engine: EngineProfile | str | None = No
                       profile.release, profile.path, refused=refused, refused_at=refused_at)
 
 
-def _refused(ckpt: Checkpoint, profile: EngineProfile, error: str) -> Finding:
-    """The draft class's constructor raises for this config: the server stops, no key is read."""
-    return Finding(
-        "keys/raises", Severity.CRITICAL, f"{profile.spec} cannot build the draft: its constructor raises",
-        f"{profile.draft_class} raises while it is built, before load_weights reads any key: {error}",
-        evidence={"message": error, "stage": "construct", "draft_class": profile.draft_class}, fix=_fix(ckpt, profile))
+def _refused(ckpt: Checkpoint, profile: EngineProfile, error: str, stage: str) -> Finding:
+    """transformers refuses the config, or the draft class's constructor raises for it: the server stops, no key is
+    read."""
+    if stage == "config":
+        title, detail = (f"{profile.spec} cannot build the draft: transformers refuses its config.json",
+                         f"Reading config.json (AutoConfig) raises before {profile.draft_class} is built: {error}")
+    else:
+        title, detail = (f"{profile.spec} cannot build the draft: its constructor raises",
+                         f"{profile.draft_class} raises while it is built, before load_weights reads any key: {error}")
+    return Finding("keys/raises", Severity.CRITICAL, title, detail,
+                   evidence={"message": error, "stage": stage, "draft_class": profile.draft_class},
+                   fix=_fix(ckpt, profile))
 
 
 def _class_absent(profile: EngineProfile, spec: DraftSpec, stop: ServerStop) -> Finding:
@@ -313,6 +321,8 @@ def _fix(ckpt: Checkpoint, profile: EngineProfile) -> str:
     blocker = convert_blocker(ckpt, profile)
     if blocker is None:
         return fix_command("convert", ckpt.path, "--to", profile.spec, "OUT")
+    if blocker.startswith(ROPE_INCOMPLETE):
+        return f"no release loads this draft: {blocker}"
     return f"no conversion makes {profile.spec} load this draft ({blocker}): serve it with another release"
 
 

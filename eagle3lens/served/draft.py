@@ -191,6 +191,8 @@ def _stop(profile: EngineProfile, spec: Any, load: LoadResult, shape: TargetShap
     stop = config_gate(profile, shape) if shape is not None and capture else None
     if stop is None and shape is not None and capture:
         stop = target_capture(profile, shape, notes)
+    if stop is None and load.refused_at == "config":  # transformers reads config.json before the class is resolved
+        stop = ServerStop("config", load.refused or "", _raises_fix(load))
     if stop is None:
         stop = class_absent(profile, spec)
     if stop is None and load.refused_at == "construct":
@@ -272,7 +274,8 @@ def _stop_finding(profile: EngineProfile, stop: ServerStop, shape: TargetShape |
     what = {"class-absent": "the release does not ship the draft's class",
             "config-gate": "the release refuses EAGLE-3 for this target at config validation",
             "target-capture": "the target class cannot capture EAGLE-3 aux states",
-            "load": "the loader raises", "construct": "the draft class's constructor raises"}[stop.stage]
+            "load": "the loader raises", "construct": "the draft class's constructor raises",
+            "config": "transformers refuses the draft's config.json"}[stop.stage]
     return Finding(
         "launch/server-fails", Severity.CRITICAL, f"{'predicted: ' if launch else ''}the server stops at start: {what}",
         f"{profile.spec} stops before the draft runs: {stop.error}",

@@ -1,0 +1,46 @@
+"""The ``--execute`` options ``keys`` and ``doctor`` share, and the executed load they run (here or on ``--host``)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ..checkpoint import Checkpoint
+from ..errors import UsageError
+
+
+def add_execute_options(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--execute", action="store_true",
+                   help=f"with --engine installed: {what} from the engine's own load_weights run on meta tensors (no "
+                        "GPU, no weights read) instead of the simulation; differences are engine/simulation-disagrees")
+    p.add_argument("--engine-root", metavar="DIR", default=None,
+                   help="with --execute: the engine package in DIR (an unpacked wheel) instead of the installed one")
+    p.add_argument("--host", metavar="H", help="with --execute: run the engine installed on GPU host H over SSH (only "
+                                               "the headers travel; --engine-root is then a directory there)")
+    p.add_argument("--python", default="python3", help="the Python on --host (with eagle3lens and the engine)")
+    p.add_argument("--ssh-config", metavar="FILE", help="ssh config file for --host (default ~/.ssh/config)")
+
+
+def executing(args: argparse.Namespace) -> bool:
+    """Whether the command runs the engine's own loader; the option combinations that cannot work are refused."""
+    if args.host and not args.execute:
+        raise UsageError("--host runs the host's engine: add --execute (the simulation needs no host)")
+    execute = bool(args.execute or args.engine_root)
+    if execute and (args.engine or "installed").strip().lower() != "installed":
+        raise UsageError(f"--execute runs the installed engine's own loader: write --engine installed, not "
+                         f"--engine {args.engine}")
+    return execute
+
+
+def executed_load(ckpt: Checkpoint, args: argparse.Namespace, num_target_layers: int | None) -> Any:
+    """The executed LoadResult: the engine here (or in ``--engine-root``), or the one installed on ``--host``."""
+    from ..engines.executed_result import execute_load
+
+    execution = None
+    if args.host:
+        from ..engines.execute_remote import execute_on_host
+
+        execution = execute_on_host(ckpt, args.host, fallback_class=None, python=args.python,
+                                    ssh_config=args.ssh_config, engine_root=args.engine_root)
+    return execute_load(ckpt, root=None if args.host else args.engine_root, num_target_layers=num_target_layers,
+                        execution=execution)
