@@ -32,15 +32,24 @@ def executing(args: argparse.Namespace) -> bool:
     return execute
 
 
+def host_execution(ckpt: Checkpoint, args: argparse.Namespace) -> Any:
+    """With ``--host``: the record of the host's engine run on ``ckpt``'s headers there (None without it)."""
+    if not args.host:
+        return None
+    from ..engines.execute_remote import execute_on_host
+
+    return execute_on_host(ckpt, args.host, fallback_class=None, python=args.python, ssh_config=args.ssh_config,
+                           engine_root=args.engine_root)
+
+
+def local_root(args: argparse.Namespace) -> str | None:
+    """``--engine-root`` when it is a directory here (with ``--host`` it names one there)."""
+    return None if args.host else args.engine_root
+
+
 def executed_load(ckpt: Checkpoint, args: argparse.Namespace, num_target_layers: int | None) -> Any:
     """The executed LoadResult: the engine here (or in ``--engine-root``), or the one installed on ``--host``."""
     from ..engines.executed_result import execute_load
 
-    execution = None
-    if args.host:
-        from ..engines.execute_remote import execute_on_host
-
-        execution = execute_on_host(ckpt, args.host, fallback_class=None, python=args.python,
-                                    ssh_config=args.ssh_config, engine_root=args.engine_root)
-    return execute_load(ckpt, root=None if args.host else args.engine_root, num_target_layers=num_target_layers,
-                        execution=execution)
+    return execute_load(ckpt, root=local_root(args), num_target_layers=num_target_layers,
+                        execution=host_execution(ckpt, args))

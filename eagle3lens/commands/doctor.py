@@ -13,7 +13,7 @@ from ..io.safewrite import write_text_atomic
 from ..io.textsafe import printable
 from ..checkpoint import Checkpoint
 from . import add_output_options, example_epilog, finish, positive_float, positive_int
-from ._execute import add_execute_options, executing
+from ._execute import add_execute_options, executing, host_execution, local_root
 from .trace import DTYPE_NAMES, SCENARIO_NAMES
 
 
@@ -27,18 +27,13 @@ def write_html(out: Path, page: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    execution = None
-    if executing(args) and args.host:
-        from ..engines.execute_remote import execute_on_host
-
-        execution = execute_on_host(Checkpoint.open(args.checkpoint).require_draft(), args.host, fallback_class=None,
-                                    python=args.python, ssh_config=args.ssh_config, engine_root=args.engine_root)
+    execution = host_execution(Checkpoint.open(args.checkpoint).require_draft(), args) if executing(args) else None
     report = diagnose(args.checkpoint, engine=args.engine, target=args.target, log=args.log,
                       baseline_tps=args.baseline_tps, num_draft_tokens=args.num_draft_tokens,
                       scenario=args.scenario, weights=not args.no_weights, device_map=args.device_map,
                       dtype=args.dtype, progress=bars(not args.json), launch=args.launch,
                       data=args.data, prompts=args.prompts, execute=args.execute, chat=args.chat,
-                      engine_root=None if args.host else args.engine_root, execution=execution)
+                      engine_root=local_root(args), execution=execution)
     if args.html:
         write_html(Path(args.html), render_report_html(report, title=f"eagle3lens doctor: {args.checkpoint}"))
     code = finish(report, args)

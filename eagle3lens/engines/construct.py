@@ -61,7 +61,7 @@ def config_rope_error(config: Mapping[str, Any] | None) -> str | None:
     if not missing:
         return None
     return (f"KeyError: \"Missing required keys in `rope_parameters` for 'rope_type'='{str(kind)[:40]}': "
-            f"{set(missing)}\" (transformers' AutoConfig, reading config.json; transformers 4 names it `rope_scaling`)")
+            f"{{{', '.join(map(repr, missing))}}}\" (transformers' AutoConfig, reading config.json; transformers 4 names it `rope_scaling`)")
 
 
 def construct_error(profile: EngineProfile, config: Mapping[str, Any] | None) -> str | None:
