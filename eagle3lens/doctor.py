@@ -225,14 +225,13 @@ def diagnose(
             evidence={"files": [f.name for f in ckpt.files]},
             fix="copy the training run's config.json next to the weights"))
         skipped["keys"] = skipped["aux_layers"] = skipped["wiring"] = "no config.json: nothing to build the draft from"
-    elif executed is not None:
-        from .engines.executed_result import stand_ins_note
-
-        run("keys", lambda: executed)
-        report.notes.append(stand_ins_note(executed))
     elif profile is not None:
-        served = serve_draft(ckpt, engine=profile, num_target_layers=num_target_layers,
+        served = serve_draft(ckpt, engine=profile, num_target_layers=num_target_layers, load=executed,
                              target=config_target or (tgt.root if tgt is not None else None))
+        if executed is not None:
+            from .engines.executed_result import stand_ins_note
+
+            report.notes.append(stand_ins_note(executed))
         run("keys", lambda: served.load)
         report.findings.extend(served.findings)  # the server stopping before the draft runs
         report.notes.extend(n for n in report.results["keys"].notes if n.startswith("the runtime paths differ"))

@@ -70,6 +70,8 @@ class Layer(nn.Module):
 class LlamaForCausalLMEagle3(nn.Module):
     def __init__(self, config, quant_config=None, prefix=""):
         super().__init__()
+        if config.num_hidden_layers != 1:  # as sglang 0.4.4.post2 to 0.5.11 refuse
+            raise ValueError("EAGLE3 currently only supports 1 layer")
         h, v = config.hidden_size, config.vocab_size
         self.model = nn.Module()
         self.model.embed_tokens = nn.Embedding(v, h)
@@ -214,6 +216,21 @@ def test_a_raise_is_recorded_with_its_key_and_place(engine: Path, tmp_path: Path
     assert where.evidence["simulated"] == "no raise"
 
 
+def test_a_constructor_that_raises_is_the_executed_refusal(engine: Path, tmp_path: Path) -> None:
+    """The class's own constructor raising is the executed result's refusal (stage construct), so the served draft
+    built on it stops there, as the simulated one does for a constructor rule it knows."""
+    from eagle3lens.served import serve_draft
+
+    tensors = {k: v for k, v in draft_tensors("midlayer.").items() if not k.startswith("embed_tokens")}
+    draft = write(tmp_path / "draft", tensors, {**sglang_config(), "num_hidden_layers": 2})
+    result = execute_load(draft, root=engine)
+    assert result.execution["phase"] == "construct" and result.refused_at == "construct"
+    assert result.refused.startswith(result.execution["error"]["type"])
+    assert {f.fate for f in result.fates} == {"not-reached"}
+    served = serve_draft(draft, engine=result.engine, load=result)
+    assert served.stops is not None and (served.stops.stage, served.stops.error) == ("construct", result.refused)
+
+
 def test_a_logged_skip_is_a_drop_with_its_warning(engine: Path, tmp_path: Path) -> None:
     result = execute_load(_eagle(tmp_path, extra={"zz.unknown.weight": torch.zeros(2)}), root=engine)
     f = next(f for f in result.fates if f.key == "zz.unknown.weight")
@@ -244,6 +261,29 @@ def test_doctor_execute_uses_the_executed_fate(engine: Path, tmp_path: Path) -> 
     assert any(f["code"] == "engine/simulation-disagrees" and f["evidence"].get("tensor") ==
                "layers.0.mlp.down_proj.weight" for f in out["findings"])
     assert any(n.startswith("executed: the engine's own load_weights ran") for n in out["notes"])
+
+
+def test_doctor_execute_keeps_the_server_stops_of_the_simulated_path(engine: Path, tmp_path: Path) -> None:
+    """The server stops that come before the draft's load (here: a Gemma-2 target, which sglang 0.5.11 cannot ask
+    to capture aux states) are the same finding with --execute as without: only the load is executed."""
+    draft = _eagle(tmp_path)
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "config.json").write_text(json.dumps({
+        "architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2", "hidden_size": H, "num_hidden_layers": 4,
+        "vocab_size": 256, "num_attention_heads": HEADS, "intermediate_size": INTER}))
+    reports = {}
+    for how, extra in (("executed", ["--engine", "installed", "--execute", "--engine-root", str(engine)]),
+                       ("simulated", ["--engine", "sglang==0.5.11"])):
+        done = subprocess.run([sys.executable, "-m", "eagle3lens", "doctor", str(draft), "--target", str(target),
+                               *extra, "--no-weights", "--json"], capture_output=True, text=True, check=False,
+                              timeout=300)
+        reports[how] = json.loads(done.stdout)
+    assert reports["executed"]["results"]["keys"]["origin"] == "executed"
+    stops = {how: [(f["evidence"]["stage"], f["evidence"]["error"]) for f in r["findings"]
+                   if f["code"] == "launch/server-fails"] for how, r in reports.items()}
+    assert stops["executed"] == stops["simulated"] and stops["executed"][0][0] == "target-capture"
+    assert "Gemma2ForCausalLM" in stops["executed"][0][1]
 
 
 @pytest.mark.parametrize("command", ["keys", "doctor"])

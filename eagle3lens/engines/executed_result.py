@@ -135,11 +135,25 @@ def executed_result(ckpt: Checkpoint, ex: Execution, *, num_target_layers: int |
     notes = sim.notes + ex_notes + (f"executed {ex.module}.{ex.draft_class} from {ex.root} in {ex.seconds:.1f} s; "
                                     f"{len(ex.stand_ins)} stand-ins",)
     mapping = {f.key: f.param for f in fates if f.param and f.fate in WRITTEN}
+    refused, refused_at = _refusal(sim, ex)
     return replace(sim, fates=tuple(fates), params=tuple(sources), findings=tuple(findings), notes=notes,
                    mapping=mapping, recognised=recognised, draft_class=ex.draft_class or sim.draft_class,
+                   refused=refused, refused_at=refused_at,
                    origin="executed", stand_ins=tuple(s.to_dict() for s in ex.stand_ins),
                    execution={k: v for k, v in ex.to_dict().items() if k in ("engine", "version", "root", "module",
                                                                              "phase", "error", "logs", "seconds")})
+
+
+def _refusal(sim: Any, ex: Execution) -> tuple[str | None, str | None]:
+    """Why the server stops around load_weights, as the execution saw it: the engine's config handling or the
+    class's constructor raised (stage ``config`` where transformers' config-time rule explains it). The model
+    loader's strict check after load_weights is not part of the class, so it is not executed: the simulated one
+    stands when the load itself ran through."""
+    if ex.error and ex.phase == "construct":
+        return f"{ex.error['type']}: {ex.error['message']}", "config" if sim.refused_at == "config" else "construct"
+    if sim.refused_at == "strict-check" and ex.phase == "done":
+        return sim.refused, sim.refused_at
+    return None, None
 
 
 def _shard_name(param: ParamSpec | None, offset: int, shape: list[int] | None) -> str:

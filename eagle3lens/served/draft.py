@@ -121,10 +121,12 @@ class ServedDraft:
 
 
 def serve_draft(draft: CheckpointLike, *, engine: str | EngineProfile, target: str | Path | Checkpoint | None = None,
-                launch: Launch | None = None, num_target_layers: int | None = None) -> ServedDraft:
+                launch: Launch | None = None, num_target_layers: int | None = None,
+                load: LoadResult | None = None) -> ServedDraft:
     """What ``engine`` runs for ``draft``: headers and configs of the draft and ``target`` (its ``config.json``
     is enough), with ``launch`` deciding the algorithm and runtime path (without one: EAGLE-3, the default path).
-    ``num_target_layers`` stands in for a target when only its layer count is known."""
+    ``num_target_layers`` stands in for a target when only its layer count is known. ``load``: the draft's load
+    as already decided (the engine's own loader executed, ``keys --execute``) instead of the simulated one."""
     ckpt = as_checkpoint(draft).require_draft()
     if ckpt.config is None:
         raise CheckpointError(ckpt.path, "no config.json beside the weights? the engine builds the draft from it")
@@ -137,7 +139,7 @@ def serve_draft(draft: CheckpointLike, *, engine: str | EngineProfile, target: s
     shape = read_target_shape(target) if target is not None else None
     L = shape.num_hidden_layers if shape is not None else num_target_layers
     spec = ckpt.spec
-    load = simulate_load(ckpt, profile, num_target_layers=L)
+    load = load if load is not None else simulate_load(ckpt, profile, num_target_layers=L)
     notes: list[str] = []
     findings: list[Finding] = []
     algorithm = _algorithm(launch, spec, notes) if launch is not None else None
