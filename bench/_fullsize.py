@@ -184,14 +184,6 @@ def config_only_target(dir: str | Path, config: dict) -> Path:
     return dir
 
 
-# -- a process's own peak RSS -------------------------------------------------------------------------------
-# VmHWM of /proc/self/status: the high-water RSS of this process's address space, which execve starts afresh.
-# Not getrusage's ru_maxrss: at execve Linux folds the old address space's high-water mark into it, and a child that
-# subprocess forks (or vforks, sharing the parent's memory) leaves the parent's, so a child reports at least its
-# parent's RSS (tests/test_fullsize.py shows it). An expression, to be placed in the code of a child process.
-PEAK_RSS_KB = "int(next(line for line in open('/proc/self/status') if line.startswith('VmHWM:')).split()[1])"
-
-
 # -- counting the bytes a command read: the file's pages in the page cache ------------------------------------
 PAGE = os.sysconf("SC_PAGE_SIZE")
 

@@ -29,6 +29,9 @@ from eagle3lens.probes.acceptance import chain, estimate_acceptance
 from eagle3lens.probes.data import dump_files, write_speculators_sample
 from eagle3lens.probes.traffic_result import Sampling
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _rss import PEAK_RSS_KB  # noqa: E402
+
 H, V, N, L, T, K = 256, 4096, 1024, 12, 512, 3
 AUX = (2, 6, 9)
 ROUNDS = 3
@@ -99,11 +102,11 @@ def probe(draft_dir: Path, target_dir: Path, dump: Path, sampling: Sampling | No
 
 def rss_child(draft_dir: Path, target_dir: Path, dump: Path) -> int:
     """Peak RSS (bytes) of a child streaming the dump, above its RSS once torch and the probe are imported."""
-    code = ("import os, resource; import torch; from eagle3lens.probes.acceptance import estimate_acceptance\n"
+    code = ("import os; import torch; from eagle3lens.probes.acceptance import estimate_acceptance\n"
             "torch.set_num_threads(1)\n"
             "base = int(open('/proc/self/statm').read().split()[1]) * os.sysconf('SC_PAGE_SIZE') // 1024\n"
             f"estimate_acceptance({str(draft_dir)!r}, {str(dump)!r}, target={str(target_dir)!r}, steps={K})\n"
-            "print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) * 1024)\n")
+            f"print(({PEAK_RSS_KB} - base) * 1024)\n")
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
     return int(out.stdout.strip().splitlines()[-1])
 

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _rss import PEAK_RSS_KB  # noqa: E402
 from eagle3lens.engines.execute import record_execution  # noqa: E402
 from eagle3lens.engines.wheels import unpacked  # noqa: E402
 from eagle3lens.probes.keys import simulate_load  # noqa: E402
@@ -30,9 +31,8 @@ CHILD = """
 import sys
 from eagle3lens.engines.execute import main
 main(sys.argv[1:])
-hwm = next(line for line in open('/proc/self/status') if line.startswith('VmHWM:'))
-print('eagle3lens-bench-vmhwm-kb', hwm.split()[1])
-"""
+print('eagle3lens-bench-vmhwm-kb', PEAK_RSS_KB)
+""".replace("PEAK_RSS_KB", PEAK_RSS_KB)
 
 
 def cold(draft: Path, root: Path) -> tuple[float, float, dict]:

@@ -37,12 +37,12 @@ from pathlib import Path
 from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _rss import PEAK_RSS_KB  # noqa: E402
 from _fullsize import (  # noqa: E402
     KIMI,
     KIMI_K25,
     LAYOUTS,
     LLAMA_405B,
-    PEAK_RSS_KB,
     config_only_target,
     evict,
     make_sparse_draft,
@@ -56,7 +56,7 @@ TINY_MLA = dict(mla_heads=4, q_lora_rank=32, kv_lora_rank=16, qk_nope_head_dim=8
 LAUNCH = "python -m sglang.launch_server --model-path kimi-k2.5 --speculative-algorithm EAGLE3 --speculative-draft-model-path D"
 
 # runs eagle3lens commands in one process; prints {"rcs", "wall", "peak_rss_kb", "stderr"} as its last stdout line
-# (peak RSS: the child's own VmHWM, see _fullsize.PEAK_RSS_KB; getrusage's ru_maxrss would include this process's)
+# (peak RSS: the child's own VmHWM, see _rss.PEAK_RSS_KB; getrusage's ru_maxrss would include this process's)
 # (both children start their clock before their first import: the lazy imports of torch and transformers count alike)
 _CHILD = r"""
 import time

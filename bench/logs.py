@@ -3,8 +3,7 @@
     .venv/bin/python bench/logs.py
 
 Baseline (named "plain read"): ``for line in open(path): pass`` over the same file, in the same run, in its own
-subprocess. Each run is a fresh subprocess so its peak RSS (``resource.getrusage(RUSAGE_SELF).ru_maxrss``)
-is its own. Targets: parse time <= 20x the plain read, peak RSS <= 200 MB.
+subprocess. Each run is a fresh subprocess that reports its own peak RSS (``VmHWM``, bench/_rss.py). Targets: parse time <= 20x the plain read, peak RSS <= 200 MB.
 
 The 1 M-line log mimics a busy SGLang server: a decode line every fourth line (accept len, accept rate and
 throughput varying), between prefill lines, HTTP access lines and a colour-coded warning. The 5 MB line is
@@ -20,12 +19,15 @@ import sys
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _rss import PEAK_RSS_KB  # noqa: E402
+
 TARGET_RATIO = 20.0
 TARGET_RSS_MB = 200.0
 LINES = 3_000_000  # the trials: a 3 M-line (560 MB) log took over 60 s
 
 _CHILD = r"""
-import json, resource, sys, time
+import json, sys, time
 mode, path = sys.argv[1], sys.argv[2]
 if mode == "parse":
     from eagle3lens.probes.logs import parse_log
@@ -42,7 +44,7 @@ else:
             n += 1
     seconds = time.process_time() - t0
     extra = {"total": n}
-rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+rss_kb = PEAK_RSS_KB
 print(json.dumps({"seconds": seconds, "rss_mb": rss_kb / 1024, **extra}))
 """
 
@@ -71,7 +73,7 @@ def write_long_line(path: Path, size: int = 5 * 1024 * 1024) -> None:
 
 
 def measure(mode: str, path: Path) -> dict:
-    out = subprocess.run([sys.executable, "-c", _CHILD, mode, str(path)], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", _CHILD.replace("PEAK_RSS_KB", PEAK_RSS_KB), mode, str(path)], capture_output=True, text=True, check=True)
     return json.loads(out.stdout)
 
 

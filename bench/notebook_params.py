@@ -3,7 +3,9 @@
     .venv/bin/python bench/notebook_params.py
 
 Baseline (same run): the same tiny notebook, run headless by the CLI with a 10-byte parameter. Measured: CPU seconds
-of the CLI and its kernel (``RUSAGE_CHILDREN`` around each run) and their peak RSS. Before parameters were passed by
+of the CLI and its kernel (``RUSAGE_CHILDREN`` around each run) and their peak RSS (``ru_maxrss`` of the waited-for
+descendants: the kernel is the CLI's child, out of reach of a ``VmHWM`` read (bench/_rss.py); it also holds this
+light parent's own high-water mark, a few tens of MB in both runs). Before parameters were passed by
 file, the 1.5 MB value was embedded in the notebook JSON and cost 116 s of CPU and 1.9 GB. Target: <= 1.5x the
 baseline's CPU and <= 100 MB more peak RSS.
 """

@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _rss import peak_rss_kb  # noqa: E402
 
 PRESET = "llama-3.1-405b"
 SEQ = 8
@@ -144,7 +147,7 @@ def child(variant: str) -> dict:
         run()
         times.append(time.perf_counter() - t)
     return {"variant": variant, "seconds": statistics.median(times), "fc_in": width,
-            "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+            "max_rss_mb": peak_rss_kb() / 1024}
 
 
 def bench_meta() -> None:

@@ -5,7 +5,7 @@
 
 Baseline (named "naive"): ``safetensors.torch.load_file`` of everything, then per tensor
 ``.float()`` mean / std / min / max. Each contender runs in its own subprocess that reports its
-wall time (after imports) and its peak RSS (``ru_maxrss``; ``/usr/bin/time -v`` agrees). A raw read
+wall time (after imports) and its own peak RSS (``VmHWM``, bench/_rss.py). A raw read
 pass over the same bytes (plain reads into a reused 8 MiB buffer) sets the throughput ceiling.
 Targets: wall-time ratio eagle3lens / naive <= 1.0, eagle3lens peak RSS <= 300 MB, throughput
 >= 25% of the raw read pass. eagle3lens runs with its default threads (usable cores, at most 4), as a user
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _fullsize import safetensors_prefix  # noqa: E402
+from _rss import PEAK_RSS_KB  # noqa: E402
 
 TENSOR_MB = 128
 
@@ -52,13 +52,13 @@ result = weight_stats(Checkpoint.open(ckpt_dir), threads=THREADS)
 }
 
 PRELUDE = """
-import json, resource, sys, time
+import json, sys, time
 import torch
 ckpt_dir, files = sys.argv[1], sys.argv[2:]
 t0 = time.perf_counter()
 """
 REPORT = """
-print(json.dumps({"wall": time.perf_counter() - t0, "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+print(json.dumps({"wall": time.perf_counter() - t0, "maxrss_mb": PEAK_RSS_KB / 1024}))
 """
 
 
@@ -81,17 +81,10 @@ def write_checkpoint(out: Path, gb: float) -> list[Path]:
 
 
 def run_child(kind: str, ckpt_dir: Path, files: list[Path], threads: int | None = None) -> dict:
-    code = PRELUDE + f"THREADS = {threads!r}\n" + CHILD[kind] + REPORT
-    cmd = [sys.executable, "-c", code, str(ckpt_dir), *map(str, files)]
-    time_v = shutil.which("time") or ("/usr/bin/time" if os.path.exists("/usr/bin/time") else None)
-    if time_v:
-        cmd = [time_v, "-v", *cmd]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    for line in proc.stderr.splitlines():  # /usr/bin/time -v: whole process, imports included
-        if "Maximum resident set size" in line:
-            result["maxrss_mb"] = int(line.rsplit(":", 1)[1]) / 1024
-    return result
+    code = PRELUDE + f"THREADS = {threads!r}\n" + CHILD[kind] + REPORT.replace("PEAK_RSS_KB", PEAK_RSS_KB)
+    proc = subprocess.run([sys.executable, "-c", code, str(ckpt_dir), *map(str, files)], capture_output=True,
+                          text=True, check=True)
+    return json.loads(proc.stdout.strip().splitlines()[-1])  # peak RSS: the whole process, imports included
 
 
 def main() -> None:

@@ -19,10 +19,10 @@ import pytest
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 sys.path.insert(0, str(BENCH))
 
+from _rss import PEAK_RSS_KB  # noqa: E402
 from _fullsize import (  # noqa: E402
     KIMI,
     LLAMA_405B,
-    PEAK_RSS_KB,
     config_only_target,
     data_start,
     evict,
