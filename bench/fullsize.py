@@ -11,6 +11,8 @@ Llama config, then runs every command on them, each in its own subprocess (its p
 line per command: wall, peak RSS, the ratio to its baseline, the budget, PASS/FAIL.
 
 Baselines, measured in the same run:
+Each timed command and its baseline run twice, alternately, and the fastest of each counts (load on a shared machine
+only adds time; peak RSS: the larger).
 - headers and meta paths: the same command on a tiny draft, times 1.5, plus the time to read the full-size headers;
   RSS <= 1 GB; no tensor byte read (counted through the page cache);
 - ``vocab`` and ``doctor`` (no data) read the vocabulary map and the tables it indexes (d2t, t2d, lm_head, embed),
@@ -32,7 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -146,6 +148,30 @@ class Line:
         ratio = f"{self.ratio:5.2f}x" if self.ratio is not None else "   -  "
         return (f"{self.command:<44} {self.run.wall:7.2f} s {self.run.rss_mb:7.0f} MB  {ratio}  {self.budget:<38} "
                 f"{'PASS' if self.ok else 'FAIL'}{'  ' + self.why if self.why else ''}")
+
+
+ROUNDS = 2  # a timed command and its baseline run this many times, alternately; the fastest of each is kept
+
+
+def fastest(runs: list[Run]) -> Run:
+    """The quickest of the same command's runs (load on a shared machine only ever adds time), with the largest peak
+    RSS and every tensor any of them read."""
+    best = min(runs, key=lambda r: r.wall)
+    read = {f: set().union(*(r.read.get(f, set()) for r in runs)) for f in best.read}
+    return replace(best, rss_mb=max(r.rss_mb for r in runs), read=read)
+
+
+def _baseline(kind: str, tiny_argvs: list[list[str]], watch: tuple[Path, ...],
+              p: dict[str, Path]) -> Callable[[], float] | None:
+    """Seconds of the baseline a ``kind`` of command is held against, measured anew at each call (None: no timing
+    budget): the tiny draft's run of the same command, the bare meta forward, or a raw read of the file."""
+    if kind in ("headers", "meta", "vocab"):
+        return lambda: run_cli(tiny_argvs, (), True).wall
+    if kind == "meta405":
+        return lambda: run_cli([str(p["405b"])], (), True, child=_BARE_META).wall
+    if kind == "stream":
+        return lambda: raw_read(list(watch))
+    return None
 
 
 def raw_read(paths: list[Path]) -> float:
@@ -270,26 +296,29 @@ def drill(root: Path, dims: dict, mla: dict | None = None, measure: bool = True,
     for name, kind, argvs, watch in commands(p, engines):
         if only is not None and only not in name:
             continue
-        run = run_cli(argvs, watch, measure)
+        baseline = _baseline(kind, tiny_cmds.get(name, []), watch, p) if measure else None
+        runs, bases = [], []
+        for _ in range(ROUNDS if baseline is not None else 1):  # alternately: a burst of load hits both
+            runs.append(run_cli(argvs, watch, measure))
+            if baseline is not None:
+                bases.append(baseline())
+        run = fastest(runs)
+        base_s = min(bases) if bases else 0.0
         problem = functional_problem(kind, run)
         ratio, budget, ok = None, "runs", not problem
         if measure and kind in ("headers", "meta"):
-            base = run_cli(tiny_cmds[name], (), measure)
-            limit = 1.5 * base.wall + headers
-            ratio, budget = run.wall / max(limit, 1e-9), f"<= 1.5x tiny ({base.wall:.2f} s) + headers, <= 1 GB"
+            limit = 1.5 * base_s + headers
+            ratio, budget = run.wall / max(limit, 1e-9), f"<= 1.5x tiny ({base_s:.2f} s) + headers, <= 1 GB"
             ok = ok and run.wall <= limit and run.rss_mb <= 1024
         elif measure and kind == "vocab":
-            base = run_cli(tiny_cmds[name], (), measure)
-            limit = 1.5 * base.wall + headers + raw_read(list(watch))
-            ratio, budget = run.wall / max(limit, 1e-9), f"<= 1.5x tiny ({base.wall:.2f} s) + headers + raw read, <= 1 GB"
+            limit = 1.5 * base_s + headers + raw_read(list(watch))
+            ratio, budget = run.wall / max(limit, 1e-9), f"<= 1.5x tiny ({base_s:.2f} s) + headers + raw read, <= 1 GB"
             ok = ok and run.wall <= limit and run.rss_mb <= 1024
         elif measure and kind == "meta405":
-            base = run_cli([str(p["405b"])], (), measure, child=_BARE_META)
-            ratio, budget = run.wall / base.wall, f"<= 1.2x bare meta forward ({base.wall:.2f} s), <= 1 GB"
+            ratio, budget = run.wall / base_s, f"<= 1.2x bare meta forward ({base_s:.2f} s), <= 1 GB"
             ok = ok and ratio <= 1.2 and run.rss_mb <= 1024
         elif measure and kind == "stream":
-            raw = raw_read(list(watch))
-            ratio, budget = raw / run.wall, f">= 25% of raw read ({raw:.2f} s), <= 300 MB"
+            ratio, budget = base_s / run.wall, f">= 25% of raw read ({base_s:.2f} s), <= 300 MB"
             ok = ok and ratio >= 0.25 and run.rss_mb <= 300
         elif measure and kind == "host":
             budget = "one line pointing to --host"
