@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from .checkpoint import FLAG_NAMES, DraftSpec
 from .engines import EngineProfile, all_profiles
+from .engines.construct import layers_error
 from .probes.aux_layers import trained_with
 
 LAYER_ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM"}  # transformer_layer_config's own
@@ -55,6 +56,9 @@ def convert_config(config: dict[str, Any], spec: DraftSpec, profile: EngineProfi
     for flag, on in job.wanted.items():
         if on and flag not in profile.honoured_flags:
             job.refusals.append(f"{flag} is used by this draft but {profile.spec} does not implement it")
+    too_many = layers_error(profile, spec)
+    if too_many is not None:
+        job.refusals.append(f"{too_many}: no conversion removes a trained decoder layer")
     new = CONFIG_WRITERS[profile.config_style](job)
     _complete_rope(job, new)
     return new, job.changes, job.refusals, job.notes

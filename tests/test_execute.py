@@ -227,6 +227,7 @@ def test_a_constructor_that_raises_is_the_executed_refusal(engine: Path, tmp_pat
     assert result.execution["phase"] == "construct" and result.refused_at == "construct"
     assert result.refused.startswith(result.execution["error"]["type"])
     assert {f.fate for f in result.fates} == {"not-reached"}
+    assert not [f for f in result.findings if f.code == "engine/simulation-disagrees"]  # the rule is simulated too
     served = serve_draft(draft, engine=result.engine, load=result)
     assert served.stops is not None and (served.stops.stage, served.stops.error) == ("construct", result.refused)
 

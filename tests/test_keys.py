@@ -128,6 +128,11 @@ def test_sglang_refuses_two_layers(tmp_path):
     ckpt = Checkpoint.open(write(tmp_path, draft_tensors("midlayer."), cfg))
     result = simulate_load(ckpt, "sglang==0.5.11")
     assert any(f.code == "keys/raises" and "only supports 1 layer" in f.detail for f in result.findings)
+    # the constructor raises before it builds a module (llama_eagle3.py, 0.4.4.post2-0.5.11): no key is read
+    assert result.refused_at == "construct" and {f.fate for f in result.fates} == {"not-reached"}
+    assert "convert" not in (result.findings[0].fix or "")
+    later = simulate_load(ckpt, "sglang==0.5.12")  # builds config.num_hidden_layers layers
+    assert later.refused is None and not [f for f in later.fates if f.fate in ("not-reached", "raises")]
 
 
 def test_result_renders_and_serialises(speculators_ckpt):

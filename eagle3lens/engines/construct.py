@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..draft_spec import DraftSpec
 from ..mla_config import layer_config
 from .profile import EngineProfile
 
@@ -96,3 +97,12 @@ def neutral_rope(config: Mapping[str, Any]) -> dict[str, Any] | None:
 def _shown(rope: Mapping[str, Any]) -> str:
     keys = [repr(str(k)[:40]) for k in list(rope)[:8]]
     return "it has only " + ", ".join(keys)
+
+
+def layers_error(profile: EngineProfile, spec: DraftSpec) -> str | None:
+    """The draft class's constructor refusing more decoder layers than it builds (SGLang before 0.5.12 raises for any
+    num_hidden_layers other than 1, before it builds a module: no key is read)."""
+    layers = spec.num_hidden_layers or spec.num_decoder_layers
+    if profile.max_layers and profile.too_many_layers and layers and layers > profile.max_layers:
+        return f"{profile.too_many_layers} (the draft has {layers} decoder layers)"
+    return None

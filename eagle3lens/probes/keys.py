@@ -22,7 +22,7 @@ from ..checkpoint import (
 from ..engines import EngineProfile, ParamSpec, all_profiles, resolve
 from ..errors import UsageError
 from ..findings import Finding, Severity, fix_command, to_jsonable
-from ..engines.construct import ROPE_INCOMPLETE, config_rope_error, construct_error
+from ..engines.construct import ROPE_INCOMPLETE, config_rope_error, construct_error, layers_error
 from ..engines.stops import ServerStop, class_absent
 
 CRITICAL_ROLES = ("decoder", "fc", "norm", "lm_head")
@@ -193,7 +193,7 @@ def simulate_load(draft: CheckpointLike, engine: EngineProfile | str | None = No
     params = profile.parameters(spec, ckpt.path)
     fates: list[TensorFate] = []
     written: dict[str, list[tuple[str, str | None]]] = {}
-    refused = construct_error(profile, ckpt.config)
+    refused = construct_error(profile, ckpt.config) or layers_error(profile, spec)
     at_config = config_rope_error(ckpt.config) is not None  # transformers reads config.json before the class
     stopped = ("transformers refused config.json before the draft class was built" if at_config else
                "the draft class's constructor raised before load_weights" if refused else "")
@@ -390,11 +390,6 @@ def _findings(ckpt: Checkpoint, profile: EngineProfile, spec: DraftSpec, fates: 
         out.append(Finding("keys/raises", Severity.CRITICAL, f"{label} stops at start: the checkpoint has no d2t",
                            profile.missing_d2t_error, evidence={"message": profile.missing_d2t_error},
                            fix=fix_command("convert", ckpt.path, "--repair-d2t", "OUT") if spec.has_t2d else None))
-    layers = spec.num_hidden_layers or spec.num_decoder_layers
-    if profile.max_layers and profile.too_many_layers and layers and layers > profile.max_layers:
-        out.append(Finding("keys/raises", Severity.CRITICAL, f"{label} refuses a {layers}-layer draft",
-                           profile.too_many_layers, evidence={"num_hidden_layers": layers, "max": profile.max_layers,
-                                                              "message": profile.too_many_layers}))
     if refused:
         out.append(Finding(
             "keys/raises", Severity.CRITICAL, f"{label} stops after load_weights: parameters no key wrote",
