@@ -247,6 +247,25 @@ def sharded(root: Path, weight_map: dict[str, str], shards: dict[str, dict[str, 
     return root
 
 
+BIAS = "midlayer.self_attn.q_proj.bias"  # no parameter takes it: vLLM's params_dict[name] raises KeyError
+
+
+def two_shards_with_bias(root: Path, config: dict) -> Checkpoint:
+    """A draft in model-2 and model-10 (unpadded numbers: string and natural order differ), the raising bias in
+    model-10."""
+    tensors = {**draft_tensors("midlayer."), BIAS: torch.zeros(H)}
+    names = sorted(tensors)
+    tens = [n for i, n in enumerate(names) if i % 2 == 0 and n != BIAS] + [BIAS]
+    files = {"model-10.safetensors": tens, "model-2.safetensors": [n for n in names if n not in tens]}
+    root.mkdir(parents=True)
+    for file, members in files.items():
+        save_file({n: tensors[n].contiguous() for n in members}, str(root / file))
+    weight_map = {n: file for file, members in files.items() for n in members}
+    (root / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    (root / "config.json").write_text(json.dumps(config))
+    return Checkpoint.open(root)
+
+
 # -- Kimi-K2.5-sized configs and a sparse SGLang-layout draft (real headers, holes for bytes) ------------------
 KIMI_H, KIMI_L, KIMI_V, KIMI_N = 7168, 61, 163840, 32000
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from _builders import HEADS, INTER, KV, H, draft_tensors, sglang_config, write
+from _builders import BIAS, HEADS, INTER, KV, H, draft_tensors, sglang_config, two_shards_with_bias, write
 from eagle3lens.engines.execute import record_execution
 from eagle3lens.engines.executed_result import execute_load
 from eagle3lens.engines.standins import forget_modules
@@ -230,6 +230,19 @@ def test_a_constructor_that_raises_is_the_executed_refusal(engine: Path, tmp_pat
     assert not [f for f in result.findings if f.code == "engine/simulation-disagrees"]  # the rule is simulated too
     served = serve_draft(draft, engine=result.engine, load=result)
     assert served.stops is not None and (served.stops.stage, served.stops.error) == ("construct", result.refused)
+
+
+def test_the_executed_loader_is_fed_in_the_releases_shard_order(engine: Path, tmp_path: Path) -> None:
+    """The model loader around load_weights is the release's order (sglang 0.5.11 sorts the shard paths): model-10
+    before model-2, so the raise in model-10 leaves model-2 unread."""
+    ckpt = two_shards_with_bias(tmp_path / "draft", sglang_config())
+    result = execute_load(ckpt, root=engine)
+    fates = {f.key: f.fate for f in result.fates}
+    assert fates[BIAS] == "raises"
+    in_2 = [n for n, i in ckpt.tensors.items() if i.file.name == "model-2.safetensors"]
+    assert in_2 and {fates[n] for n in in_2} == {"not-reached"}
+    assert all(fates[n] != "not-reached" for n, i in ckpt.tensors.items()
+               if i.file.name == "model-10.safetensors" and n < BIAS)
 
 
 def test_a_logged_skip_is_a_drop_with_its_warning(engine: Path, tmp_path: Path) -> None:

@@ -31,6 +31,7 @@ from ..errors import UsageError
 from .execute_adapters import ADAPTERS, tolerant_registries
 from .recorder import (LogTap, Provenance, Record, converted_attributes, error_of, key_in_flight, parameter_storages,
                        weights)
+from .shard_order import ShardOrder, TensorOrder, loader_order
 from .standins import StandIn, StandIns, forget_modules
 
 WORKER_TIMEOUT_S = 600
@@ -120,6 +121,18 @@ def simulated_class(ckpt: Checkpoint, root: Path) -> str:
         return "LlamaForCausalLMEagle3"
 
 
+def read_order(name: str, version: str | None) -> tuple[ShardOrder, TensorOrder]:
+    """The order the release's model loader reads weight files and their tensors in (its profile's; an engine no
+    profile knows: sorted files, sorted names)."""
+    from . import resolve_named
+
+    try:
+        profile = resolve_named(f"{name}=={version}" if version else name)
+    except UsageError:
+        return "sorted", "names"
+    return profile.shard_order, profile.tensor_order
+
+
 # -- running the engine's code --------------------------------------------------------------
 _LOADED: dict[str, str] = {}  # engine name -> the root its modules were imported from in this process
 # root -> the module stand-ins its import chain needed: a later execution in the same process imports nothing
@@ -155,7 +168,7 @@ def record_execution(draft: CheckpointLike, root: str | Path, *, fallback_class:
             params = {n: list(p.shape) for n, p in built.model.named_parameters()}
             phase = "load"
             with torch.device("meta"), Provenance(parameter_storages(built.model), record):
-                built.model.load_weights(weights(ckpt.tensors, record))
+                built.model.load_weights(weights(loader_order(ckpt, *read_order(name, version)), record))
             after = tuple(n for n, _ in built.model.named_parameters())
             phase = "done"
     except Exception as exc:  # noqa: BLE001 -- the engine's own failure is the finding, recorded with its place

@@ -19,6 +19,7 @@ from ..errors import UsageError
 from ..findings import Finding, Severity
 from .execute import Execution, execute_isolated, installed_root, record_execution, simulated_class
 from .params import ParamSpec
+from .shard_order import loader_order
 
 WRITTEN = ("loaded", "loaded-shard", "converted")
 
@@ -74,7 +75,7 @@ def executed_result(ckpt: Checkpoint, ex: Execution, *, num_target_layers: int |
     order = list(ex.processed)
     processed = set(order[:order.index(failing)] if failing in order else order)
     fates = []
-    for info in ckpt.tensors.values():
+    for info in loader_order(ckpt, profile.shard_order, profile.tensor_order):  # as the simulation lists them
         key, sim_f = info.name, sim_fates.get(info.name)
         logs = [e["message"] for e in ex.logs if e.get("key") == key or key in e.get("message", "")]
         param = shard = None

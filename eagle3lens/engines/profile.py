@@ -120,6 +120,8 @@ class EngineProfile:
     inits: dict[str, str] = field(default_factory=dict)  # role / "linear" / "norm" -> init
     # loader rule
     steps: Steps = ()
+    shard_order: Literal["listing", "sorted", "natural"] = "sorted"  # the model loader's shard files (shard_order.py)
+    tensor_order: Literal["names", "storage"] = "names"  # a file's tensors: keys() sorted, or as stored
     shape_message: str = "shape {got} does not match parameter {want}"
     # sharing from the target after load: role -> condition
     shared_from_target: dict[str, str] = field(default_factory=dict)

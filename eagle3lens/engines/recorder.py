@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -70,12 +70,12 @@ def meta_tensor(info: TensorInfo) -> torch.Tensor:
     return t
 
 
-def weights(tensors: dict[str, TensorInfo], record: Record) -> Iterator[tuple[str, torch.Tensor]]:
-    """The checkpoint as the engine's loader iterates it (sorted names, as ``safe_open(...).keys()`` gives them)."""
-    for name in sorted(tensors):
-        record.processed.append(name)
+def weights(order: Iterable[TensorInfo], record: Record) -> Iterator[tuple[str, torch.Tensor]]:
+    """The checkpoint as the engine's model loader yields it (``order``: shard_order.loader_order), as meta tensors."""
+    for info in order:
+        record.processed.append(info.name)
         record.since_pull = set()
-        yield name, meta_tensor(tensors[name])
+        yield info.name, meta_tensor(info)
 
 
 def keys_of(value: Any) -> tuple[str, ...]:

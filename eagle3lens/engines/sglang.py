@@ -69,6 +69,14 @@ BASE = dict(
 )
 
 ASPECTS = (
+    # the model loader's weight files (loader.py DefaultModelLoader._prepare_weights, weight_utils.py iterators):
+    # glob order until 0.5.11 sorts them; 0.4.4.post2-0.4.8.post1 read each file with load_file (stored order from
+    # safetensors 0.6.1), later releases with safe_open(...).keys() (sorted names)
+    Aspect("weight files", (
+        ("0.4.4.post2", dict(shard_order="listing", tensor_order="storage")),
+        ("0.4.9", dict(tensor_order="names")),
+        ("0.5.11", dict(shard_order="sorted")),
+    )),
     Aspect("loader", (
         ("0.4.4.post2", dict(steps=DELEGATING, decoder="midlayer", max_layers=1, native_decoder="midlayer.",
                              fc_bias="always", too_many_layers="ValueError: EAGLE3 currently only supports 1 layer")),

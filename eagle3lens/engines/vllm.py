@@ -149,6 +149,13 @@ WIDTH: dict[str, str] = {"embed": "target_hidden_size-differs"}
 FLAGS_22 = frozenset({"norm_before_residual", "norm_before_fc", "fc_norm", "norm_output"})
 
 ASPECTS = (
+    # the model loader's weight files (DefaultModelLoader._prepare_weights, weight_utils.safetensors_weights_iterator):
+    # glob order until 0.16.0 sorts them by _natural_sort_key (the file name, digit runs as numbers); each file's names
+    # from safe_open(...).keys() (sorted)
+    Aspect("weight files", (
+        ("0.8.5", dict(shard_order="listing")),
+        ("0.16.0", dict(shard_order="natural")),
+    )),
     Aspect("loader", (
         ("0.8.5", dict(steps=_llama_steps(), fc_gate="width-differs", max_layers=1, embed_param=True,
                        vocab_params="mapping", qkv_bias=False, reads_use_aux=False)),

@@ -23,6 +23,7 @@ from ..engines import EngineProfile, ParamSpec, all_profiles, resolve
 from ..errors import UsageError
 from ..findings import Finding, Severity, fix_command, to_jsonable
 from ..engines.construct import ROPE_INCOMPLETE, config_rope_error, construct_error, layers_error
+from ..engines.shard_order import listing_note, loader_order
 from ..engines.stops import ServerStop, class_absent
 
 CRITICAL_ROLES = ("decoder", "fc", "norm", "lm_head")
@@ -197,7 +198,7 @@ def simulate_load(draft: CheckpointLike, engine: EngineProfile | str | None = No
     at_config = config_rope_error(ckpt.config) is not None  # transformers reads config.json before the class
     stopped = ("transformers refused config.json before the draft class was built" if at_config else
                "the draft class's constructor raised before load_weights" if refused else "")
-    for info in ckpt.tensors.values():  # in the loader's order: sorted names, as safe_open(...).keys() gives them
+    for info in loader_order(ckpt, profile.shard_order, profile.tensor_order):  # as the model loader yields them
         if stopped:
             fates.append(TensorFate(info.name, info.dtype, info.shape, "not-reached", reason=f"never read: {stopped}",
                                     role=role_of(info.name)))
@@ -231,7 +232,9 @@ def simulate_load(draft: CheckpointLike, engine: EngineProfile | str | None = No
     if profile.path:  # every finding says which runtime path it assumed
         findings = [replace(f, detail=f"{f.detail} (Assumed runtime path: {profile.path_label}.)".strip(),
                             evidence={**f.evidence, "runtime_path": profile.path_label}) for f in findings]
-    notes = profile.notes + _release_notes(profile) + _path_notes(ckpt, profile, num_target_layers)
+    listing = listing_note(ckpt, profile.shard_order, profile.spec)
+    notes = (profile.notes + _release_notes(profile) + _path_notes(ckpt, profile, num_target_layers)
+             + ((listing,) if listing else ()))
     return LoadResult(str(ckpt.path), profile.spec, profile.label, profile.source, recognised, tuple(fates),
                       sources, tuple(findings), notes, mapping, missing_d2t(profile, spec), profile.draft_class,
                       profile.release, profile.path, refused=refused, refused_at=refused_at)
