@@ -14,6 +14,7 @@ import torch
 from safetensors.torch import save_file
 
 from eagle3lens.checkpoint import Checkpoint
+from eagle3lens.engines.audit_drafts import mla_layer_shapes
 
 H, HEADS, KV, INTER, V, N, L_TARGET = 16, 4, 2, 32, 64, 24, 10
 DECODER = ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.o_proj.weight",
@@ -123,15 +124,9 @@ MLA_DECODER = ("self_attn.q_a_proj.weight", "self_attn.q_a_layernorm.weight", "s
 def mla_draft_tensors(prefix: str = "layers.0.", extra: dict | None = None) -> dict[str, torch.Tensor]:
     """Checkpoint names as SpecForge writes a Kimi-K2.5 EAGLE-3 draft (q_a_proj and kv_a_proj_with_mqa unfused)."""
     torch.manual_seed(0)
-    shapes = {
-        "self_attn.q_a_proj.weight": (Q_RANK, 2 * H), "self_attn.q_a_layernorm.weight": (Q_RANK,),
-        "self_attn.q_b_proj.weight": (HEADS * (NOPE + ROPE), Q_RANK),
-        "self_attn.kv_a_proj_with_mqa.weight": (KV_RANK + ROPE, 2 * H), "self_attn.kv_a_layernorm.weight": (KV_RANK,),
-        "self_attn.kv_b_proj.weight": (HEADS * (NOPE + V_DIM), KV_RANK), "self_attn.o_proj.weight": (H, HEADS * V_DIM),
-        "mlp.gate_proj.weight": (INTER, H), "mlp.up_proj.weight": (INTER, H), "mlp.down_proj.weight": (H, INTER),
-        "input_layernorm.weight": (H,), "hidden_norm.weight": (H,), "post_attention_layernorm.weight": (H,),
-    }
-    out = {prefix + k: torch.randn(s, dtype=torch.bfloat16) for k, s in shapes.items()}
+    shapes = mla_layer_shapes(prefix, hidden=H, heads=HEADS, inter=INTER, q_rank=Q_RANK, kv_rank=KV_RANK, nope=NOPE,
+                              rope=ROPE, v_dim=V_DIM)
+    out = {k: torch.randn(s, dtype=torch.bfloat16) for k, s in shapes.items()}
     base = draft_tensors(prefix)
     out.update({k: base[k] for k in ("fc.weight", "norm.weight", "lm_head.weight", "embed_tokens.weight", "d2t", "t2d")})
     out.update(extra or {})

@@ -31,14 +31,19 @@ def _llama_layer(prefix: str) -> Shapes:
     }.items()}
 
 
-def _mla_layer(prefix: str) -> Shapes:
+def mla_layer_shapes(prefix: str, *, hidden: int = H, heads: int = HEADS, inter: int = INTER, q_rank: int = Q_RANK,
+                     kv_rank: int = KV_RANK, nope: int = NOPE, rope: int = ROPE, v_dim: int = V_DIM) -> Shapes:
+    """One MLA decoder layer as SpecForge writes a Kimi-K2.5 EAGLE-3 draft (q_a_proj and kv_a_proj_with_mqa unfused,
+    the first layer reading 2 x hidden), each name's shape."""
     return {prefix + k: s for k, s in {
-        "self_attn.q_a_proj.weight": (Q_RANK, 2 * H), "self_attn.q_a_layernorm.weight": (Q_RANK,),
-        "self_attn.q_b_proj.weight": (HEADS * (NOPE + ROPE), Q_RANK),
-        "self_attn.kv_a_proj_with_mqa.weight": (KV_RANK + ROPE, 2 * H), "self_attn.kv_a_layernorm.weight": (KV_RANK,),
-        "self_attn.kv_b_proj.weight": (HEADS * (NOPE + V_DIM), KV_RANK), "self_attn.o_proj.weight": (H, HEADS * V_DIM),
-        "mlp.gate_proj.weight": (INTER, H), "mlp.up_proj.weight": (INTER, H), "mlp.down_proj.weight": (H, INTER),
-        "input_layernorm.weight": (H,), "hidden_norm.weight": (H,), "post_attention_layernorm.weight": (H,),
+        "self_attn.q_a_proj.weight": (q_rank, 2 * hidden), "self_attn.q_a_layernorm.weight": (q_rank,),
+        "self_attn.q_b_proj.weight": (heads * (nope + rope), q_rank),
+        "self_attn.kv_a_proj_with_mqa.weight": (kv_rank + rope, 2 * hidden),
+        "self_attn.kv_a_layernorm.weight": (kv_rank,), "self_attn.kv_b_proj.weight": (heads * (nope + v_dim), kv_rank),
+        "self_attn.o_proj.weight": (hidden, heads * v_dim),
+        "mlp.gate_proj.weight": (inter, hidden), "mlp.up_proj.weight": (inter, hidden),
+        "mlp.down_proj.weight": (hidden, inter),
+        "input_layernorm.weight": (hidden,), "hidden_norm.weight": (hidden,), "post_attention_layernorm.weight": (hidden,),
     }.items()}
 
 
@@ -113,9 +118,9 @@ DRAFTS: dict[str, tuple[str, Callable[[], Shapes], Callable[[], dict[str, Any]]]
                    lambda: {**_llama_layer("midlayer."), **_head(embed=False, vocab=V, d2t=False, t2d=False)},
                    lambda: _llama_config("LlamaForCausalLMEagle3", draft_vocab=V)),
     "kimi-mla": ("Eagle3DeepseekV2ForCausalLM (MLA), layers.0., embeddings",
-                 lambda: {**_mla_layer("layers.0."), **_head()}, _mla_config),
+                 lambda: {**mla_layer_shapes("layers.0."), **_head()}, _mla_config),
     "mla-yarn-no-factor": ("Eagle3DeepseekV2ForCausalLM whose yarn rope config lacks factor",
-                           lambda: {**_mla_layer("layers.0."), **_head()},
+                           lambda: {**mla_layer_shapes("layers.0."), **_head()},
                            lambda: _mla_config({"rope_type": "yarn", "original_max_position_embeddings": 128})),
 }
 
