@@ -157,7 +157,7 @@ def fastest(runs: list[Run]) -> Run:
     """The quickest of the same command's runs (load on a shared machine only ever adds time), with the largest peak
     RSS and every tensor any of them read."""
     best = min(runs, key=lambda r: r.wall)
-    read = {f: set().union(*(r.read.get(f, set()) for r in runs)) for f in best.read}
+    read = {f: set().union(*(r.read.get(f, set()) for r in runs)) for f in {f for r in runs for f in r.read}}
     return replace(best, rss_mb=max(r.rss_mb for r in runs), read=read)
 
 
@@ -296,7 +296,7 @@ def drill(root: Path, dims: dict, mla: dict | None = None, measure: bool = True,
     for name, kind, argvs, watch in commands(p, engines):
         if only is not None and only not in name:
             continue
-        baseline = _baseline(kind, tiny_cmds.get(name, []), watch, p) if measure else None
+        baseline = _baseline(kind, tiny_cmds[name], watch, p) if measure else None
         runs, bases = [], []
         for _ in range(ROUNDS if baseline is not None else 1):  # alternately: a burst of load hits both
             runs.append(run_cli(argvs, watch, measure))

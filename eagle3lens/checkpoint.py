@@ -154,6 +154,11 @@ class Checkpoint:
                 pickled[name] = tensor
         return cls(path, root, _sorted(tensors), config, files, pickled=pickled)
 
+    @property
+    def pickled_names(self) -> tuple[str, ...]:
+        """The pickled tensors' names in the order their files were saved (``torch.load``'s dicts, file by file)."""
+        return tuple(self._pickled)
+
     # -- reading data lazily --------------------------------------------------------------
     def __contains__(self, name: str) -> bool:
         return name in self.tensors

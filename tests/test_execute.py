@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from _builders import BIAS, HEADS, INTER, KV, H, draft_tensors, sglang_config, two_shards_with_bias, write
-from eagle3lens.engines.execute import record_execution
+from eagle3lens.engines.execute import Execution, record_execution
 from eagle3lens.engines.executed_result import execute_load
 from eagle3lens.engines.standins import forget_modules
 
@@ -243,6 +243,9 @@ def test_the_executed_loader_is_fed_in_the_releases_shard_order(engine: Path, tm
     assert in_2 and {fates[n] for n in in_2} == {"not-reached"}
     assert all(fates[n] != "not-reached" for n, i in ckpt.tensors.items()
                if i.file.name == "model-10.safetensors" and n < BIAS)
+    ex = record_execution(ckpt, engine)  # the order fed travels with the record (--host: the host's listing)
+    assert ex.files == ("model-10.safetensors", "model-2.safetensors")
+    assert Execution.from_dict(json.loads(json.dumps(ex.to_dict()))).files == ex.files
 
 
 def test_a_logged_skip_is_a_drop_with_its_warning(engine: Path, tmp_path: Path) -> None:

@@ -130,7 +130,7 @@ def test_sglang_refuses_two_layers(tmp_path):
     assert any(f.code == "keys/raises" and "only supports 1 layer" in f.detail for f in result.findings)
     # the constructor raises before it builds a module (llama_eagle3.py, 0.4.4.post2-0.5.11): no key is read
     assert result.refused_at == "construct" and {f.fate for f in result.fates} == {"not-reached"}
-    assert "convert" not in (result.findings[0].fix or "")
+    assert "--to" not in (result.findings[0].fix or "") and "no conversion" in (result.findings[0].fix or "")
     later = simulate_load(ckpt, "sglang==0.5.12")  # builds config.num_hidden_layers layers
     assert later.refused is None and not [f for f in later.fates if f.fate in ("not-reached", "raises")]
 

@@ -5,10 +5,13 @@ executed loader (fed in the same order) both follow it."""
 
 from __future__ import annotations
 
+import glob
+import json
 import os
 from pathlib import Path
 
 import pytest
+import torch
 
 from _builders import BIAS, draft_tensors, sglang_config, speculators_config, two_shards_with_bias
 from eagle3lens.checkpoint import Checkpoint
@@ -24,8 +27,8 @@ def test_file_orders_follow_the_releases_rules(tmp_path: Path) -> None:
                                                               "model-2.safetensors"]
     assert [f.name for f in file_order(files, "natural")] == ["model-1.safetensors", "model-2.safetensors",
                                                                "model-10.safetensors"]
-    listed = [e.name for e in os.scandir(tmp_path)]
-    assert [f.name for f in file_order(files, "listing")] == listed
+    globbed = [Path(f).name for f in glob.glob(os.path.join(tmp_path, "*.safetensors"))]  # the engines' own call
+    assert [f.name for f in file_order(files, "listing")] == globbed
     # the standard zero-padded names sort alike both ways; only the file name counts, not the folder
     assert natural_key(Path("/a9/model-00002-of-00010.safetensors")) == ["model-", 2, "-of-", 10, ".safetensors"]
 
@@ -73,3 +76,49 @@ def _one_file(root: Path) -> Path:
     tensors = draft_tensors("midlayer.")
     tensors["fc.weight"] = tensors["fc.weight"].float()  # stored before the bf16 tensors, though sorted after embed
     return write(root / "draft", tensors, sglang_config())
+
+
+def test_a_pickled_file_is_read_in_the_order_it_was_saved(tmp_path: Path) -> None:
+    """Both engines yield a .bin file's ``torch.load`` dict as it is (saved order), not sorted."""
+    from _builders import sglang_config
+
+    tensors = dict(reversed(list(draft_tensors("midlayer.").items())))
+    root = tmp_path / "draft"
+    root.mkdir()
+    torch.save(tensors, root / "pytorch_model.bin")
+    (root / "config.json").write_text(json.dumps(sglang_config()))
+    for engine in ("sglang==0.4.5", "sglang==0.5.11", "vllm==0.33.0"):
+        assert [f.key for f in simulate_load(Checkpoint.open(root), engine).fates] == list(tensors)
+
+
+def test_a_shard_name_with_other_digits_is_ordered_not_fatal(tmp_path: Path) -> None:
+    """A superscript digit passes str.isdigit but not int(): the name is text, and the load is simulated."""
+    files = [tmp_path / n for n in ("model-1\u00b22.safetensors", "model-10.safetensors")]
+    for f in files:
+        f.write_bytes(b"")
+    assert [f.name for f in file_order(files, "natural")] == ["model-1\u00b22.safetensors", "model-10.safetensors"]
+
+
+def test_a_folder_that_cannot_be_listed_keeps_the_index_order(tmp_path: Path, monkeypatch) -> None:
+    """Listing a folder can fail where its files still open (execute-only; root here, so os.scandir is made to
+    refuse): the files keep the order the index gave."""
+    from eagle3lens.engines import shard_order
+
+    ckpt = two_shards_with_bias(tmp_path / "draft", sglang_config())
+
+    def refuse(path):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(shard_order.os, "scandir", refuse)
+    result = simulate_load(ckpt, "vllm==0.15.1")
+    assert [f.key for f in result.fates] == [i.name for f in ckpt.files for i in ckpt.tensors.values() if i.file == f]
+
+
+def test_an_order_listed_elsewhere_is_the_one_simulated(tmp_path: Path) -> None:
+    """--host: the host listed its own copy; the simulation it is held against walks the files in that order."""
+    ckpt = two_shards_with_bias(tmp_path / "draft", sglang_config())
+    host = ["model-10.safetensors", "model-2.safetensors"]
+    for order in (host, host[::-1]):
+        result = simulate_load(ckpt, "sglang==0.5.10", shard_files=order)
+        assert ckpt.tensors[result.fates[0].key].file.name == order[0]
+        assert any(", ".join(order) in n for n in result.notes)

@@ -28,10 +28,12 @@ from typing import Any, Sequence
 
 from ..checkpoint import Checkpoint, CheckpointLike, as_checkpoint
 from ..errors import UsageError
+from ..tensor_info import TensorInfo
 from .execute_adapters import ADAPTERS, tolerant_registries
 from .recorder import (LogTap, Provenance, Record, converted_attributes, error_of, key_in_flight, parameter_storages,
                        weights)
-from .shard_order import ShardOrder, TensorOrder, loader_order
+from .profile import EngineProfile
+from .shard_order import loader_order, relative
 from .standins import StandIn, StandIns, forget_modules
 
 WORKER_TIMEOUT_S = 600
@@ -63,6 +65,7 @@ class Execution:
     stand_ins: tuple[StandIn, ...] = ()
     notes: tuple[str, ...] = ()
     seconds: float = 0.0
+    files: tuple[str, ...] = ()  # the shard files in the order the loader was fed them (relative paths)
 
     def to_dict(self) -> dict[str, Any]:
         return {"engine": self.engine, "version": self.version, "root": self.root, "module": self.module,
@@ -70,7 +73,7 @@ class Execution:
                 "error": self.error, "processed": list(self.processed), "writes": list(self.writes),
                 "converted": self.converted, "logs": list(self.logs), "params": self.params,
                 "params_after": list(self.params_after), "stand_ins": [s.to_dict() for s in self.stand_ins],
-                "notes": list(self.notes), "seconds": self.seconds}
+                "notes": list(self.notes), "seconds": self.seconds, "files": list(self.files)}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Execution":
@@ -79,7 +82,7 @@ class Execution:
                    tuple(d.get("processed", ())), tuple(d.get("writes", ())), dict(d.get("converted", {})),
                    tuple(d.get("logs", ())), dict(d.get("params", {})), tuple(d.get("params_after", ())),
                    tuple(StandIn.from_dict(s) for s in d.get("stand_ins", ())), tuple(d.get("notes", ())),
-                   float(d.get("seconds", 0.0)))
+                   float(d.get("seconds", 0.0)), tuple(str(f) for f in d.get("files", ())))
 
 
 # -- finding the engine ----------------------------------------------------------------------
@@ -109,28 +112,34 @@ def installed_root() -> Path:
     return Path(found[0].location)
 
 
-def simulated_class(ckpt: Checkpoint, root: Path) -> str:
-    """The class the simulation assumes for this config (used when the engine recognises none)."""
-    from . import resolve_named
-
-    name, version = engine_at(root)
-    spec = f"{name}=={version}" if version else name
-    try:
-        return resolve_named(spec).for_config(ckpt.config).draft_class
-    except UsageError:
-        return "LlamaForCausalLMEagle3"
-
-
-def read_order(name: str, version: str | None) -> tuple[ShardOrder, TensorOrder]:
-    """The order the release's model loader reads weight files and their tensors in (its profile's; an engine no
-    profile knows: sorted files, sorted names)."""
+def release_profile(name: str, version: str | None, config: dict[str, Any] | None) -> EngineProfile:
+    """The profile of the release at hand for this config (a version no group holds: the engine's newest)."""
     from . import resolve_named
 
     try:
         profile = resolve_named(f"{name}=={version}" if version else name)
     except UsageError:
-        return "sorted", "names"
-    return profile.shard_order, profile.tensor_order
+        profile = resolve_named(name)
+    return profile.for_config(config)
+
+
+def simulated_class(ckpt: Checkpoint, root: Path) -> str:
+    """The class the simulation assumes for this config (used when the engine recognises none)."""
+    name, version = engine_at(root)
+    try:
+        return release_profile(name, version, ckpt.config).draft_class
+    except UsageError:
+        return "LlamaForCausalLMEagle3"
+
+
+def read_order(ckpt: Checkpoint, name: str, version: str | None) -> list[TensorInfo]:
+    """The checkpoint's tensors in the order the release's model loader yields them (an engine no profile knows:
+    sorted files, sorted names)."""
+    try:
+        profile = release_profile(name, version, ckpt.config)
+    except UsageError:
+        return loader_order(ckpt, "sorted")
+    return loader_order(ckpt, profile.shard_order, profile.tensor_order)
 
 
 # -- running the engine's code --------------------------------------------------------------
@@ -159,6 +168,7 @@ def record_execution(draft: CheckpointLike, root: str | Path, *, fallback_class:
     start = time.perf_counter()
     _preload()
     phase, built, params, after = "import", None, {}, ()
+    order = read_order(ckpt, name, version)
     stand = StandIns(adapter.packages, dirs, adapter.state)
     try:
         with stand, LogTap(record, adapter.loggers):
@@ -168,7 +178,7 @@ def record_execution(draft: CheckpointLike, root: str | Path, *, fallback_class:
             params = {n: list(p.shape) for n, p in built.model.named_parameters()}
             phase = "load"
             with torch.device("meta"), Provenance(parameter_storages(built.model), record):
-                built.model.load_weights(weights(loader_order(ckpt, *read_order(name, version)), record))
+                built.model.load_weights(weights(order, record))
             after = tuple(n for n, _ in built.model.named_parameters())
             phase = "done"
     except Exception as exc:  # noqa: BLE001 -- the engine's own failure is the finding, recorded with its place
@@ -186,7 +196,8 @@ def record_execution(draft: CheckpointLike, root: str | Path, *, fallback_class:
         built.recognised if built else False, phase, record.error, tuple(record.processed),
         tuple({"param": w.param, "keys": list(w.keys), "offset": w.offset, "numel": w.numel} for w in record.writes),
         record.converted, tuple(record.logs), params, after, tuple(used),
-        tuple(built.notes) if built else (), round(time.perf_counter() - start, 3))
+        tuple(built.notes) if built else (), round(time.perf_counter() - start, 3),
+        tuple(dict.fromkeys(relative(ckpt, info.file) for info in order)))
 
 
 def _preload() -> None:

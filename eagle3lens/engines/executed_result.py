@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from ..checkpoint import Checkpoint, CheckpointLike, as_checkpoint
-from ..errors import UsageError
 from ..findings import Finding, Severity
-from .execute import Execution, execute_isolated, installed_root, record_execution, simulated_class
+from .execute import (Execution, execute_isolated, installed_root, record_execution, release_profile,
+                      simulated_class)
 from .params import ParamSpec
 from .shard_order import loader_order
 
@@ -55,14 +55,10 @@ def disagreement(what: str, simulated: str, executed: str, evidence: dict[str, A
 
 def executed_result(ckpt: Checkpoint, ex: Execution, *, num_target_layers: int | None = None) -> Any:
     from ..probes import keys as K
-    from . import resolve_named
 
-    spec_name = f"{ex.engine}=={ex.version}" if ex.version else ex.engine
-    try:
-        profile = resolve_named(spec_name).for_config(ckpt.config)
-    except UsageError:
-        profile = resolve_named(ex.engine).for_config(ckpt.config)
-    sim = K.simulate_load(ckpt, profile, num_target_layers=num_target_layers)
+    profile = release_profile(ex.engine, ex.version, ckpt.config)
+    # the shard files in the order the engine's side fed them (the host listed its own copy)
+    sim = K.simulate_load(ckpt, profile, num_target_layers=num_target_layers, shard_files=ex.files)
     sim_fates = {f.key: f for f in sim.fates}
     sim_params = {p.param.name: p.param for p in sim.params}
     writes: dict[str, list[dict[str, Any]]] = {}
@@ -75,7 +71,7 @@ def executed_result(ckpt: Checkpoint, ex: Execution, *, num_target_layers: int |
     order = list(ex.processed)
     processed = set(order[:order.index(failing)] if failing in order else order)
     fates = []
-    for info in loader_order(ckpt, profile.shard_order, profile.tensor_order):  # as the simulation lists them
+    for info in loader_order(ckpt, profile.shard_order, profile.tensor_order, ex.files):  # as fed
         key, sim_f = info.name, sim_fates.get(info.name)
         logs = [e["message"] for e in ex.logs if e.get("key") == key or key in e.get("message", "")]
         param = shard = None

@@ -8,7 +8,7 @@ recognised; option flags and aux ids the engine ignores. Nothing reads tensor by
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -177,10 +177,12 @@ def role_of(name: str) -> str:
 
 
 def simulate_load(draft: CheckpointLike, engine: EngineProfile | str | None = None, *,
-                  target: CheckpointLike | None = None, num_target_layers: int | None = None) -> LoadResult:
+                  target: CheckpointLike | None = None, num_target_layers: int | None = None,
+                  shard_files: Sequence[str] = ()) -> LoadResult:
     """Run ``engine``'s key-to-parameter rule over the draft's headers; findings for what goes wrong silently.
 
     The target (or ``num_target_layers``) gives the layer count the engine's default aux layers depend on.
+    ``shard_files``: the shard files in the order a loader elsewhere listed them (default: the release's order here).
     """
     if engine is None:
         raise UsageError("the load simulation needs an engine, e.g. engine='sglang==0.5.11'")
@@ -198,7 +200,7 @@ def simulate_load(draft: CheckpointLike, engine: EngineProfile | str | None = No
     at_config = config_rope_error(ckpt.config) is not None  # transformers reads config.json before the class
     stopped = ("transformers refused config.json before the draft class was built" if at_config else
                "the draft class's constructor raised before load_weights" if refused else "")
-    for info in loader_order(ckpt, profile.shard_order, profile.tensor_order):  # as the model loader yields them
+    for info in loader_order(ckpt, profile.shard_order, profile.tensor_order, shard_files):  # as the loader yields
         if stopped:
             fates.append(TensorFate(info.name, info.dtype, info.shape, "not-reached", reason=f"never read: {stopped}",
                                     role=role_of(info.name)))
@@ -232,7 +234,7 @@ def simulate_load(draft: CheckpointLike, engine: EngineProfile | str | None = No
     if profile.path:  # every finding says which runtime path it assumed
         findings = [replace(f, detail=f"{f.detail} (Assumed runtime path: {profile.path_label}.)".strip(),
                             evidence={**f.evidence, "runtime_path": profile.path_label}) for f in findings]
-    listing = listing_note(ckpt, profile.shard_order, profile.spec)
+    listing = listing_note(ckpt, profile.shard_order, profile.spec, shard_files)
     notes = (profile.notes + _release_notes(profile) + _path_notes(ckpt, profile, num_target_layers)
              + ((listing,) if listing else ()))
     return LoadResult(str(ckpt.path), profile.spec, profile.label, profile.source, recognised, tuple(fates),
