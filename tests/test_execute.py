@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from _builders import BIAS, HEADS, INTER, KV, H, draft_tensors, sglang_config, two_shards_with_bias, write
+from eagle3lens.checkpoint import Checkpoint
 from eagle3lens.engines.execute import Execution, record_execution
 from eagle3lens.engines.executed_result import execute_load
 from eagle3lens.engines.standins import forget_modules
@@ -246,6 +247,24 @@ def test_the_executed_loader_is_fed_in_the_releases_shard_order(engine: Path, tm
     ex = record_execution(ckpt, engine)  # the order fed travels with the record (--host: the host's listing)
     assert ex.files == ("model-10.safetensors", "model-2.safetensors")
     assert Execution.from_dict(json.loads(json.dumps(ex.to_dict()))).files == ex.files
+
+
+def test_the_strict_check_judges_what_the_execution_wrote(engine: Path, tmp_path: Path) -> None:
+    """vLLM 0.9.0's model loader refuses any parameter load_weights did not write: on an executed load it counts the
+    parameters the engine's own code wrote (a record of the miniature engine, read as that release's)."""
+    from dataclasses import replace
+
+    from eagle3lens.engines.executed_result import executed_result
+
+    for name, tensors, unwritten in (("without-embed", None, "model.embed_tokens.weight"),
+                                     ("whole", draft_tensors("midlayer."), None)):
+        draft = write(tmp_path / name, tensors, sglang_config()) if tensors else _eagle(tmp_path / name)
+        ex = replace(record_execution(draft, engine), engine="vllm", version="0.9.0")
+        result = executed_result(Checkpoint.open(draft), ex)
+        if unwritten:
+            assert result.refused_at == "strict-check" and unwritten in (result.refused or "")
+        else:
+            assert result.refused is None and result.refused_at is None
 
 
 def test_a_logged_skip_is_a_drop_with_its_warning(engine: Path, tmp_path: Path) -> None:

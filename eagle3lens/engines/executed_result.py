@@ -133,6 +133,9 @@ def executed_result(ckpt: Checkpoint, ex: Execution, *, num_target_layers: int |
                                     f"{len(ex.stand_ins)} stand-ins",)
     mapping = {f.key: f.param for f in fates if f.param and f.fate in WRITTEN}
     refused, refused_at = _refusal(sim, ex)
+    if refused is None and profile.strict_load and ex.phase == "done":  # the loader's check, on what ran
+        refused = K.strict_refusal(fates, sources)
+        refused_at = "strict-check" if refused else None
     return replace(sim, fates=tuple(fates), params=tuple(sources), findings=tuple(findings), notes=notes,
                    mapping=mapping, recognised=recognised, draft_class=ex.draft_class or sim.draft_class,
                    refused=refused, refused_at=refused_at,
@@ -144,12 +147,9 @@ def executed_result(ckpt: Checkpoint, ex: Execution, *, num_target_layers: int |
 def _refusal(sim: Any, ex: Execution) -> tuple[str | None, str | None]:
     """Why the server stops around load_weights, as the execution saw it: the engine's config handling or the
     class's constructor raised (stage ``config`` where transformers' config-time rule explains it). The model
-    loader's strict check after load_weights is not part of the class, so it is not executed: the simulated one
-    stands when the load itself ran through."""
+    loader's strict check after load_weights is the caller's, applied to what the execution wrote."""
     if ex.error and ex.phase == "construct":
         return f"{ex.error['type']}: {ex.error['message']}", "config" if sim.refused_at == "config" else "construct"
-    if sim.refused_at == "strict-check" and ex.phase == "done":
-        return sim.refused, sim.refused_at
     return None, None
 
 
