@@ -234,7 +234,7 @@ def diagnose(
             report.notes.append(stand_ins_note(executed))
         run("keys", lambda: served.load)
         report.findings.extend(served.findings)  # the server stopping before the draft runs
-        report.notes.extend(n for n in report.results["keys"].notes if n.startswith("the runtime paths differ"))
+        report.notes.extend(served.load.report_notes)
     else:
         skipped["keys"] = "no --engine given: load simulation not run (see keys/engine-sweep)"
         sweep = engine_sweep(ckpt, num_target_layers)

@@ -122,3 +122,18 @@ def test_an_order_listed_elsewhere_is_the_one_simulated(tmp_path: Path) -> None:
         result = simulate_load(ckpt, "sglang==0.5.10", shard_files=order)
         assert ckpt.tensors[result.fates[0].key].file.name == order[0]
         assert any(", ".join(order) in n for n in result.notes)
+
+
+def test_the_glob_order_is_said_in_the_terminal_escaped(tmp_path: Path, capsys, monkeypatch) -> None:
+    """The order a glob gave is a note of the report (terminal and HTML), the file names in it escaped."""
+    from eagle3lens.cli import main
+
+    ckpt = two_shards_with_bias(tmp_path / "draft", sglang_config())
+    hostile = "model-[bold]3[red].safetensors"  # rich markup, if it reached the console unescaped
+    (ckpt.root / "model-2.safetensors").rename(ckpt.root / hostile)
+    index = ckpt.root / "model.safetensors.index.json"
+    index.write_text(index.read_text().replace("model-2.safetensors", hostile))
+    monkeypatch.setenv("COLUMNS", "400")
+    main(["keys", str(ckpt.root), "--engine", "vllm==0.15.1"])
+    out = capsys.readouterr().out
+    assert "reads the shard files in directory order" in out and hostile in out

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 ShardOrder = Literal["listing", "sorted", "natural"]
 TensorOrder = Literal["names", "storage"]
 _DIGITS = re.compile(r"(\d+)")
+SHARD_LISTING = "reads the shard files in directory order"  # how the note on a glob's order reads
 
 
 def natural_key(path: Path) -> list[int | str]:
@@ -92,5 +93,5 @@ def listing_note(ckpt: Checkpoint, rule: ShardOrder, label: str, files: Sequence
     if rule != "listing" or len(ckpt.files) < 2:
         return None
     names = ", ".join(relative(ckpt, f) for f in shard_files(ckpt, rule, files))
-    return (f"{label} reads the shard files in directory order (glob, unsorted): {names} here; another copy of the "
+    return (f"{label} {SHARD_LISTING} (glob, unsorted): {names} here; another copy of the "
             "checkpoint may list them otherwise, and so read other keys before a raise")

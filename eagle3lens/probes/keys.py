@@ -23,7 +23,7 @@ from ..engines import EngineProfile, ParamSpec, all_profiles, resolve
 from ..errors import UsageError
 from ..findings import Finding, Severity, fix_command, to_jsonable
 from ..engines.construct import ROPE_INCOMPLETE, config_rope_error, construct_error, layers_error
-from ..engines.shard_order import listing_note, loader_order
+from ..engines.shard_order import SHARD_LISTING, listing_note, loader_order
 from ..engines.stops import ServerStop, class_absent
 
 CRITICAL_ROLES = ("decoder", "fc", "norm", "lm_head")
@@ -127,6 +127,12 @@ class LoadResult:
     @property
     def left_at_init(self) -> tuple[str, ...]:
         return tuple(p.param.name for p in self.params if p.status in ("left-at-init", "partial"))
+
+    @property
+    def report_notes(self) -> tuple[str, ...]:
+        """The notes a report shows beside the findings: where the runtime paths differ, and the order a glob gave
+        the shard files (the rest stay in the result)."""
+        return tuple(n for n in self.notes if n.startswith("the runtime paths differ") or SHARD_LISTING in n)
 
     @property
     def loaded_keys(self) -> tuple[str, ...]:
