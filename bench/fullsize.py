@@ -10,9 +10,8 @@ target vocabulary 163840, draft vocabulary 32000, fc 21504 -> 7168) in each layo
 Llama config, then runs every command on them, each in its own subprocess (its peak RSS, VmHWM, is its own), and prints one
 line per command: wall, peak RSS, the ratio to its baseline, the budget, PASS/FAIL.
 
-Baselines, measured in the same run:
 Each timed command and its baseline run twice, alternately, and the fastest of each counts (load on a shared machine
-only adds time; peak RSS: the larger).
+only adds time; peak RSS: the larger). Baselines, measured in the same run:
 - headers and meta paths: the same command on a tiny draft, times 1.5, plus the time to read the full-size headers;
   RSS <= 1 GB; no tensor byte read (counted through the page cache);
 - ``vocab`` and ``doctor`` (no data) read the vocabulary map and the tables it indexes (d2t, t2d, lm_head, embed),

@@ -28,7 +28,6 @@ from typing import Any, Sequence
 
 from ..checkpoint import Checkpoint, CheckpointLike, as_checkpoint
 from ..errors import UsageError
-from ..tensor_info import TensorInfo
 from .execute_adapters import ADAPTERS, tolerant_registries
 from .recorder import (LogTap, Provenance, Record, converted_attributes, error_of, key_in_flight, parameter_storages,
                        weights)
@@ -132,16 +131,6 @@ def simulated_class(ckpt: Checkpoint, root: Path) -> str:
         return "LlamaForCausalLMEagle3"
 
 
-def read_order(ckpt: Checkpoint, name: str, version: str | None) -> list[TensorInfo]:
-    """The checkpoint's tensors in the order the release's model loader yields them (an engine no profile knows:
-    sorted files, sorted names)."""
-    try:
-        profile = release_profile(name, version, ckpt.config)
-    except UsageError:
-        return loader_order(ckpt, "sorted")
-    return loader_order(ckpt, profile.shard_order, profile.tensor_order)
-
-
 # -- running the engine's code --------------------------------------------------------------
 _LOADED: dict[str, str] = {}  # engine name -> the root its modules were imported from in this process
 # root -> the module stand-ins its import chain needed: a later execution in the same process imports nothing
@@ -168,7 +157,8 @@ def record_execution(draft: CheckpointLike, root: str | Path, *, fallback_class:
     start = time.perf_counter()
     _preload()
     phase, built, params, after = "import", None, {}, ()
-    order = read_order(ckpt, name, version)
+    profile = release_profile(name, version, ckpt.config)
+    order = loader_order(ckpt, profile.shard_order, profile.tensor_order)  # as the release's model loader yields
     stand = StandIns(adapter.packages, dirs, adapter.state)
     try:
         with stand, LogTap(record, adapter.loggers):

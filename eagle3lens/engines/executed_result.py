@@ -132,10 +132,7 @@ def executed_result(ckpt: Checkpoint, ex: Execution, *, num_target_layers: int |
     notes = sim.notes + ex_notes + (f"executed {ex.module}.{ex.draft_class} from {ex.root} in {ex.seconds:.1f} s; "
                                     f"{len(ex.stand_ins)} stand-ins",)
     mapping = {f.key: f.param for f in fates if f.param and f.fate in WRITTEN}
-    refused, refused_at = _refusal(sim, ex)
-    if refused is None and profile.strict_load and ex.phase == "done":  # the loader's check, on what ran
-        refused = K.strict_refusal(fates, sources)
-        refused_at = "strict-check" if refused else None
+    refused, refused_at = _refusal(sim, ex, K.strict_refusal(fates, sources) if profile.strict_load else None)
     return replace(sim, fates=tuple(fates), params=tuple(sources), findings=tuple(findings), notes=notes,
                    mapping=mapping, recognised=recognised, draft_class=ex.draft_class or sim.draft_class,
                    refused=refused, refused_at=refused_at,
@@ -144,12 +141,14 @@ def executed_result(ckpt: Checkpoint, ex: Execution, *, num_target_layers: int |
                                                                              "phase", "error", "logs", "seconds")})
 
 
-def _refusal(sim: Any, ex: Execution) -> tuple[str | None, str | None]:
+def _refusal(sim: Any, ex: Execution, strict: str | None) -> tuple[str | None, str | None]:
     """Why the server stops around load_weights, as the execution saw it: the engine's config handling or the
-    class's constructor raised (stage ``config`` where transformers' config-time rule explains it). The model
-    loader's strict check after load_weights is the caller's, applied to what the execution wrote."""
+    class's constructor raised (stage ``config`` where transformers' config-time rule explains it), or, after a load
+    that ran through, the model loader's strict check (``strict``: its refusal of what the execution wrote)."""
     if ex.error and ex.phase == "construct":
         return f"{ex.error['type']}: {ex.error['message']}", "config" if sim.refused_at == "config" else "construct"
+    if strict and ex.phase == "done":
+        return strict, "strict-check"
     return None, None
 
 
