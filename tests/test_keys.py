@@ -130,6 +130,9 @@ def test_sglang_refuses_two_layers(tmp_path):
     assert any(f.code == "keys/raises" and "only supports 1 layer" in f.detail for f in result.findings)
     # the constructor raises before it builds a module (llama_eagle3.py, 0.4.4.post2-0.5.11): no key is read
     assert result.refused_at == "construct" and {f.fate for f in result.fates} == {"not-reached"}
+    # no class, no parameter: nothing is "left at init" (the executed side sees no parameter either)
+    assert result.params == () and result.left_at_init == () and "keys/left-at-init" not in codes(result)
+    assert result.to_dict()["parameters"] == []
     assert "--to" not in (result.findings[0].fix or "") and "no conversion" in (result.findings[0].fix or "")
     later = simulate_load(ckpt, "sglang==0.5.12")  # builds config.num_hidden_layers layers
     assert later.refused is None and not [f for f in later.fates if f.fate in ("not-reached", "raises")]

@@ -40,6 +40,8 @@ def load_rich(result: LoadResult) -> Any:
         shape = str(list(f.shape)) + (f" ≠ {list(f.expected_shape)}" if f.shape_mismatch else "")
         table.add_row(f"[{FATE_STYLE[f.fate]}]{f.fate}[/]", markup(f.key), shape, markup(_target(f)))
     parts: list[Any] = [table]
+    if not result.params:
+        parts.append("[dim]no engine parameter exists: the server stops before the draft class is built[/]")
     unwritten = [p for p in result.params if p.status != "loaded" or p.source == "target"]
     if unwritten:
         ptable = Table(title="engine parameters not fully written (or taken from the target)", expand=False)

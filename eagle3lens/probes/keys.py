@@ -204,8 +204,11 @@ def simulate_load(draft: CheckpointLike, engine: EngineProfile | str | None = No
     written: dict[str, list[tuple[str, str | None]]] = {}
     refused = construct_error(profile, ckpt.config) or layers_error(profile, spec)
     at_config = config_rope_error(ckpt.config) is not None  # transformers reads config.json before the class
+    absent = None if at_config else class_absent(profile, spec)  # the config is read before the class is resolved
     stopped = ("transformers refused config.json before the draft class was built" if at_config else
+               "the release ships no draft class for this architecture" if absent else
                "the draft class's constructor raised before load_weights" if refused else "")
+    built = not stopped  # a server that stops before the class exists has no parameter to fill
     for info in loader_order(ckpt, profile.shard_order, profile.tensor_order, shard_files):  # as the loader yields
         if stopped:
             fates.append(TensorFate(info.name, info.dtype, info.shape, "not-reached", reason=f"never read: {stopped}",
@@ -221,10 +224,9 @@ def simulate_load(draft: CheckpointLike, engine: EngineProfile | str | None = No
             written.setdefault(route.param, []).append((info.name, route.shard))
         fates.append(TensorFate(info.name, info.dtype, info.shape, route.fate, route.param, route.shard,
                                 route.reason, role_of(info.name), expected, route.log, route.finding))
-    sources = tuple(_param_source(p, written.get(p.name, []), profile, spec) for p in params.values())
+    sources = tuple(_param_source(p, written.get(p.name, []), profile, spec) for p in params.values()) if built else ()
     recognised = profile.recognises(ckpt.config)
     mapping = {f.key: f.param for f in fates if f.param and f.fate in ("loaded", "loaded-shard", "converted")}
-    absent = None if at_config else class_absent(profile, spec)  # the config is read before the class is resolved
     refused_at = ("config" if at_config else "construct") if refused else None
     if refused is None and profile.strict_load and not any(f.fate == "raises" for f in fates):
         refused = strict_refusal(fates, sources)
