@@ -206,9 +206,10 @@ def simulate_load(draft: CheckpointLike, engine: EngineProfile | str | None = No
     at_config = config_rope_error(ckpt.config) is not None  # transformers reads config.json before the class
     absent = None if at_config else class_absent(profile, spec)  # the config is read before the class is resolved
     stopped = ("transformers refused config.json before the draft class was built" if at_config else
-               "the release ships no draft class for this architecture" if absent else
                "the draft class's constructor raised before load_weights" if refused else "")
-    built = not stopped  # a server that stops before the class exists has no parameter to fill
+    # a server that stops before the class exists has no parameter to fill; a class the release does not ship is
+    # still walked with the class it would fall back to (what --execute runs), its one finding the stop
+    built = not stopped
     for info in loader_order(ckpt, profile.shard_order, profile.tensor_order, shard_files):  # as the loader yields
         if stopped:
             fates.append(TensorFate(info.name, info.dtype, info.shape, "not-reached", reason=f"never read: {stopped}",
