@@ -1,7 +1,7 @@
 """A Monte-Carlo run of speculative sampling as SGLang and vLLM verify EAGLE-3 drafts (test helper).
 
 Independent of ``eagle3lens.probes.sampling``: the target's distribution is warped here the way vLLM's
-``apply_top_k_top_p`` does it (ascending sort, tail whose cumulative mass stays <= 1 - p masked), each verify
+``apply_top_k_top_p`` does it (ascending sort, top-k below the k-th largest masked, then the tail whose cumulative mass stays <= 1 - p masked), each verify
 step draws coins: the draft proposes its greedy chain, the target (run on the prefix plus the tokens accepted
 so far) accepts token x with probability min(1, p(x) / q(x)) (q one-hot on the draft's token), a rejection
 resamples from the residual max(0, p - q) renormalised and ends the step, K acceptances add the bonus token.
@@ -19,16 +19,20 @@ from eagle3lens.probes.acceptance import chain
 from eagle3lens.probes.data import Sample
 
 
-def warp_vllm(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
-    """vLLM's compute_probs: logits / T, top-p by ascending sort and cumulative sum, softmax."""
+def warp_vllm(logits: torch.Tensor, temperature: float, top_p: float, top_k: int = 0) -> torch.Tensor:
+    """vLLM's compute_probs: logits / T, top-k (mask below the k-th largest of the ascending sort), top-p by
+    ascending sort and cumulative sum of what top-k left, softmax."""
     x = logits.float() / temperature
+    sorted_x, idx = x.sort(dim=-1, descending=False)
+    if 0 < top_k < x.shape[-1]:
+        kth = sorted_x[..., x.shape[-1] - top_k].unsqueeze(-1)
+        sorted_x = sorted_x.masked_fill(sorted_x < kth, float("-inf"))
     if top_p < 1.0:
-        sorted_x, idx = x.sort(dim=-1, descending=False)
         cum = sorted_x.softmax(-1).cumsum(-1)
         mask = cum <= 1 - top_p
         mask[..., -1] = False
         sorted_x = sorted_x.masked_fill(mask, float("-inf"))
-        x = sorted_x.scatter(-1, idx, sorted_x)
+    x = sorted_x.scatter(-1, idx, sorted_x)
     return x.softmax(-1)
 
 
@@ -48,7 +52,8 @@ def greedy_chains(draft: Any, samples: Sequence[Sample], layers: Sequence[int], 
 
 
 def run(target: torch.nn.Module, samples: Sequence[Sample], chains: list[list[list[int]]], temperature: float,
-        top_p: float, trials: int, seed: int = 0, cache: dict[Any, torch.Tensor] | None = None) -> float:
+        top_p: float, trials: int, seed: int = 0, cache: dict[Any, torch.Tensor] | None = None,
+        top_k: int = 0) -> float:
     """Mean accept length (bonus token included) over ``trials`` verify steps spread evenly over the starts.
     ``cache`` keeps the target's logits per (sample, start, accepted count) across runs on the same chains."""
     gen = torch.Generator().manual_seed(seed)
@@ -61,7 +66,7 @@ def run(target: torch.nn.Module, samples: Sequence[Sample], chains: list[list[li
             ids = torch.cat([samples[si].token_ids[:i + 2], torch.tensor(accepted, dtype=torch.long)])[None]
             with torch.no_grad():
                 logits_at[key] = target(input_ids=ids, use_cache=False).logits[0, -1]
-        return warp_vllm(logits_at[key], temperature, top_p)
+        return warp_vllm(logits_at[key], temperature, top_p, top_k)
 
     per_start = -(-trials // len(starts))  # stratified: every start gets the same number of trials
     total = 0

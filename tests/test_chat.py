@@ -98,7 +98,7 @@ def test_cli_chat_with_sampling(demo_dir: Path, capsys) -> None:
 
 
 @pytest.mark.parametrize("args,problem", [
-    (["--top-p", "0.9"], "--top-p needs --temperature"),
+    (["--top-p", "0.9"], "--top-p / --top-k need --temperature"),
     (["--temperature", "0"], "--temperature must be"),
 ])
 def test_cli_sampling_flags_checked(demo_dir: Path, capsys, args: list[str], problem: str) -> None:

@@ -12,7 +12,7 @@ from eagle3lens.errors import UsageError
 from eagle3lens.probes.acceptance import estimate_acceptance, needed_layers
 from eagle3lens.probes.aux_layers import trained_with
 from eagle3lens.probes.data import capture_samples
-from eagle3lens.probes.sampling import accept_probability, warp
+from eagle3lens.probes.sampling import RowStats, accept_probability, token_probs, warp
 from eagle3lens.probes.traffic_result import Sampling
 from eagle3lens.probes.wiring import load_draft_as, load_target
 
@@ -42,19 +42,22 @@ def served(demo_dir: Path):
     return target, samples, {}
 
 
-@pytest.mark.parametrize("temperature,top_p", [(0.7, 1.0), (1.0, 1.0), (0.7, 0.9), (1.0, 0.9)])
-def test_expected_accept_len_matches_monte_carlo(demo_dir: Path, served, temperature: float, top_p: float) -> None:
+@pytest.mark.parametrize("temperature,top_p,top_k", [(0.7, 1.0, 0), (1.0, 1.0, 0), (0.7, 0.9, 0), (1.0, 0.9, 0),
+                                                     (1.0, 0.95, 3)])
+def test_expected_accept_len_matches_monte_carlo(demo_dir: Path, served, temperature: float, top_p: float,
+                                                 top_k: int) -> None:
     target, samples, logits_cache = served
     draft_dir = demo_dir / "speculators"
     result = estimate_acceptance(draft_dir, samples, target=target, fixed=False,
-                                 sampling=Sampling(temperature, top_p))
+                                 sampling=Sampling(temperature, top_p, top_k))
     assert result.traffic is not None
     view = result.traffic.sampled["as_trained"]
     assert view.exact_chain and view.greedy_accept_len == result.accept_len("as_trained")
     ckpt = Checkpoint.open(draft_dir)
     draft = load_draft_as(ckpt, None)
     chains = mc.greedy_chains(draft, samples, sorted(set(trained_with(ckpt.spec, 10)[0])), result.steps)
-    simulated = mc.run(target, samples, chains, temperature, top_p, trials=10_000, seed=1, cache=logits_cache)
+    simulated = mc.run(target, samples, chains, temperature, top_p, trials=10_000, seed=1, cache=logits_cache,
+                       top_k=top_k)
     assert view.accept_len is not None and 1.2 < view.accept_len < 3.5  # far from both 1 and 1 + K
     assert abs(view.accept_len - simulated) <= 0.02, (view.accept_len, simulated)
     assert view.full_acc == tuple(sorted(view.full_acc, reverse=True))
@@ -66,6 +69,10 @@ def test_top_p_keeps_the_smallest_top_set() -> None:
     for temperature, top_p in ((0.7, 0.5), (1.0, 0.9), (1.3, 0.3), (1.0, 1.0)):
         ours = warp(logits, Sampling(temperature, top_p))
         assert torch.allclose(ours, mc.warp_vllm(logits, temperature, top_p), atol=1e-6)
+    for top_k, top_p in ((1, 1.0), (2, 1.0), (3, 0.8), (4, 0.6), (5, 0.9), (9, 0.9)):  # top-k, then top-p on the rest
+        ours = warp(logits, Sampling(1.0, top_p, top_k))
+        assert torch.allclose(ours, mc.warp_vllm(logits, 1.0, top_p, top_k), atol=1e-6), (top_k, top_p)
+    assert int((warp(logits, Sampling(1.0, 1.0, 2)) > 0).sum()) == 2
     assert int((warp(logits, Sampling(1.0, 0.5)) > 0).sum()) == 1  # p(top) = 0.563 reaches 0.5 alone
     probs = warp(logits, Sampling(1.0, 0.7))
     assert int((probs > 0).sum()) == 2  # 0.563 + 0.207: the token that crosses 0.7 stays, the rest go
@@ -79,3 +86,21 @@ def test_top_p_keeps_the_smallest_top_set() -> None:
 def test_bad_sampling_is_refused(temperature: float, top_p: float) -> None:
     with pytest.raises(UsageError):
         Sampling(temperature, top_p)
+
+
+@pytest.mark.parametrize("sampling", [Sampling(0.7), Sampling(1.0, 0.9), Sampling(0.5, 0.3), Sampling(1.0, 1.0, 5),
+                                      Sampling(0.8, 0.9, 40), Sampling(1.2, 0.99, 300)])
+def test_row_statistics_give_the_warped_probabilities(sampling: Sampling) -> None:
+    """The fast path (cut and normaliser gathered from the teacher's logits) equals warping whole rows."""
+    gen = torch.Generator().manual_seed(3)
+    rows, head = torch.randn(70, 16, generator=gen), torch.randn(500, 16, generator=gen) * 2.0
+    stats = RowStats(sampling)
+    for block in rows.split(32):  # the teacher's logits come in blocks
+        stats.add(block @ head.T)
+    wanted = [(0, torch.randint(0, 500, (70,), generator=gen)), (2, torch.randint(0, 500, (68,), generator=gen))]
+    fast = stats.probs(rows, head, wanted)
+    whole = token_probs(rows, head, sampling, wanted)
+    for a, b in zip(fast, whole, strict=True):
+        assert torch.allclose(a, b, atol=1e-5)
+    top = [(0, (rows @ head.T).argmax(-1))]  # the most likely token is always kept
+    assert bool((stats.probs(rows, head, top)[0] > 0).all())

@@ -33,23 +33,23 @@ def write_request(tmp_path: Path, body: dict) -> Path:
 def test_vllm_takes_the_models_generation_config_for_what_the_request_leaves_out(tmp_path, model_dir) -> None:
     request = read_request(write_request(tmp_path, {"messages": [{"role": "user", "content": "hi"}]}))
     served = resolve_sampling("vllm", request=request, target=model_dir)
-    assert served.sampling == Sampling(0.6, 0.95)
-    assert "generation_config.json" in served.temperature_from and served.unmodelled == ("top_k",)
+    assert served.sampling == Sampling(0.6, 0.95, 20)  # top-k scored too: both engines warp with it
+    assert "generation_config.json" in served.temperature_from and served.unmodelled == ()
     launch = parse_launch(f"vllm serve {model_dir} --generation-config vllm")
     assert resolve_sampling("vllm", request=request, options=launch.options, target=model_dir).sampling \
         == Sampling(1.0, 1.0)
     override = parse_launch(f"vllm serve {model_dir} --override-generation-config '{{\"temperature\": 0.3}}'")
     served = resolve_sampling("vllm", request=request, options=override.options, target=model_dir)
-    assert served.sampling == Sampling(0.3, 0.95) and served.temperature_from == "--override-generation-config"
+    assert served.sampling == Sampling(0.3, 0.95, 20) and served.temperature_from == "--override-generation-config"
     own = read_request(write_request(tmp_path, {"prompt": "hi", "temperature": 0.9, "top_p": None}))
     served = resolve_sampling("vllm", request=own, options=override.options, target=model_dir)
-    assert served.sampling == Sampling(0.9, 0.95) and served.endpoint == "completions"
+    assert served.sampling == Sampling(0.9, 0.95, 20) and served.endpoint == "completions"
     assert "request.json" in served.temperature_from
 
 
 def test_sglang_reads_the_models_defaults_for_chat_only(tmp_path, model_dir) -> None:
     chat = read_request(write_request(tmp_path, {"messages": []}))
-    assert resolve_sampling("sglang", request=chat, target=model_dir).sampling == Sampling(0.6, 0.95)
+    assert resolve_sampling("sglang", request=chat, target=model_dir).sampling == Sampling(0.6, 0.95, 20)
     openai = parse_launch(f"python -m sglang.launch_server --model-path {model_dir} --sampling-defaults openai")
     assert resolve_sampling("sglang", request=chat, options=openai.options, target=model_dir).sampling \
         == Sampling(1.0, 1.0)
@@ -66,7 +66,7 @@ def test_sglang_preferred_sampling_params_reach_native_requests_only(tmp_path, m
     assert served.sampling == Sampling(0.2, 0.8) and served.endpoint == "generate"
     chat = read_request(write_request(tmp_path, {"messages": []}))
     assert resolve_sampling("sglang", request=chat, options=launch.options, target=model_dir).sampling \
-        == Sampling(0.6, 0.95)
+        == Sampling(0.6, 0.95, 20)
 
 
 def test_the_launch_recorded_in_a_log_gives_the_defaults(tmp_path, model_dir) -> None:
@@ -78,17 +78,77 @@ def test_the_launch_recorded_in_a_log_gives_the_defaults(tmp_path, model_dir) ->
     launch = launch_from_log(log)
     assert launch is not None
     served = resolve_sampling("vllm", options=launch.options, target=model_dir)
-    assert served.sampling == Sampling(0.4, 0.95)
+    assert served.sampling == Sampling(0.4, 0.95, 20)
 
 
-@pytest.mark.parametrize("engine,temperature,greedy", [("vllm", 0.0, True), ("vllm", 5e-6, True),
+@pytest.mark.parametrize("engine,temperature,greedy", [("vllm", 0.0, True), ("vllm", 5e-6, False),
                                                        ("sglang", 5e-6, False), ("sglang", 5e-7, True)])
 def test_a_temperature_below_the_samplers_epsilon_is_greedy(tmp_path, engine, temperature, greedy) -> None:
+    """SGLang is greedy below 1e-6; vLLM raises (0, 0.01) to 0.01 before its 1e-5 test, so only 0 is greedy."""
     request = read_request(write_request(tmp_path, {"messages": [], "temperature": temperature}))
     served = resolve_sampling(engine, request=request)
     assert (served.sampling is None) is greedy
     if greedy:
         assert "greedy" in served.note()
+    elif engine == "vllm":
+        assert served.sampling == Sampling(0.01) and "raises temperature 5e-06 to 0.01" in served.note()
+    else:
+        assert served.sampling == Sampling(temperature)
+
+
+def test_sglang_before_0_5_4_serves_chat_at_0_7_and_reads_no_model_file(tmp_path, model_dir) -> None:
+    chat = read_request(write_request(tmp_path, {"messages": []}))
+    old = resolve_sampling("sglang", request=chat, target=model_dir, release="0.5.3")
+    assert old.sampling == Sampling(0.7) and "chat-request schema" in old.temperature_from
+    assert "sglang==0.5.3" in old.note()
+    completion = read_request(write_request(tmp_path, {"prompt": "hi"}))
+    assert resolve_sampling("sglang", request=completion, target=model_dir, release="0.5.3").sampling == Sampling(1.0)
+    assert resolve_sampling("sglang", request=chat, target=model_dir, release="0.5.4").sampling \
+        == Sampling(0.6, 0.95, 20)
+
+
+def test_sglang_0_5_4_to_0_5_9_add_transformers_4_top_k(tmp_path) -> None:
+    """A generation_config.json naming no top_k still gives top-k 50 where SGLang pins transformers 4.x."""
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "generation_config.json").write_text(json.dumps({"temperature": 0.6}))
+    chat = read_request(write_request(tmp_path, {"messages": []}))
+    for release, top_k in (("0.5.4", 50), ("0.5.9", 50), ("0.5.10", 0), ("0.5.23", 0)):
+        assert resolve_sampling("sglang", request=chat, target=model, release=release).sampling \
+            == Sampling(0.6, 1.0, top_k), release
+    own = read_request(write_request(tmp_path, {"messages": [], "top_k": 5}))
+    assert resolve_sampling("sglang", request=own, target=model, release="0.5.6").sampling == Sampling(0.6, 1.0, 5)
+
+
+def test_sglang_preferred_sampling_params_need_0_4_7(tmp_path, model_dir) -> None:
+    launch = parse_launch(f"python -m sglang.launch_server --model-path {model_dir} "
+                          "--preferred-sampling-params '{\"temperature\": 0.2}'")
+    native = read_request(write_request(tmp_path, {"text": "hi"}))
+    assert resolve_sampling("sglang", request=native, options=launch.options, release="0.4.7").sampling \
+        == Sampling(0.2)
+    assert resolve_sampling("sglang", request=native, options=launch.options, release="0.4.6").sampling \
+        == Sampling(1.0)
+
+
+def test_vllm_reads_config_json_when_the_model_has_no_generation_config(tmp_path) -> None:
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"model_type": "llama", "temperature": 0.3}))
+    served = resolve_sampling("vllm", target=model)
+    assert served.sampling == Sampling(0.3) and "config.json" in served.temperature_from
+
+
+def test_top_k_1_is_greedy_and_min_p_is_named_not_scored(tmp_path) -> None:
+    one = read_request(write_request(tmp_path, {"messages": [], "temperature": 0.8, "top_k": 1}))
+    assert resolve_sampling("sglang", request=one).sampling is None
+    assert resolve_sampling("vllm", request=one).sampling is None
+    min_p = read_request(write_request(tmp_path, {"messages": [], "temperature": 0.8, "min_p": 0.1, "top_k": -1}))
+    served = resolve_sampling("vllm", request=min_p)
+    assert served.sampling == Sampling(0.8) and served.unmodelled == ("min_p",)
+    assert "min_p does not shape the verify step" in served.note()
+    half = read_request(write_request(tmp_path, {"messages": [], "top_k": 2.5}))
+    with pytest.raises(UsageError, match="top_k must be a whole number"):
+        resolve_sampling("vllm", request=half)
 
 
 @pytest.mark.parametrize("body,problem", [
@@ -126,7 +186,8 @@ def test_cli_scores_the_sampling_the_request_is_served_with(demo_dir: Path, tmp_
     ours = served["results"]["acceptance"]["traffic"]["sampled"]["as_served"]
     assert ours == direct["results"]["acceptance"]["traffic"]["sampled"]["as_served"]
     assert ours["temperature"] == 0.7 and ours["top_p"] == 0.9
-    assert any(n.startswith("served sampling (vllm, chat request): T = 0.7, top-p 0.9") for n in served["notes"])
+    assert any(n.startswith("served sampling (vllm==0.33.0, chat request): T = 0.7, top-p 0.9")
+               for n in served["notes"])
 
 
 def test_cli_request_served_greedily_scores_no_sampled_view(demo_dir: Path, tmp_path: Path, capsys) -> None:
@@ -135,7 +196,7 @@ def test_cli_request_served_greedily_scores_no_sampled_view(demo_dir: Path, tmp_
                       f"python -m sglang.launch_server --model-path {demo_dir / 'target'}")
     traffic = out["results"]["acceptance"]["traffic"]
     assert traffic["sampled"] == {}
-    assert any("greedy (temperature 0)" in n for n in out["notes"])
+    assert any("served sampling (sglang, newest release read, chat request): greedy" in n for n in out["notes"])
     assert not any("without a temperature in the request" in n for n in out["notes"])
 
 
@@ -152,3 +213,16 @@ def test_cli_request_flags_checked(demo_dir: Path, tmp_path: Path, capsys, args:
                    str(demo_dir / "chat.jsonl"), *args])
     err = capsys.readouterr().err
     assert rc == 2 and problem in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("launch", [
+    "vllm serve m --speculative-config '{\"method\": \"eagle3\", \"model\": \"d\", \"draft_sample_method\": \"probabilistic\"}'",
+    "python -m sglang.launch_server --model-path m --speculative-use-rejection-sampling",
+])
+def test_a_sampled_draft_mode_in_the_launch_is_named(tmp_path, launch: str) -> None:
+    parsed = parse_launch(launch)
+    request = read_request(write_request(tmp_path, {"messages": [], "temperature": 0.7}))
+    served = resolve_sampling(parsed.engine, request=request, options=parsed.options)
+    assert served.sampling == Sampling(0.7) and "min(1, p/q), which these figures do not model" in served.note()
+    plain = parse_launch("vllm serve m --speculative-config '{\"method\": \"eagle3\", \"model\": \"d\"}'")
+    assert "do not model" not in resolve_sampling("vllm", request=request, options=plain.options).note()

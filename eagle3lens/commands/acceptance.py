@@ -22,8 +22,8 @@ def run(args: argparse.Namespace) -> int:
     if sum(x is not None for x in (args.data, args.prompts, args.chat)) != 1:
         raise UsageError("give --data D (a hidden-state dump), or --target T with --prompts F or --chat FILE.jsonl "
                          "(live capture), one of them")
-    if args.top_p is not None and args.temperature is None:
-        raise UsageError("--top-p needs --temperature: top-p shapes the distribution the server samples from")
+    if (args.top_p is not None or args.top_k is not None) and args.temperature is None:
+        raise UsageError("--top-p / --top-k need --temperature: they shape the distribution the server samples from")
     if args.temperature is not None and (args.request is not None or args.launch is not None):
         raise UsageError("give --temperature (score at T) or --request / --launch (score as the server resolves "
                          "the request's sampling), not both")
@@ -84,7 +84,7 @@ def _sampling(args: argparse.Namespace) -> tuple[Any, Any]:
     from ..probes.traffic_result import Sampling
 
     if args.temperature is not None:
-        return Sampling(args.temperature, 1.0 if args.top_p is None else args.top_p), None
+        return Sampling(args.temperature, 1.0 if args.top_p is None else args.top_p, args.top_k or 0), None
     if args.request is None and args.launch is None:
         return None, None
     from ..launch import launch_from_log, parse_launch
@@ -92,7 +92,10 @@ def _sampling(args: argparse.Namespace) -> tuple[Any, Any]:
 
     launch = parse_launch(args.launch) if args.launch is not None else \
         launch_from_log(args.log) if args.log is not None else None
-    engine = args.engine.split("==")[0] if args.engine else launch.engine if launch is not None else None
+    from ..engines.versions import spec_parts
+
+    engine, release, _ = spec_parts(args.engine) if args.engine else (
+        launch.engine if launch is not None else None, launch.engine_version if launch is not None else None, None)
     if engine not in ("sglang", "vllm"):
         raise UsageError("--request / --launch: name the serving engine (--engine sglang or vllm, or a --launch "
                          "command line): each resolves a request's sampling its own way")
@@ -100,8 +103,18 @@ def _sampling(args: argparse.Namespace) -> tuple[Any, Any]:
         raise UsageError(f"--launch starts {launch.engine}, but --engine is {args.engine}")
     request = read_request(args.request) if args.request is not None else None
     served = resolve_sampling(engine, request=request, options=launch.options if launch is not None else None,
-                              target=args.target, endpoint="chat" if args.chat is not None else "completions")
+                              target=args.target, endpoint="chat" if args.chat is not None else "completions",
+                              release=_release(release))
     return served.sampling, served
+
+
+def _release(release: str | None) -> str | None:
+    """The release named (``--engine E==V`` or a log's banner), checked; None for the newest read."""
+    if not release:
+        return None
+    from ..engines.versions import parse_version
+
+    return str(parse_version(release))
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -135,6 +148,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="also score speculative sampling at temperature T (as SGLang and vLLM verify: the draft's "
                         "greedy token accepted with the target's probability of it)")
     p.add_argument("--top-p", type=float, metavar="P", help="with --temperature: the target's top-p")
+    p.add_argument("--top-k", type=int, metavar="K", help="with --temperature: the target's top-k (0: off), applied "
+                                                          "before top-p as both engines do")
     p.add_argument("--request", metavar="FILE.json",
                    help="a request body as sent to the server (chat, completions or SGLang /generate): score the "
                         "temperature and top-p the engine serves it with (the request's, else the launch's and the "

@@ -1,25 +1,26 @@
-"""Sampling as served: the expected accept length when the server samples at a temperature (and top-p).
+"""Sampling as served: the expected accept length when the server samples at a temperature (and top-k, top-p).
 
 Speculative sampling accepts a draft token x with probability min(1, p_target(x) / p_draft(x)) and, on a
 rejection, emits a token from the residual max(0, p_target - p_draft), renormalised; the accepted prefix plus
 that token is distributed exactly as the target samples. How SGLang and vLLM run it for EAGLE-3 (read from the
 wheels, restated):
 
-- vLLM 0.10.2: the EAGLE proposer's draft tokens are the argmax of the draft logits (``v1/spec_decode/eagle.py``
-  ``propose``: ``logits.argmax``) and no draft probabilities are passed, so the rejection sampler takes the
-  draft probability as 1 (``v1/sample/rejection_sampler.py``, ``NO_DRAFT_PROBS``): accept iff
-  ``target_prob / 1 >= u``. The target probabilities are ``softmax(apply_top_k_top_p(logits / T))``
-  (``compute_probs``): temperature first, then top-p on the target's logits (sorted ascending, the tokens whose
-  cumulative mass stays <= 1 - p masked, the top token always kept). The recovered token samples the target
-  probabilities with the draft token removed.
-- SGLang 0.5.11: ``speculative/eagle_info.py`` ``verify`` builds ``target_probs = top_p_renorm(top_k_renorm(
-  softmax(logits / T)))`` and passes ``draft_probs`` all zero to ``tree_speculative_sampling_target_only`` with
-  ``speculative_accept_threshold_single = speculative_accept_threshold_acc = 1.0`` (``server_args.py``
-  defaults); with topk 1 a draft token is then accepted when the coin is below its target probability (the CUDA
-  kernel is compiled into sgl-kernel 0.4.2 and its source is not in the wheel: this step is inferred from the
-  arguments). The draft tokens are the draft's top-1 (topk 1).
+- vLLM (the V1 runner, 0.9.0-0.33; its V2 runner's default from 0.21 likewise): the EAGLE proposer's draft
+  tokens are the argmax of the draft logits (``v1/spec_decode/eagle.py`` ``propose``: ``logits.argmax``) and no
+  draft probabilities are passed unless the launch opts into ``draft_sample_method`` (0.22 on), so the rejection
+  sampler takes the draft probability as 1 (``v1/sample/rejection_sampler.py``, ``NO_DRAFT_PROBS``): accept iff
+  ``target_prob / 1 >= u``. The target probabilities are ``softmax(apply_top_k_top_p(logits / T))``: temperature,
+  then top-k (logits below the k-th largest masked), then top-p on what is left (sorted ascending, the tokens
+  whose cumulative mass stays <= 1 - p masked, the top token always kept); no min_p. The recovered token samples
+  the target probabilities with the draft token removed.
+- SGLang (0.4.4.post2-0.5.23): ``speculative/eagle_info.py`` (``eagle_utils.py`` ``eagle_sample`` from 0.5.14)
+  builds ``target_probs = top_p_renorm(top_k_renorm(softmax(logits / T)))`` and passes ``draft_probs`` all zero
+  to ``tree_speculative_sampling_target_only`` with ``speculative_accept_threshold_single =
+  speculative_accept_threshold_acc = 1.0`` (the defaults in every release); for a chain the kernel (its source
+  ships from 0.5.21) accepts when the coin is below the target probability and, on a rejection, samples the
+  target with the rejected token removed. The draft tokens are the draft's top-1 (topk 1).
 
-So in both, top-p (and temperature) shape only the target's distribution, the draft's distribution is one-hot on
+So in both, temperature, top-k and top-p shape only the target's distribution, the draft's distribution is one-hot on
 its argmax, and min(1, p/q) = p(x): position k of a chain is accepted with the target's warped probability of the
 draft's token there. This module computes that per position exactly; ``accept_probability`` also takes a full
 draft distribution (the textbook rule, Leviathan et al. 2023) for servers that sample the draft.
@@ -38,12 +39,19 @@ ROW_CHUNK = 256  # target rows per block when warping full-vocabulary distributi
 
 
 def warp(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
-    """The target's sampling distribution over the last dimension: ``logits / T``, then top-p, then softmax.
+    """The target's sampling distribution over the last dimension: ``logits / T``, then top-k, then top-p over what
+    top-k kept, then softmax.
 
-    Top-p as vLLM's ``apply_top_k_top_p`` and SGLang's ``top_p_renorm_prob`` keep it: the smallest set of the most
-    likely tokens whose mass reaches p (a token is kept when the mass of the tokens above it is below p).
+    Top-k keeps the tokens whose logit reaches the k-th largest (vLLM's ``apply_top_k_top_p`` masks below it;
+    SGLang's ``top_k_renorm_prob``). Top-p as vLLM's ``apply_top_k_top_p`` and SGLang's ``top_p_renorm_prob`` keep
+    it: the smallest set of the most likely tokens whose mass reaches p (a token is kept when the mass of the
+    tokens above it is below p).
     """
-    probs = torch.softmax(logits.float() / sampling.temperature, dim=-1)
+    scaled = logits.float() / sampling.temperature
+    if 0 < sampling.top_k < scaled.shape[-1]:
+        kth = torch.topk(scaled, sampling.top_k, dim=-1).values[..., -1:]
+        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+    probs = torch.softmax(scaled, dim=-1)
     if sampling.top_p >= 1.0:
         return probs
     kept = torch.where(_top_p_keep(probs, sampling.top_p), probs, 0.0)
@@ -78,7 +86,7 @@ def accept_probability(target_probs: torch.Tensor, draft: torch.Tensor) -> torch
 
 @dataclass
 class RowStats:
-    """Per row of the target's logits under ``sampling``: the top-p cut (the least kept scaled logit) and the
+    """Per row of the target's logits under ``sampling``: the top-k / top-p cut (the least kept scaled logit) and the
     log-normaliser over the kept tokens, gathered from the logits the teacher already computes; then
     ``p(x) = exp(l_x / T - lse)`` where ``l_x / T >= cut``, else 0, from one dot product per wanted token."""
 
@@ -89,11 +97,13 @@ class RowStats:
     def add(self, logits: torch.Tensor) -> None:
         scaled = logits.float() / self.sampling.temperature
         lse = torch.logsumexp(scaled, dim=-1)
-        if self.sampling.top_p >= 1.0:
+        top_k = self.sampling.top_k if 0 < self.sampling.top_k < scaled.shape[-1] else 0
+        if self.sampling.top_p >= 1.0 and not top_k:
             self.cut.append(torch.full_like(lse, float("-inf")))
             self.lse.append(lse)
             return
-        cut, mass = _top_p_cut(scaled, lse, self.sampling.top_p)
+        cut, mass = (_top_k_cut(scaled, lse, self.sampling.top_p, top_k) if top_k
+                     else _top_p_cut(scaled, lse, self.sampling.top_p))
         self.cut.append(cut)
         self.lse.append(lse + torch.log(mass))
 
@@ -130,6 +140,20 @@ def _top_p_cut(scaled: torch.Tensor, lse: torch.Tensor, top_p: float,
         cut[todo[done]] = vals.gather(-1, count - 1).squeeze(-1)[done]
         mass[todo[done]] = (probs * inside).sum(-1)[done]
         todo, k = todo[~done], min(V, 8 * k)
+    return cut, mass
+
+
+def _top_k_cut(scaled: torch.Tensor, lse: torch.Tensor, top_p: float,
+               top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """As :func:`_top_p_cut` under top-k: the k largest scaled logits are all that can be kept, and top-p cuts
+    their renormalised distribution."""
+    vals = torch.topk(scaled, top_k, dim=-1).values  # descending
+    probs = torch.softmax(vals, dim=-1)  # top-k renormalised
+    inside = (probs.cumsum(-1) - probs) < top_p if top_p < 1.0 else torch.ones_like(probs, dtype=torch.bool)
+    inside[:, 0] = True
+    count = inside.sum(-1, keepdim=True)
+    cut = vals.gather(-1, count - 1).squeeze(-1)
+    mass = (torch.exp(vals - lse[:, None]) * inside).sum(-1)  # of the full distribution
     return cut, mass
 
 

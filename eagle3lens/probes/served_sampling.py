@@ -1,20 +1,24 @@
-"""Sampling as served: the temperature and top-p a request ends up with, read from the request, the launch and
-the model's ``generation_config.json`` the way each engine resolves them.
+"""Sampling as served: the temperature, top-k and top-p a request ends up with, read from the request, the launch
+and the model's ``generation_config.json`` the way each engine release resolves them.
 
-Read from the wheels (restated, not copied):
+Read from the wheels (restated, not copied; every minor release of vLLM 0.8.5-0.33 and SGLang 0.4.4.post2-0.5.23):
 
-- vLLM 0.10.2 (``entrypoints/openai/protocol.py`` ``to_sampling_params``, ``config/__init__.py``
-  ``get_diff_sampling_param``): a field the request leaves out (or null) takes the server's default sampling
-  parameters, else 1.0. Those defaults are the model's ``generation_config.json`` under ``--generation-config auto``
-  (the default), the file in the directory ``--generation-config DIR`` names, or none under ``vllm``; then
-  ``--override-generation-config`` JSON updates them. Chat and completion requests both resolve so.
-- SGLang 0.5.11 (``entrypoints/openai/protocol.py``, ``serving_chat.py``, ``configs/model_config.py``
-  ``get_default_sampling_params``, ``managers/tokenizer_manager.py``): a chat request's missing field takes the
-  model's ``generation_config.json`` under ``--sampling-defaults model`` (the default; ``openai``: none), else 1.0;
-  a completion request's ``temperature`` and ``top_p`` default to 1.0 in its schema (the model's file is not read);
-  a native ``/generate`` request's ``sampling_params`` take ``--preferred-sampling-params`` JSON for the keys they
-  leave out (a chat or completion request always sets them, so the preferred values never reach those).
-- Greedy below a temperature of 1e-5 (vLLM's ``_SAMPLING_EPS``) or 1e-6 (SGLang's).
+- vLLM (``entrypoints/openai/protocol.py`` ``to_sampling_params``, ``get_diff_sampling_param``): a field the
+  request leaves out (or null) takes the server's default sampling parameters, else 1.0 (top-k off). Those
+  defaults are the model's ``generation_config.json`` under ``--generation-config auto`` (the default in every
+  release modelled; ``config.json``'s generation fields when the file is missing), the file in the directory
+  ``--generation-config DIR`` names, or none under ``vllm``; then ``--override-generation-config`` JSON updates
+  them. Chat and completion requests both resolve so. ``SamplingParams`` raises a temperature in (0, 0.01) to 0.01
+  before its 1e-5 greedy test, so only 0 is greedy.
+- SGLang: up to 0.5.3 a chat request's missing ``temperature`` is 0.7 (the schema's default) and the model's file
+  is not read; from 0.5.4 it takes the model's ``generation_config.json`` under ``--sampling-defaults model`` (the
+  default; ``openai``: none), else 1.0, and from 0.5.4 to 0.5.9 (which pin transformers 4.57.1, whose
+  ``GenerationConfig.to_dict`` holds its class defaults) a file that names no ``top_k`` still gives top-k 50. A
+  completion request's ``temperature`` and ``top_p`` default to 1.0 in its schema (the model's file is not read);
+  a native ``/generate`` request's ``sampling_params`` take ``--preferred-sampling-params`` JSON (from 0.4.7) for
+  the keys they leave out. Greedy below 1e-6 (``_SAMPLING_EPS``), or at top-k 1.
+- Neither verify step applies ``min_p`` (SGLang's ``eagle_info`` / ``eagle_utils``, vLLM's V1 rejection sampler);
+  vLLM's V2 model runner does (default for some architectures from 0.22): named, not scored.
 """
 
 from __future__ import annotations
@@ -26,15 +30,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from packaging.version import Version
+
+from ..engines.versions import parse_version
 from ..errors import UsageError
 from ..io.jsonio import read_json
 from ..io.textsafe import clean_text
 from .traffic_result import Sampling
 
 ENDPOINTS = ("chat", "completions", "generate")
-MODELLED = ("temperature", "top_p")
-NOT_MODELLED = ("top_k", "min_p", "repetition_penalty")
+MODELLED = ("temperature", "top_p", "top_k")
+NOT_MODELLED = ("min_p", "repetition_penalty")
 GREEDY_BELOW = {"vllm": 1e-5, "sglang": 1e-6}  # each sampler's _SAMPLING_EPS
+VLLM_LEAST_TEMPERATURE = 0.01  # vLLM's _MAX_TEMP: SamplingParams raises a temperature in (0, 0.01) to it
+SGLANG_MODEL_DEFAULTS = Version("0.5.4")  # --sampling-defaults (model) from here; before, the schema's values
+SGLANG_TOP_K_50 = (Version("0.5.4"), Version("0.5.9"))  # releases pinning transformers 4.x (GenerationConfig defaults)
+SGLANG_PREFERRED = Version("0.4.7")  # --preferred-sampling-params from here
+SGLANG_OLD_CHAT_TEMPERATURE = 0.7  # ChatCompletionRequest.temperature up to 0.5.3
 
 
 @dataclass(frozen=True)
@@ -47,15 +59,21 @@ class ServedSampling:
     temperature_from: str
     top_p_from: str
     unmodelled: tuple[str, ...] = ()  # sampling fields set that the estimate does not apply
+    top_k_from: str = ""
+    release: str | None = None  # the release resolved for (None: the newest read)
+    remarks: tuple[str, ...] = ()  # what the release did to the values (a temperature raised, top-k forced)
 
     def note(self) -> str:
-        what = ("greedy (temperature 0)" if self.sampling is None else self.sampling.label())
-        text = (f"served sampling ({self.engine}, {self.endpoint} request): {what}; temperature from "
+        what = ("greedy" if self.sampling is None else self.sampling.label())
+        engine = f"{self.engine}=={self.release}" if self.release else f"{self.engine}, newest release read"
+        text = (f"served sampling ({engine}, {self.endpoint} request): {what}; temperature from "
                 f"{self.temperature_from}")
         if self.sampling is not None:
-            text += f", top-p from {self.top_p_from}"
+            text += f", top-p from {self.top_p_from}, top-k from {self.top_k_from}"
+        text += "".join(f"; {r}" for r in self.remarks)
         if self.unmodelled:
-            text += f"; also set, not scored: {', '.join(self.unmodelled)}"
+            text += (f"; also set, not scored: {', '.join(self.unmodelled)} (min_p does not shape the verify step "
+                     "on SGLang or vLLM's V1 runner; vLLM's V2 model runner applies it)")
         return text
 
 
@@ -122,16 +140,28 @@ def _generation_config(directory: Path | None) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def server_defaults(engine: str, endpoint: str, options: Mapping[str, Any],
-                    target: Path | None) -> tuple[dict[str, Any], str]:
-    """The defaults a request's missing fields take on ``engine``'s server, and where they come from."""
+def _model_generation_defaults(target: Path | None) -> dict[str, Any]:
+    """vLLM's ``try_get_generation_config``: the model's generation_config.json, else config.json's generation
+    fields (``GenerationConfig.from_model_config``)."""
+    config = _generation_config(target)
+    if config or target is None or not (target / "config.json").is_file():
+        return config
+    model = read_json(target / "config.json", "config.json")
+    return {k: model[k] for k in (*MODELLED, *NOT_MODELLED) if isinstance(model, dict) and k in model}
+
+
+def server_defaults(engine: str, endpoint: str, options: Mapping[str, Any], target: Path | None,
+                    release: Version | None = None) -> tuple[dict[str, Any], str]:
+    """The defaults a request's missing fields take on ``engine``'s server (``release``: None for the newest
+    read), and where they come from."""
     if engine == "vllm":
         mode = str(options.get("generation_config") or "auto")
         if mode == "vllm":
             config, origin = {}, "vLLM's neutral defaults (--generation-config vllm)"
         elif mode == "auto":
-            config = _generation_config(target)
-            origin = (f"{clean_text(str(target))}/generation_config.json (--generation-config auto, the default)"
+            config = _model_generation_defaults(target)
+            named = "generation_config.json" if _generation_config(target) else "config.json"
+            origin = (f"{clean_text(str(target))}/{named} (--generation-config auto, the default)"
                       if config else "the model's generation_config.json (none found)")
         else:
             config = _generation_config(Path(mode))
@@ -141,27 +171,44 @@ def server_defaults(engine: str, endpoint: str, options: Mapping[str, Any],
             origin = "--override-generation-config"
         return {**config, **override}, origin
     if endpoint == "generate":
+        if release is not None and release < SGLANG_PREFERRED:
+            return {}, f"SGLang {release}'s SamplingParams (no --preferred-sampling-params before {SGLANG_PREFERRED})"
         return dict(_json_option(options.get("preferred_sampling_params"), "--preferred-sampling-params")), \
             "--preferred-sampling-params"
     if endpoint == "completions":
         return {"temperature": 1.0, "top_p": 1.0}, "SGLang's completion-request schema (1.0)"
+    if release is not None and release < SGLANG_MODEL_DEFAULTS:
+        return ({"temperature": SGLANG_OLD_CHAT_TEMPERATURE, "top_p": 1.0},
+                f"SGLang {release}'s chat-request schema (temperature 0.7; the model's file is not read before "
+                f"{SGLANG_MODEL_DEFAULTS})")
     if str(options.get("sampling_defaults") or "model") != "model":
         return {}, "SGLang's OpenAI defaults (--sampling-defaults openai)"
     config = _generation_config(target)
+    if config and release is not None and SGLANG_TOP_K_50[0] <= release <= SGLANG_TOP_K_50[1] \
+            and config.get("top_k") is None:
+        config = {**config, "top_k": 50}  # transformers 4.x's GenerationConfig.to_dict holds its default top_k
     return config, (f"{clean_text(str(target))}/generation_config.json (--sampling-defaults model, the default)"
                     if config else "the model's generation_config.json (none found)")
 
 
+def _top_k(value: float, where: str) -> int:
+    if value != int(value):
+        raise UsageError(f"{where}: top_k must be a whole number, got {value:g}")
+    return max(0, int(value))  # 0 and -1 both switch it off
+
+
 def resolve_sampling(engine: str, *, request: Request | None = None, options: Mapping[str, Any] | None = None,
-                     target: str | Path | None = None, endpoint: str = "chat") -> ServedSampling:
-    """The temperature and top-p a request is served with on ``engine`` ("sglang" or "vllm"): the request's own
-    value, else the server's default for the field (launch options and the model's generation_config.json as the
-    engine reads them), else 1.0."""
+                     target: str | Path | None = None, endpoint: str = "chat",
+                     release: str | None = None) -> ServedSampling:
+    """The temperature, top-k and top-p a request is served with on ``engine`` ("sglang" or "vllm") at
+    ``release`` (None: the newest read): the request's own value, else the server's default for the field (launch
+    options and the model's generation_config.json as the release reads them), else 1.0 (top-k off)."""
     if engine not in ("sglang", "vllm"):
         raise UsageError(f"served sampling is modelled for sglang and vllm, not {clean_text(engine)}")
+    version = parse_version(release) if release else None
     endpoint = request.endpoint if request is not None else endpoint
     given = dict(request.fields) if request is not None else {}
-    defaults, origin = server_defaults(engine, endpoint, options or {}, Path(target) if target else None)
+    defaults, origin = server_defaults(engine, endpoint, options or {}, Path(target) if target else None, version)
     values: dict[str, float] = {}
     sources: dict[str, str] = {}
     for key in MODELLED:
@@ -170,11 +217,57 @@ def resolve_sampling(engine: str, *, request: Request | None = None, options: Ma
         elif defaults.get(key) is not None:
             values[key], sources[key] = _number(defaults[key], key, origin), origin
         else:
-            values[key], sources[key] = 1.0, f"{engine}'s default (1.0)"
+            values[key] = 0.0 if key == "top_k" else 1.0
+            sources[key] = f"{engine}'s default ({'off' if key == 'top_k' else '1.0'})"
     unmodelled = tuple(k for k in NOT_MODELLED if k in given or defaults.get(k) is not None)
-    temperature = values["temperature"]
+    temperature, top_k = values["temperature"], _top_k(values["top_k"], sources["top_k"])
     if temperature < 0:
         raise UsageError(f"temperature {temperature:g} ({sources['temperature']}): the server refuses a negative "
                          "temperature")
-    sampling = None if temperature < GREEDY_BELOW[engine] else Sampling(temperature, values["top_p"])
-    return ServedSampling(engine, endpoint, sampling, sources["temperature"], sources["top_p"], unmodelled)
+    if not 0 < values["top_p"] <= 1:
+        raise UsageError(f"top_p {values['top_p']:g} ({sources['top_p']}): the server refuses a top_p outside (0, 1]")
+    remarks: list[str] = []
+    if engine == "vllm" and 0 < temperature < VLLM_LEAST_TEMPERATURE:
+        remarks.append(f"vLLM raises temperature {temperature:g} to {VLLM_LEAST_TEMPERATURE} (SamplingParams)")
+        temperature = VLLM_LEAST_TEMPERATURE
+    remarks += _sampled_draft(engine, options or {})
+    greedy = temperature < GREEDY_BELOW[engine] or top_k == 1
+    if top_k == 1:
+        remarks.append("top-k 1: the target's argmax, verified as greedy")
+    sampling = None if greedy else Sampling(temperature, values["top_p"], top_k)
+    return ServedSampling(engine, endpoint, sampling, sources["temperature"], sources["top_p"], unmodelled,
+                          sources["top_k"], str(version) if version else None, tuple(remarks))
+
+
+def _sampled_draft(engine: str, options: Mapping[str, Any]) -> list[str]:
+    """Opt-in verify modes that sample the draft (q = softmax(draft logits / T)) and accept with min(1, p/q): named,
+    since the figures score the default argmax draft."""
+    if engine == "vllm":
+        spec = options.get("speculative_config")
+        spec = spec if isinstance(spec, Mapping) else {}
+        modes = [f"{k}={clean_text(str(spec[k]))[:40]}" for k in ("draft_sample_method", "rejection_sample_method")
+                 if spec.get(k) not in (None, "greedy", "standard", "strict")]
+    else:
+        on = options.get("speculative_use_rejection_sampling")
+        modes = ["--speculative-use-rejection-sampling"] if on not in (None, False, "False", "false") else []
+    if not modes:
+        return []
+    return [f"the launch sets {', '.join(modes)}: that verify step samples the draft and accepts with min(1, p/q), "
+            "which these figures do not model (they score the default: the draft's argmax accepted with p)"]
+
+
+def default_temperature_line(engine: str | None, release: str | None = None) -> str:
+    """What each engine samples with when the request names no temperature (the note beside a greedy figure)."""
+    lines = []
+    if engine in (None, "vllm"):
+        lines.append("vllm: 1.0 (SamplingParams), or the model's generation_config.json under --generation-config "
+                     "auto (the default)")
+    if engine in (None, "sglang"):
+        version = parse_version(release) if engine == "sglang" and release else None
+        if version is not None and version < SGLANG_MODEL_DEFAULTS:
+            lines.append(f"sglang=={version}: 0.7 for a chat request (its schema's default), 1.0 for completions")
+        else:
+            lines.append("sglang: 1.0 (SamplingParams), or for chat the model's generation_config.json under "
+                         "--sampling-defaults model (the default from 0.5.4; up to 0.5.3 a chat request's default "
+                         "is 0.7)")
+    return "; ".join(lines)

@@ -78,17 +78,18 @@ class TrafficScorer:
 
 def sampling_notes(result: Any, sampling: Sampling | None, engine: str | None) -> list[str]:
     """What the sampled figures mean, and what each engine samples with when the request names no temperature."""
-    from .traffic_result import ENGINE_DEFAULT_TEMPERATURE
+    from .served_sampling import default_temperature_line
 
-    name = engine.split("==")[0] if engine else None
-    defaults = {n: t for n, t in ENGINE_DEFAULT_TEMPERATURE.items() if name in (None, n)}
-    default_line = "; ".join(f"{n}: {t}" for n, t in defaults.items())
+    from ..engines.versions import spec_parts
+
+    name, release, _ = spec_parts(engine) if engine else (None, None, None)
+    default_line = default_temperature_line(name, release)
     traffic = result.traffic
     if sampling is None:
         return [f"the figures are greedy; without a temperature in the request the server samples ({default_line}): "
                 "pass --temperature T to score that"]
     out = [f"sampled ({sampling.label()}): a draft token is accepted with the target's probability of it after "
-           f"temperature and top-p (SGLang and vLLM verify the draft's greedy token against the target's "
+           f"temperature, top-k and top-p (SGLang and vLLM verify the draft's greedy token against the target's "
            f"distribution only); request default: {default_line}"]
     if traffic is not None and any(not v.exact_chain for v in traffic.sampled.values()):
         out.append("sampled: positions after the first read the target on the data's own prefix (a dump holds no "

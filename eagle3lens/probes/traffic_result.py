@@ -9,33 +9,26 @@ from typing import Any
 from ..errors import UsageError
 from ..findings import to_jsonable
 
-# what each engine samples with when the request names no temperature (read from the wheels): SamplingParams'
-# default 1.0 (vllm/sampling_params.py, the OpenAI server's _DEFAULT_SAMPLING_PARAMS; sglang/srt/sampling/
-# sampling_params.py), replaced by the model's generation_config.json where it sets one (vLLM's
-# --generation-config auto and SGLang's --sampling-defaults model, both the default)
-ENGINE_DEFAULT_TEMPERATURE = {
-    "vllm": "1.0 (vLLM 0.10.2 SamplingParams), or the model's generation_config.json under --generation-config "
-            "auto (the default)",
-    "sglang": "1.0 (SGLang 0.5.11 SamplingParams), or the model's generation_config.json under --sampling-defaults "
-              "model (the default)",
-}
-
-
 @dataclass(frozen=True)
 class Sampling:
-    """How the server samples: temperature (> 0) and top-p (0 < p <= 1; 1 = off)."""
+    """How the server samples: temperature (> 0), top-k (0 = off) and top-p (0 < p <= 1; 1 = off), applied to the
+    target's logits in that order (both engines: top-k, then top-p over what top-k kept)."""
 
     temperature: float
     top_p: float = 1.0
+    top_k: int = 0
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.temperature) and self.temperature > 0):
             raise UsageError(f"--temperature must be a finite number above 0, got {self.temperature}")
         if not (math.isfinite(self.top_p) and 0 < self.top_p <= 1):
             raise UsageError(f"--top-p must be in (0, 1], got {self.top_p}")
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
+            raise UsageError(f"--top-k must be a whole number >= 0 (0: off), got {self.top_k!r}")
 
     def label(self) -> str:
-        return f"T = {self.temperature:g}" + (f", top-p {self.top_p:g}" if self.top_p < 1 else "")
+        return (f"T = {self.temperature:g}" + (f", top-k {self.top_k}" if self.top_k else "")
+                + (f", top-p {self.top_p:g}" if self.top_p < 1 else ""))
 
 
 @dataclass(frozen=True)
@@ -52,7 +45,7 @@ class SampledView:
 
     def to_dict(self) -> dict[str, Any]:
         return to_jsonable({"temperature": self.sampling.temperature, "top_p": self.sampling.top_p,
-                            "full_acc": list(self.full_acc), "cond_acc": list(self.cond_acc),
+                            "top_k": self.sampling.top_k, "full_acc": list(self.full_acc), "cond_acc": list(self.cond_acc),
                             "accept_len": self.accept_len, "greedy_accept_len": self.greedy_accept_len,
                             "exact_chain": self.exact_chain})
 
