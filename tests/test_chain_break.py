@@ -41,6 +41,10 @@ def test_first_parting_position_is_named(offline, tmp_path: Path) -> None:
     same = compare_chain(offline, tuple(round(x, 3) for x in curve))
     assert same is not None and same.first_parting is None
     assert compare_chain(offline, ()) is None
+    longer = compare_chain(offline, (*(round(x, 3) for x in curve), 0.01, 0.0))  # the server drafts two more
+    assert longer is not None and longer.logged_positions == len(curve) + 2
+    assert f"the server drafts {len(curve) + 2}, the offline run scored {len(curve)}" in chain_note(longer)
+    assert f"--steps {len(curve) + 2}" in chain_note(longer) and "drafts" not in chain_note(same)
 
 
 def test_cli_acceptance_with_log(demo_dir: Path, tmp_path: Path, capsys) -> None:

@@ -67,12 +67,23 @@ def test_served_conversations_accept_otherwise_than_the_raw_dump(demo_dir: Path)
     ('[]\n', "line 1: a conversation is a non-empty JSON list"),
     ("\n\n", "no conversations"),
     ('{"messages": [{"role": "user", "content": 3}]}\n', "line 1: every message needs a string"),
+    ("[" * 100_000 + "]" * 100_000 + "\n", "line 1: nested too deeply"),
+    ('\n[{"role": "user", "content": "x", "n": 1' + "0" * 5000 + '}]\n', "line 2: not JSON"),
 ])
 def test_bad_chat_files_are_one_line_errors(tmp_path: Path, content: str, problem: str) -> None:
     path = tmp_path / "chat.jsonl"
     path.write_text(content)
     with pytest.raises(CheckpointError, match=problem):
         chat.read_chat(path)
+
+
+def test_a_line_separator_inside_a_string_is_text(tmp_path: Path) -> None:
+    """JSON Lines end at \\n only: json.dumps(ensure_ascii=False) writes U+2028 raw inside a string."""
+    path = tmp_path / "chat.jsonl"
+    path.write_text('[{"role": "user", "content": "w9\u2028w10"}]\n[{"role": "user", "content": "w3"}]\n',
+                    encoding="utf-8")
+    conversations = chat.read_chat(path)
+    assert [c[0]["content"] for c in conversations] == ["w9\u2028w10", "w3"]
 
 
 def test_chat_file_must_be_a_bounded_regular_file(tmp_path: Path, monkeypatch) -> None:

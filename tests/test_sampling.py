@@ -104,3 +104,15 @@ def test_row_statistics_give_the_warped_probabilities(sampling: Sampling) -> Non
         assert torch.allclose(a, b, atol=1e-5)
     top = [(0, (rows @ head.T).argmax(-1))]  # the most likely token is always kept
     assert bool((stats.probs(rows, head, top)[0] > 0).all())
+
+
+def test_a_temperature_near_zero_scores_the_greedy_figure(demo_dir: Path) -> None:
+    """At T -> 0 the target's distribution is its argmax: the sampled chain accepts exactly what the greedy one
+    does (a rounding difference between two ways of computing a logit must not be multiplied by 1 / T)."""
+    result = estimate_acceptance(demo_dir / "speculators", demo_dir / "hidden-states", target=demo_dir / "target",
+                                 fixed=False, sampling=Sampling(1e-5))
+    assert result.traffic is not None
+    view = result.traffic.sampled["as_trained"]
+    assert view.accept_len is not None and view.greedy_accept_len is not None and view.greedy_accept_len > 1.05
+    assert abs(view.accept_len - view.greedy_accept_len) < 1e-6
+    assert view.full_acc[0] == pytest.approx(result.views["as_trained"].full_acc[0], abs=1e-6)

@@ -226,3 +226,18 @@ def test_a_sampled_draft_mode_in_the_launch_is_named(tmp_path, launch: str) -> N
     assert served.sampling == Sampling(0.7) and "min(1, p/q), which these figures do not model" in served.note()
     plain = parse_launch("vllm serve m --speculative-config '{\"method\": \"eagle3\", \"model\": \"d\"}'")
     assert "do not model" not in resolve_sampling("vllm", request=request, options=plain.options).note()
+
+
+def test_each_value_names_its_own_source(tmp_path, model_dir) -> None:
+    launch = parse_launch(f"vllm serve {model_dir} --override-generation-config '{{\"top_p\": 0.5}}'")
+    served = resolve_sampling("vllm", options=launch.options, target=model_dir)
+    assert served.sampling == Sampling(0.6, 0.5, 20)
+    assert served.top_p_from == "--override-generation-config"
+    assert "generation_config.json" in served.temperature_from and "generation_config.json" in served.top_k_from
+
+
+def test_deeply_nested_launch_json_is_a_one_line_error(tmp_path) -> None:
+    deep = "[" * 100_000 + "]" * 100_000
+    launch = parse_launch(f"vllm serve m --override-generation-config '{deep}'")
+    with pytest.raises(UsageError, match="is not a JSON object"):
+        resolve_sampling("vllm", options=launch.options)

@@ -36,11 +36,14 @@ class ChainComparison:
     log: str = ""
     findings: tuple[Any, ...] = ()
     whole: WholeChain | None = None  # the log has no per-position rates: the chain held as a whole
+    logged_positions: int = 0  # per-position rates the log prints (the server's K), when it prints them
+    offline_positions: int = 0  # positions the offline run scored (--steps)
 
     def to_dict(self) -> dict[str, Any]:
         return to_jsonable({"view": self.view, "offline": list(self.offline), "logged": list(self.logged),
                             "first_parting": self.first_parting, "sampled": self.sampled, "log": self.log,
-                            "whole": self.whole.to_dict() if self.whole is not None else None})
+                            "whole": self.whole.to_dict() if self.whole is not None else None,
+                            "logged_positions": self.logged_positions, "offline_positions": self.offline_positions})
 
 
 @dataclass(frozen=True)
@@ -76,7 +79,8 @@ def compare_chain(result: AcceptanceResult, logged: tuple[float, ...], log: str 
     n = min(len(offline), len(logged))
     first = next((k + 1 for k in range(n) if parts(offline[k], logged[k])), None)
     return ChainComparison(name, tuple(offline[:n]), tuple(logged[:n]), first,
-                           sampled.sampling.label() if sampled is not None else None, log)
+                           sampled.sampling.label() if sampled is not None else None, log,
+                           logged_positions=len(logged), offline_positions=len(offline))
 
 
 def _offline_curve(result: AcceptanceResult, view: str | None) -> tuple[str, tuple[float, ...], Any] | None:
@@ -141,8 +145,15 @@ def chain_note(c: ChainComparison) -> str:
     curve = f"offline {c.view}" + (f" sampled ({c.sampled})" if c.sampled else " greedy")
     if c.whole is not None:
         return _whole_note(c, c.whole, curve)
+    if c.logged_positions > c.offline_positions:
+        span = (f" (the server drafts {c.logged_positions}, the offline run scored {c.offline_positions}: score "
+                f"with --steps {c.logged_positions} to compare them all)")
+    elif c.logged_positions < c.offline_positions:
+        span = f" (the server drafts {c.logged_positions}, the offline run scored {c.offline_positions})"
+    else:
+        span = ""
     if c.first_parting is None:
-        return f"per position, the log and the {curve} agree over {len(c.logged)} positions"
+        return f"per position, the log and the {curve} agree over {len(c.logged)} positions{span}"
     k = c.first_parting - 1
     return (f"per position, the log and the {curve} part first at position {c.first_parting} (logged "
-            f"{c.logged[k]:.3f}, offline {c.offline[k]:.3f}): look there first")
+            f"{c.logged[k]:.3f}, offline {c.offline[k]:.3f}): look there first{span}")

@@ -23,6 +23,7 @@ from typing import Any
 from ..errors import CheckpointError, UsageError
 from ..findings import Finding, Severity, to_jsonable
 from ..io.inputs import MiB, read_regular
+from ..io.jsonio import bounded_int
 
 MAX_CHAT_BYTES = 64 * MiB
 MAX_MESSAGES = 4096
@@ -36,11 +37,13 @@ def read_chat(path: str | Path) -> list[Conversation]:
     file = Path(path)
     text = read_regular(file, MAX_CHAT_BYTES, "chat file").decode("utf-8", errors="replace")
     out: list[Conversation] = []
-    for n, line in enumerate(text.splitlines(), 1):
+    for n, line in enumerate(text.split("\n"), 1):  # JSON Lines end at \n only (U+2028 is text inside a string)
         if not line.strip():
             continue
         try:
-            item = json.loads(line)
+            item = json.loads(line, parse_int=bounded_int)
+        except RecursionError:
+            raise CheckpointError(file, f"line {n}: nested too deeply") from None
         except ValueError as exc:
             raise CheckpointError(file, f"line {n}: not JSON ({str(exc)[:80]})") from None
         messages = item.get("messages") if isinstance(item, dict) else item

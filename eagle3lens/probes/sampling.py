@@ -36,6 +36,7 @@ import torch
 from .traffic_result import SampledView, Sampling
 
 ROW_CHUNK = 256  # target rows per block when warping full-vocabulary distributions
+TOP_KEPT = 64  # a row's most likely tokens whose scaled logits RowStats keeps (and the first top-p window)
 
 
 def warp(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
@@ -86,24 +87,31 @@ def accept_probability(target_probs: torch.Tensor, draft: torch.Tensor) -> torch
 
 @dataclass
 class RowStats:
-    """Per row of the target's logits under ``sampling``: the top-k / top-p cut (the least kept scaled logit) and the
-    log-normaliser over the kept tokens, gathered from the logits the teacher already computes; then
-    ``p(x) = exp(l_x / T - lse)`` where ``l_x / T >= cut``, else 0, from one dot product per wanted token."""
+    """Per row of the target's logits under ``sampling``: the top-k / top-p cut (the least kept scaled logit), the
+    log-normaliser over the kept tokens and the row's most likely tokens with their scaled logits, gathered from
+    the logits the teacher already computes; then ``p(x) = exp(l_x / T - lse)`` where ``l_x / T >= cut``, else 0,
+    ``l_x`` taken from those logits for the row's top tokens (where low temperatures put the mass, so a rounding
+    difference is not multiplied by 1 / T) and from one dot product for any other wanted token."""
 
     sampling: Sampling
     cut: list[torch.Tensor] = field(default_factory=list)
     lse: list[torch.Tensor] = field(default_factory=list)
+    top_vals: list[torch.Tensor] = field(default_factory=list)
+    top_ids: list[torch.Tensor] = field(default_factory=list)
 
     def add(self, logits: torch.Tensor) -> None:
         scaled = logits.float() / self.sampling.temperature
         lse = torch.logsumexp(scaled, dim=-1)
+        vals, ids = torch.topk(scaled, min(TOP_KEPT, scaled.shape[-1]), dim=-1)  # descending
+        self.top_vals.append(vals)
+        self.top_ids.append(ids)
         top_k = self.sampling.top_k if 0 < self.sampling.top_k < scaled.shape[-1] else 0
         if self.sampling.top_p >= 1.0 and not top_k:
             self.cut.append(torch.full_like(lse, float("-inf")))
             self.lse.append(lse)
             return
-        cut, mass = (_top_k_cut(scaled, lse, self.sampling.top_p, top_k) if top_k
-                     else _top_p_cut(scaled, lse, self.sampling.top_p))
+        cut, mass = (_top_k_cut(scaled, lse, self.sampling.top_p, top_k, vals) if top_k
+                     else _top_p_cut(scaled, lse, self.sampling.top_p, vals))
         self.cut.append(cut)
         self.lse.append(lse + torch.log(mass))
 
@@ -111,27 +119,31 @@ class RowStats:
               wanted: Sequence[tuple[int, torch.Tensor]]) -> list[torch.Tensor]:
         """As :func:`token_probs`, from the gathered statistics (rows = the same final-norm states)."""
         cut, lse = torch.cat(self.cut), torch.cat(self.lse)
+        top_vals, top_ids = torch.cat(self.top_vals), torch.cat(self.top_ids)
         out = []
         for k, tokens in wanted:
             n = min(tokens.shape[0], rows.shape[0] - k)
             r = torch.arange(k, k + n, device=rows.device)
-            scaled = (rows[r].float() * lm_head[tokens[:n]].float()).sum(-1) / self.sampling.temperature
-            slack = 1e-4 * (cut[r].abs() + 1.0)  # the dot product rounds otherwise than the matmul did
-            p = torch.where(scaled >= cut[r] - slack, torch.exp(scaled - lse[r]), 0.0)
+            dot = (rows[r].float() * lm_head[tokens[:n]].float()).sum(-1) / self.sampling.temperature
+            hit = top_ids[r] == tokens[:n, None].to(top_ids.device)
+            scaled = torch.where(hit.any(-1), (top_vals[r] * hit).sum(-1), dot)
+            slack = torch.where(hit.any(-1), 0.0, 1e-4 * (cut[r].abs() + 1.0))  # a dot rounds otherwise
+            p = torch.where(scaled >= cut[r] - slack, torch.exp(scaled - lse[r]).clamp(max=1.0), 0.0)
             out.append(torch.cat([p, torch.zeros(tokens.shape[0] - n, device=rows.device)]))
         return out
 
 
 def _top_p_cut(scaled: torch.Tensor, lse: torch.Tensor, top_p: float,
-               first_k: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+               first: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per row of scaled logits [R, V]: the least kept scaled logit under top-p and the kept probability mass,
-    from the top k logits only (k widened for the rows whose cut lies deeper); no pass over the whole row."""
+    from the top logits only (``first``: each row's top k, descending; k widened for the rows whose cut lies
+    deeper); no pass over the whole row."""
     R, V = scaled.shape
     cut, mass = torch.empty(R, device=scaled.device), torch.empty(R, device=scaled.device)
     todo = torch.arange(R, device=scaled.device)
-    k = min(first_k, V)
+    k = first.shape[-1]
     while todo.numel():
-        vals = torch.topk(scaled[todo], k, dim=-1).values  # descending
+        vals = first if k == first.shape[-1] else torch.topk(scaled[todo], k, dim=-1).values  # descending
         probs = torch.exp(vals - lse[todo, None])
         inside = (probs.cumsum(-1) - probs) < top_p  # a prefix: the mass ranked above each token is below p
         inside[:, 0] = True
@@ -143,11 +155,11 @@ def _top_p_cut(scaled: torch.Tensor, lse: torch.Tensor, top_p: float,
     return cut, mass
 
 
-def _top_k_cut(scaled: torch.Tensor, lse: torch.Tensor, top_p: float,
-               top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _top_k_cut(scaled: torch.Tensor, lse: torch.Tensor, top_p: float, top_k: int,
+               first: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """As :func:`_top_p_cut` under top-k: the k largest scaled logits are all that can be kept, and top-p cuts
-    their renormalised distribution."""
-    vals = torch.topk(scaled, top_k, dim=-1).values  # descending
+    their renormalised distribution (``first``: each row's top logits already taken, descending)."""
+    vals = first[:, :top_k] if top_k <= first.shape[-1] else torch.topk(scaled, top_k, dim=-1).values
     probs = torch.softmax(vals, dim=-1)  # top-k renormalised
     inside = (probs.cumsum(-1) - probs) < top_p if top_p < 1.0 else torch.ones_like(probs, dtype=torch.bool)
     inside[:, 0] = True

@@ -34,7 +34,7 @@ from packaging.version import Version
 
 from ..engines.versions import parse_version
 from ..errors import UsageError
-from ..io.jsonio import read_json
+from ..io.jsonio import bounded_int, read_json
 from ..io.textsafe import clean_text
 from .traffic_result import Sampling
 
@@ -122,8 +122,8 @@ def _json_option(value: Any, flag: str) -> Mapping[str, Any]:
     if isinstance(value, Mapping):
         return value
     try:
-        parsed = json.loads(str(value))
-    except ValueError:
+        parsed = json.loads(str(value), parse_int=bounded_int)
+    except (ValueError, RecursionError):
         raise UsageError(f"{flag} is not a JSON object: {clean_text(str(value))[:80]!r}") from None
     if not isinstance(parsed, dict):
         raise UsageError(f"{flag} is not a JSON object: {clean_text(str(value))[:80]!r}")
@@ -150,45 +150,49 @@ def _model_generation_defaults(target: Path | None) -> dict[str, Any]:
     return {k: model[k] for k in (*MODELLED, *NOT_MODELLED) if isinstance(model, dict) and k in model}
 
 
+Defaults = dict[str, tuple[Any, str]]  # field -> (value, where the server takes it from)
+
+
+def _from(values: Mapping[str, Any], origin: str) -> Defaults:
+    return {k: (v, origin) for k, v in values.items()}
+
+
 def server_defaults(engine: str, endpoint: str, options: Mapping[str, Any], target: Path | None,
-                    release: Version | None = None) -> tuple[dict[str, Any], str]:
+                    release: Version | None = None) -> Defaults:
     """The defaults a request's missing fields take on ``engine``'s server (``release``: None for the newest
-    read), and where they come from."""
+    read), each with where it comes from."""
     if engine == "vllm":
         mode = str(options.get("generation_config") or "auto")
         if mode == "vllm":
-            config, origin = {}, "vLLM's neutral defaults (--generation-config vllm)"
+            config: Defaults = {}
         elif mode == "auto":
-            config = _model_generation_defaults(target)
             named = "generation_config.json" if _generation_config(target) else "config.json"
-            origin = (f"{clean_text(str(target))}/{named} (--generation-config auto, the default)"
-                      if config else "the model's generation_config.json (none found)")
+            config = _from(_model_generation_defaults(target),
+                           f"{clean_text(str(target))}/{named} (--generation-config auto, the default)")
         else:
-            config = _generation_config(Path(mode))
-            origin = f"{clean_text(mode)}/generation_config.json (--generation-config)"
+            config = _from(_generation_config(Path(mode)), f"{clean_text(mode)}/generation_config.json "
+                                                           "(--generation-config)")
         override = _json_option(options.get("override_generation_config"), "--override-generation-config")
-        if any(k in override for k in MODELLED):
-            origin = "--override-generation-config"
-        return {**config, **override}, origin
+        return {**config, **_from(override, "--override-generation-config")}
     if endpoint == "generate":
         if release is not None and release < SGLANG_PREFERRED:
-            return {}, f"SGLang {release}'s SamplingParams (no --preferred-sampling-params before {SGLANG_PREFERRED})"
-        return dict(_json_option(options.get("preferred_sampling_params"), "--preferred-sampling-params")), \
-            "--preferred-sampling-params"
+            return {}  # no --preferred-sampling-params before 0.4.7
+        return _from(_json_option(options.get("preferred_sampling_params"), "--preferred-sampling-params"),
+                     "--preferred-sampling-params")
     if endpoint == "completions":
-        return {"temperature": 1.0, "top_p": 1.0}, "SGLang's completion-request schema (1.0)"
+        return _from({"temperature": 1.0, "top_p": 1.0}, "SGLang's completion-request schema (1.0)")
     if release is not None and release < SGLANG_MODEL_DEFAULTS:
-        return ({"temperature": SGLANG_OLD_CHAT_TEMPERATURE, "top_p": 1.0},
-                f"SGLang {release}'s chat-request schema (temperature 0.7; the model's file is not read before "
-                f"{SGLANG_MODEL_DEFAULTS})")
+        return _from({"temperature": SGLANG_OLD_CHAT_TEMPERATURE, "top_p": 1.0},
+                     f"SGLang {release}'s chat-request schema (the model's file is not read before "
+                     f"{SGLANG_MODEL_DEFAULTS})")
     if str(options.get("sampling_defaults") or "model") != "model":
-        return {}, "SGLang's OpenAI defaults (--sampling-defaults openai)"
-    config = _generation_config(target)
+        return {}  # --sampling-defaults openai
+    config = _from(_generation_config(target),
+                   f"{clean_text(str(target))}/generation_config.json (--sampling-defaults model, the default)")
     if config and release is not None and SGLANG_TOP_K_50[0] <= release <= SGLANG_TOP_K_50[1] \
-            and config.get("top_k") is None:
-        config = {**config, "top_k": 50}  # transformers 4.x's GenerationConfig.to_dict holds its default top_k
-    return config, (f"{clean_text(str(target))}/generation_config.json (--sampling-defaults model, the default)"
-                    if config else "the model's generation_config.json (none found)")
+            and config.get("top_k", (None,))[0] is None:
+        config["top_k"] = (50, f"transformers 4.x's GenerationConfig defaults (SGLang {release} pins 4.57.1)")
+    return config
 
 
 def _top_k(value: float, where: str) -> int:
@@ -208,18 +212,19 @@ def resolve_sampling(engine: str, *, request: Request | None = None, options: Ma
     version = parse_version(release) if release else None
     endpoint = request.endpoint if request is not None else endpoint
     given = dict(request.fields) if request is not None else {}
-    defaults, origin = server_defaults(engine, endpoint, options or {}, Path(target) if target else None, version)
+    defaults = server_defaults(engine, endpoint, options or {}, Path(target) if target else None, version)
     values: dict[str, float] = {}
     sources: dict[str, str] = {}
     for key in MODELLED:
+        value, origin = defaults.get(key, (None, ""))
         if key in given:
             values[key], sources[key] = given[key], request.source if request is not None else "the request"
-        elif defaults.get(key) is not None:
-            values[key], sources[key] = _number(defaults[key], key, origin), origin
+        elif value is not None:
+            values[key], sources[key] = _number(value, key, origin), origin
         else:
             values[key] = 0.0 if key == "top_k" else 1.0
             sources[key] = f"{engine}'s default ({'off' if key == 'top_k' else '1.0'})"
-    unmodelled = tuple(k for k in NOT_MODELLED if k in given or defaults.get(k) is not None)
+    unmodelled = tuple(k for k in NOT_MODELLED if k in given or defaults.get(k, (None,))[0] is not None)
     temperature, top_k = values["temperature"], _top_k(values["top_k"], sources["top_k"])
     if temperature < 0:
         raise UsageError(f"temperature {temperature:g} ({sources['temperature']}): the server refuses a negative "
