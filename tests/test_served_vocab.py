@@ -64,11 +64,13 @@ def test_demo_dump_share_matches_the_training_coverage(demo_dir: Path) -> None:
     assert trained is not None and trained <= vocab.ceiling_accept_len
 
 
-@pytest.mark.parametrize("traffic", ["chat", "prompts"])
+@pytest.mark.parametrize("traffic,draft", [("chat", "speculators"), ("prompts", "speculators"),
+                                           ("chat", "broken-d2t-double-subtracted")])
 def test_vocab_coverage_over_served_traffic_is_acceptances_served_vocabulary(demo_dir: Path, tmp_path: Path,
-                                                                             capsys, traffic: str) -> None:
+                                                                             capsys, traffic: str, draft: str) -> None:
     """`vocab --chat / --prompts` counts the target's greedy tokens over the served traffic exactly where
-    `acceptance` counts them: its coverage is 1 - the acceptance probe's out-of-vocabulary share of tokens."""
+    `acceptance` counts them: its coverage is 1 - the acceptance probe's out-of-vocabulary share of tokens, also
+    for a corrupted d2t (coverage of the ids the served draft proposes, the repair's coverage in a note)."""
     from eagle3lens import cli
 
     if traffic == "chat":
@@ -78,13 +80,16 @@ def test_vocab_coverage_over_served_traffic_is_acceptances_served_vocabulary(dem
         source.write_text(json.dumps([[(37 * i + 11 * j * j) % 256 for j in range(24)] for i in range(12)]))
     common = ["--target", str(demo_dir / "target"), f"--{traffic}", str(source), "--limit", str(limit),
               "--new-tokens", "8", "--json"]
-    assert cli.main(["vocab", str(demo_dir / "speculators"), *common]) in (0, 1)
-    coverage = json.loads(capsys.readouterr().out)["results"]["vocab"]["coverage"]
-    assert cli.main(["acceptance", str(demo_dir / "speculators"), "--no-fixed", *common]) == 0
+    assert cli.main(["vocab", str(demo_dir / draft), *common]) in (0, 1)
+    out = json.loads(capsys.readouterr().out)
+    coverage = out["results"]["vocab"]["coverage"]
+    assert cli.main(["acceptance", str(demo_dir / draft), "--no-fixed", *common]) == 0
     served = json.loads(capsys.readouterr().out)["results"]["acceptance"]["traffic"]["served_vocab"]
     assert coverage["source"] == f"served {'chat traffic' if traffic == 'chat' else 'prompts'} ({source.name}, greedy)"
     assert served["view"] == "as_trained" and coverage["total"] == served["tokens"] == limit * 8
     assert abs(coverage["covered"] - (1 - served["oov_tokens"] / served["tokens"])) < 1e-12
+    if draft != "speculators":  # the stored map proposes ids the target rarely emits; the repair restores them
+        assert coverage["covered"] < 0.2 and any("after the proven repair" in n for n in out["results"]["vocab"]["notes"])
     if traffic == "prompts":
         assert 0 < served["oov_tokens"] < served["tokens"]
         assert sum(m["count"] for m in coverage["missed"]) <= served["oov_tokens"]

@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
     counts = _served_counts(ckpt, args) if args.chat or args.prompts else args.counts
     report = Report(checkpoint=ckpt.summary())
     report.add("vocab", inspect_vocab(ckpt, target=args.target, tokenizer=args.tokenizer, token_counts=counts,
-                                      text=text))
+                                      text=text, served=bool(args.chat or args.prompts)))
     if args.target is None:
         report.notes.append("no --target: lm_head rows not compared with the target head")
     return finish(report, args)

@@ -81,17 +81,19 @@ class D2tRepair:
 
 # -- the probe ----------------------------------------------------------------------------------
 def inspect_vocab(draft: CheckpointLike, *, target: CheckpointLike | None = None, tokenizer: Any = None,
-                  token_counts: Any = None, text: str | None = None) -> VocabResult:
+                  token_counts: Any = None, text: str | None = None, served: bool = False) -> VocabResult:
     """Check a draft's d2t / t2d, classify what is wrong and say what each engine does with it.
 
     ``draft`` / ``target``: checkpoints or their paths; the target's ``lm_head`` rows are compared with the
     draft's (``target.lm_head[ids]``).
     ``token_counts``: target-token frequencies (path to .json list/dict or .npy, or a sequence/tensor/dict);
     ``tokenizer`` (object or directory) + ``text``: counts from a text sample; the tokenizer also
-    decodes the most frequent missed tokens.
+    decodes the most frequent missed tokens. ``served``: the counts are served traffic, so coverage is measured
+    on the mapping as stored (the ids the draft proposes when served, as acceptance counts them), the repaired
+    mapping's coverage in a note; else on the mapping a proven repair gives (what the draft should cover).
     """
     return _result(Diagnosis(as_checkpoint(draft), as_checkpoint(target)), tokenizer=tokenizer,
-                   token_counts=token_counts, text=text)
+                   token_counts=token_counts, text=text, served=served)
 
 
 def compare_mappings(drafts: Sequence[CheckpointLike], *, target: CheckpointLike | None = None) -> list[dict[str, Any]]:
@@ -137,6 +139,15 @@ def plan_d2t_repair(draft: CheckpointLike, target: CheckpointLike | None = None)
     return D2tRepair(tensors=tensors, reason=f"{result.diagnosis}: use {CANDIDATES[chosen.name]}", evidence=evidence)
 
 
+def _proposed_ids(analysis: Diagnosis) -> torch.Tensor | None:
+    """The target ids the draft proposes with its mapping as stored (acceptance's served vocabulary)."""
+    from .served_vocab import in_draft_vocab
+
+    if analysis.n is None or analysis.v is None:
+        return None
+    return torch.nonzero(in_draft_vocab(analysis.d2t, analysis.n, analysis.v)).flatten()
+
+
 def _mask(ids: torch.Tensor, vocab_size: int | None) -> torch.Tensor:
     t2d = torch.zeros(vocab_size or int(ids.max()) + 1, dtype=torch.bool)
     t2d[ids] = True
@@ -148,14 +159,21 @@ def _sibling(key: str | None, leaf: str) -> str:
 
 
 
-def _result(analysis: Diagnosis, tokenizer: Any = None, token_counts: Any = None, text: str | None = None) -> VocabResult:
+def _result(analysis: Diagnosis, tokenizer: Any = None, token_counts: Any = None, text: str | None = None,
+            served: bool = False) -> VocabResult:
     """The diagnosis's verdict, the lm_head summary and (given counts or text) the coverage, as one result."""
     verdict = analysis.verdict()
     coverage = None
     if token_counts is not None or text is not None:
-        kept = analysis.kept_ids(verdict)
+        repaired = analysis.kept_ids(verdict)
+        kept = _proposed_ids(analysis) if served else repaired
         if kept is not None:
             coverage = measure_coverage(kept, analysis.v, tokenizer=tokenizer, token_counts=token_counts, text=text)
+            if served and repaired is not None and verdict.repair:
+                fixed = measure_coverage(repaired, analysis.v, token_counts=coverage.counts)
+                analysis.notes.append(f"coverage is of the mapping as stored (the ids the served draft proposes): "
+                                      f"{coverage.covered:.1%}; after the proven repair ({verdict.repair}) "
+                                      f"{fixed.covered:.1%}")
         else:
             analysis.notes.append("coverage not measured: no valid mapping to measure")
     return VocabResult(
