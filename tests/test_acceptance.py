@@ -386,3 +386,22 @@ def test_aux_ids_in_the_other_convention(demo_dir: Path, tmp_path: Path) -> None
     assert "[1, 4, 6]" in (unscored.views["as_served"].unavailable or "")
     assert not [f for f in unscored.findings if "not servable" in f.title]
     assert any("not scored" in n for n in unscored.notes)
+
+
+def test_live_capture_ends_at_the_targets_eos(demo_dir: Path) -> None:
+    """The server stops generating at an eos id: live capture does too, and scores nothing after it."""
+    from eagle3lens.probes.data import capture_samples
+    from eagle3lens.probes.wiring import load_target
+
+    target = load_target(demo_dir / "target", "cpu")
+    prompt = torch.arange(7, 19)
+    target.config.eos_token_id = target.generation_config.eos_token_id = -1  # no stop id: the whole 8 tokens
+    free = next(capture_samples(target, [prompt], [2, 5, 7], new_tokens=8))
+    assert free.token_ids.numel() == prompt.numel() + 8 and int(free.loss_mask.sum()) == 8
+    generated = free.token_ids[prompt.numel():].tolist()
+    stop = generated[2]  # declare the target's third greedy token its eos (a list, as generation_config allows)
+    target.generation_config.eos_token_id = [10**6, stop]
+    ended = next(capture_samples(target, [prompt], [2, 5, 7], new_tokens=8))
+    first = generated.index(stop)
+    assert ended.token_ids.tolist() == free.token_ids.tolist()[:prompt.numel() + first + 1]
+    assert int(ended.loss_mask.sum()) == first + 1 and int(ended.token_ids[-1]) == stop

@@ -381,7 +381,8 @@ def _tokenize(file: Path, lines: list[str], tokenizer_dir: str | Path | None) ->
 def capture_samples(target: nn.Module, prompts: Iterable[torch.Tensor], layers: Sequence[int],
                     new_tokens: int = 32, source: str | Path = "prompts") -> Iterator[Sample]:
     """Live samples: each prompt continued greedily by ``target``; aux = inputs of decoder layers ``layers`` (HF
-    ``hidden_states`` indices), last = the final norm's output, loss mask on the generated tokens only.
+    ``hidden_states`` indices), last = the final norm's output, loss mask on the generated tokens only (up to
+    and with the first eos id: the server generates nothing after it).
     Every prompt is checked against the target's vocabulary and positions first (``source`` names them)."""
     from .wiring import find_decoder_layers, input_device
 
@@ -393,9 +394,10 @@ def capture_samples(target: nn.Module, prompts: Iterable[torch.Tensor], layers: 
     prompts = list(prompts)
     check_prompts(prompts, target, new_tokens, source)
     device = input_device(target)
+    stop = stop_ids(target)
     for prompt in prompts:
         with torch.no_grad():
-            ids = _greedy(target, prompt.to(device)[None], new_tokens)
+            ids = _greedy(target, prompt.to(device)[None], new_tokens, stop)
         feats, _, normed = target_states(target, ids, sorted(set(layers)))
         mask = torch.zeros(ids.shape[1], dtype=torch.bool)
         mask[prompt.numel():] = True
@@ -414,11 +416,26 @@ def check_prompts(prompts: Sequence[torch.Tensor], target: nn.Module, new_tokens
         check_length(ids.numel() + new_tokens, limit, source, what=f"prompt {n} with {new_tokens} new tokens")
 
 
-def _greedy(target: nn.Module, ids: torch.Tensor, new_tokens: int) -> torch.Tensor:
-    """Greedy continuation (argmax, no sampling) by plain forwards: engine-independent and deterministic."""
+def stop_ids(target: nn.Module) -> frozenset[int]:
+    """The ids a server ends a generation at: the eos ids of the target's config and generation_config (an id
+    or a list; both engines stop there unless a request sets ignore_eos)."""
+    out: set[int] = set()
+    for config in (getattr(target, "config", None), getattr(target, "generation_config", None)):
+        value = getattr(config, "eos_token_id", None)
+        for item in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(item, int) and not isinstance(item, bool):
+                out.add(item)
+    return frozenset(out)
+
+
+def _greedy(target: nn.Module, ids: torch.Tensor, new_tokens: int, stop: frozenset[int] = frozenset()) -> torch.Tensor:
+    """Greedy continuation (argmax, no sampling) by plain forwards: engine-independent and deterministic; it ends
+    after a ``stop`` id, as the server's generation does (nothing after it is ever verified)."""
     for _ in range(new_tokens):
         logits = target(input_ids=ids, use_cache=False).logits[:, -1]
         ids = torch.cat([ids, logits.argmax(-1, keepdim=True)], dim=1)
+        if int(ids[0, -1]) in stop:
+            break
     return ids
 
 
