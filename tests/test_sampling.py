@@ -12,7 +12,7 @@ from eagle3lens.errors import UsageError
 from eagle3lens.probes.acceptance import estimate_acceptance, needed_layers
 from eagle3lens.probes.aux_layers import trained_with
 from eagle3lens.probes.data import capture_samples
-from eagle3lens.probes.sampling import RowStats, accept_probability, token_probs, warp
+from eagle3lens.probes.sampling import RowStats, accept_probability, chain_token_probs, token_probs, warp
 from eagle3lens.probes.traffic_result import Sampling
 from eagle3lens.probes.wiring import load_draft_as, load_target
 
@@ -116,3 +116,25 @@ def test_a_temperature_near_zero_scores_the_greedy_figure(demo_dir: Path) -> Non
     assert view.accept_len is not None and view.greedy_accept_len is not None and view.greedy_accept_len > 1.05
     assert abs(view.accept_len - view.greedy_accept_len) < 1e-6
     assert view.full_acc[0] == pytest.approx(result.views["as_trained"].full_acc[0], abs=1e-6)
+
+
+def test_the_exact_chain_reads_the_same_rows_padded_or_alone(served) -> None:
+    """Left-padded batches (the head run on the last K rows only) give each start what its own unpadded
+    forward gives."""
+    target, samples, _ = served
+    sample = samples[0]
+    starts = torch.tensor([0, 3, 9, 17, 20])
+    gen = torch.Generator().manual_seed(5)
+    proposed = [torch.randint(0, 64, (5,), generator=gen) for _ in range(3)]
+    sampling = Sampling(0.8, 0.95)
+    batched = chain_token_probs(target, sample.token_ids, starts, proposed, sampling)
+    alone = chain_token_probs(target, sample.token_ids, starts, proposed, sampling, token_budget=1)
+    for a, b in zip(batched, alone, strict=True):
+        assert torch.allclose(a, b, atol=1e-5), (a, b)
+    greedy: list[torch.Tensor] = []  # the target's own greedy chain per start, each from an unpadded forward
+    for _ in range(3):
+        greedy.append(torch.stack([target(input_ids=torch.cat(
+            [sample.token_ids[:i + 2], *(g[r:r + 1] for g in greedy)])[None]).logits[0, -1].argmax()
+            for r, i in enumerate(starts.tolist())]))
+    top = chain_token_probs(target, sample.token_ids, starts, greedy, Sampling(1e-4))
+    assert all(bool((t > 0.99).all()) for t in top)  # the argmax of each unpadded forward, at T -> 0

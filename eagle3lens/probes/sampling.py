@@ -36,6 +36,7 @@ import torch
 from .traffic_result import SampledView, Sampling
 
 ROW_CHUNK = 256  # target rows per block when warping full-vocabulary distributions
+CHAIN_TOKEN_BUDGET = 8192  # tokens per forward when the target is run on the draft's chains
 TOP_KEPT = 64  # a row's most likely tokens whose scaled logits RowStats keeps (and the first top-p window)
 
 
@@ -188,34 +189,52 @@ def token_probs(rows: torch.Tensor, lm_head: torch.Tensor, sampling: Sampling,
 
 
 def chain_token_probs(model: torch.nn.Module, prefix: torch.Tensor, starts: torch.Tensor,
-                      proposed: Sequence[torch.Tensor], sampling: Sampling, batch: int = 64) -> list[torch.Tensor]:
+                      proposed: Sequence[torch.Tensor], sampling: Sampling,
+                      token_budget: int = CHAIN_TOKEN_BUDGET) -> list[torch.Tensor]:
     """The exact chain: ``p_target(d_k)`` with the target run on its own prefix up to start i followed by the
     draft's earlier tokens d_0..d_{k-1} (what the server verifies), for each start index i in ``starts``.
 
     ``prefix`` [T] is the token stream; start i's prefix is ``prefix[:i + 2]`` (the draft at i proposes the token
     after position i + 1, acceptance's shifted convention); ``proposed[k]`` [n] the draft's target ids per start.
+    The sequences are padded on the left so that the K rows each needs are the last K of every row: only those
+    reach the head (``logits_to_keep``), and a batch holds at most ``token_budget`` tokens.
     """
     K = len(proposed)
     device = next(model.parameters()).device
     out = [torch.zeros(starts.shape[0]) for _ in range(K)]
-    for lo in range(0, starts.shape[0], batch):
+    lo = 0
+    while lo < starts.shape[0]:
+        width = int(starts[lo:].max()) + 2 + (K - 1)
+        batch = max(1, token_budget // width)
         idx = starts[lo:lo + batch]
-        lengths = idx + 2 + (K - 1)
-        width = int(lengths.max())
+        width = int(idx.max()) + 2 + (K - 1)
         ids = torch.zeros(idx.shape[0], width, dtype=torch.long)
         attn = torch.zeros(idx.shape[0], width, dtype=torch.long)
-        for r, (i, n) in enumerate(zip(idx.tolist(), lengths.tolist(), strict=True)):
+        for r, i in enumerate(idx.tolist()):
             chain = [int(proposed[k][lo + r]) for k in range(K - 1)]
-            ids[r, :n] = torch.cat([prefix[:i + 2].cpu(), torch.tensor(chain, dtype=torch.long)])
-            attn[r, :n] = 1
+            row = torch.cat([prefix[:i + 2].cpu(), torch.tensor(chain, dtype=torch.long)])
+            ids[r, width - row.numel():] = row
+            attn[r, width - row.numel():] = 1
+        positions = (attn.cumsum(-1) - 1).clamp(min=0)
         with torch.no_grad():
-            logits = model(input_ids=ids.to(device), attention_mask=attn.to(device), use_cache=False).logits
+            logits = _last_logits(model, ids.to(device), attn.to(device), positions.to(device), K)
         for k in range(K):
-            at = (idx + 1 + k).to(device)  # the logits after prefix[:i + 2] and d_0..d_{k-1}
-            rows = logits[torch.arange(idx.shape[0], device=device), at]
             token = proposed[k][lo:lo + idx.shape[0]].to(device)
-            out[k][lo:lo + idx.shape[0]] = accept_probability(warp(rows, sampling), token).cpu()
+            out[k][lo:lo + idx.shape[0]] = accept_probability(warp(logits[:, k], sampling), token).cpu()
+        lo += idx.shape[0]
     return out
+
+
+def _last_logits(model: torch.nn.Module, ids: torch.Tensor, attn: torch.Tensor, positions: torch.Tensor,
+                 keep: int) -> torch.Tensor:
+    """The logits [B, keep, V] at the last ``keep`` positions (the head run on those rows only where the model
+    takes ``logits_to_keep``)."""
+    try:
+        logits = model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=False,
+                       logits_to_keep=keep).logits
+    except TypeError:  # a model without logits_to_keep: every row's logits, the last kept
+        logits = model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=False).logits
+    return logits[:, -keep:]
 
 
 @dataclass
