@@ -292,11 +292,13 @@ def diagnose(
         from .probes.provenance import trace_provenance
 
         run("provenance", trace_provenance, data, tgt, draft=ckpt, engine=profile)
-        from .probes.chat import served_template_check
+        from .probes.chat import served_template_check, template_note
 
         template = served_template_check(data, tgt.root, chat=chat)
         if template is not None:
             run("template", lambda: template)
+        if (note := template_note(template)) is not None:
+            report.notes.append(note)
     elif data is not None:
         skipped["provenance"] = "needs --target: the dump's states are matched against the target's layers"
 

@@ -154,3 +154,25 @@ def test_doctor_chat_with_prompts_is_refused(demo_dir: Path, capsys) -> None:
                    "--chat", str(demo_dir / "chat.jsonl")])
     err = capsys.readouterr().err
     assert rc == 2 and "not both" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("template,note", [
+    (None, "chat template not checked: the target's tokenizer has no chat_template"),
+    ("{% for m in messages %}{{ m['content'] }} {% endfor %}", "chat template check inconclusive"),
+])
+def test_a_template_check_that_cannot_tell_says_so(demo_dir: Path, tmp_path: Path, capsys, template, note) -> None:
+    """No chat_template (a base model), or one whose rendering holds no special token: a note, not silence."""
+    import shutil
+
+    target = tmp_path / "target"
+    shutil.copytree(demo_dir / "target", target)
+    (target / "chat_template.jinja").unlink()
+    if template is not None:
+        (target / "chat_template.jinja").write_text(template)
+    rc = cli.main(["provenance", "--data", str(demo_dir / "hidden-states-raw"), "--target", str(target), "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc in (0, 1) and "data/template-mismatch" not in [f["code"] for f in out["findings"]]
+    assert any(n.startswith(note) for n in out["notes"]), out["notes"]
+    rc = cli.main(["provenance", "--data", str(demo_dir / "hidden-states-chat"), "--target", str(demo_dir / "target"),
+                   "--json"])
+    assert not any("chat template" in n for n in json.loads(capsys.readouterr().out)["notes"])

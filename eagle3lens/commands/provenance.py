@@ -31,11 +31,13 @@ def run(args: argparse.Namespace) -> int:
     report = Report(checkpoint=checkpoint, engine=result.engine)
     report.add("provenance", result)
     report.notes.append(f"compared {result.positions} positions from {result.sequences} sequences")
-    from ..probes.chat import served_template_check
+    from ..probes.chat import served_template_check, template_note
 
     template = served_template_check(args.data, args.target, args.chat)
     if template is not None:
         report.add("template", template)
+    if (note := template_note(template)) is not None:
+        report.notes.append(note)
     return finish(report, args)
 
 

@@ -30,8 +30,8 @@ def vocab_rows(result: AcceptanceResult) -> list[tuple[str, str]]:
     rows = [("target tokens outside the draft vocab", f"{vocab.oov_tokens} of {vocab.tokens}"),
             ("per position (share of verify starts)", " ".join(f"{s:.3f}" for s in vocab.oov_share)),
             ("chains cut there by the vocabulary", " ".join(str(c) for c in vocab.cut)),
-            ("accept len ceiling with this vocab", f"{vocab.ceiling_accept_len:.2f} of {1 + vocab.steps} "
-                                                   f"(cost {vocab.cost:.2f})")]
+            ("accept len ceiling with this vocab (greedy tokens)",
+             f"{vocab.ceiling_accept_len:.2f} of {1 + vocab.steps} (cost {vocab.cost:.2f})")]
     if vocab.sampled_oov_share is not None:
         rows.append(("sampled mass outside, per position", " ".join(f"{s:.3f}" for s in vocab.sampled_oov_share)))
     return rows
@@ -97,9 +97,13 @@ def vocab_figure(result: AcceptanceResult) -> Any:
     assert result.traffic is not None and result.traffic.vocab is not None
     vocab = result.traffic.vocab
     x = [f"position {k + 1}" for k in range(vocab.steps)]
-    fig = go.Figure([go.Bar(x=x, y=list(vocab.oov_share), name="target token outside the draft vocab"),
-                     go.Scatter(x=x, y=list(vocab.ceiling), name="ceiling: every token so far inside", mode="lines+markers")])
-    fig.update_layout(title=f"Served vocabulary: accept len ceiling {vocab.ceiling_accept_len:.2f} of {1 + vocab.steps}",
+    fig = go.Figure([go.Bar(x=x, y=list(vocab.oov_share), name="greedy target token outside the draft vocab"),
+                     go.Scatter(x=x, y=list(vocab.ceiling), name="ceiling: every greedy token so far inside",
+                                mode="lines+markers")])
+    if vocab.sampled_oov_share is not None:
+        fig.add_bar(x=x, y=list(vocab.sampled_oov_share), name="sampled: the target's probability mass outside")
+    fig.update_layout(title=f"Served vocabulary: accept len ceiling {vocab.ceiling_accept_len:.2f} of "
+                            f"{1 + vocab.steps} (greedy tokens)",
                       height=360, yaxis_range=[0, 1], legend={"orientation": "h", "y": -0.2})
     return fig
 

@@ -214,3 +214,14 @@ def served_template_check(data: str | Path, target: str | Path, chat: str | Path
             raise
         return None
     return check_template(data, target, chat=chat)
+
+
+def template_note(check: TemplateCheck | None) -> str | None:
+    """Why the template check said nothing, when it could not tell (None when it checked)."""
+    if check is None:
+        return ("chat template not checked: the target's tokenizer has no chat_template (a base model served "
+                "without chat); the dump is not held against a served rendering")
+    if not check.markers:
+        return ("chat template check inconclusive: the served template's rendering holds no special token, so a "
+                "templated dump cannot be told from a raw one by its markers")
+    return None
