@@ -138,3 +138,36 @@ def test_the_exact_chain_reads_the_same_rows_padded_or_alone(served) -> None:
             for r, i in enumerate(starts.tolist())]))
     top = chain_token_probs(target, sample.token_ids, starts, greedy, Sampling(1e-4))
     assert all(bool((t > 0.99).all()) for t in top)  # the argmax of each unpadded forward, at T -> 0
+
+
+@pytest.mark.parametrize("model_type,extra", [("gemma2", {"final_logit_softcapping": 3.0}),
+                                              ("cohere", {"logit_scale": 0.25}),
+                                              ("granite", {"logits_scaling": 4.0})])
+def test_the_teachers_logits_are_the_models_own(model_type: str, extra: dict) -> None:
+    """Position 0 is scored from the final-norm rows and the head (RowStats), later positions from the model's
+    logits: with the target's soft cap or logit scale applied to the first, the two are the same distribution."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.for_model(model_type, vocab_size=96, hidden_size=32, intermediate_size=64,
+                                  num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                                  **extra)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(8.0)  # logits well past the soft cap
+    seen: dict[str, torch.Tensor] = {}
+    model.model.norm.register_forward_hook(lambda _m, _a, out: seen.__setitem__("rows", out[0].detach()))
+    ids = torch.randint(0, 96, (1, 12))
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0].float()
+    rows, head = seen["rows"].float(), model.lm_head.weight.detach().float()
+    sampling = Sampling(0.9, 0.95).for_target(config.to_dict())
+    assert (sampling.softcap, sampling.logit_scale) != (None, 1.0)
+    stats = RowStats(sampling)
+    stats.add(rows @ head.T)  # the teacher's raw head output
+    tokens = torch.randint(0, 96, (12,))
+    fast = stats.probs(rows, head, [(0, tokens)])[0]
+    own = warp(logits, sampling).gather(-1, tokens[:, None]).squeeze(-1)
+    assert torch.allclose(fast, own, atol=1e-5)
+    assert torch.allclose(token_probs(rows, head, sampling, [(0, tokens)])[0], own, atol=1e-5)
+    assert not torch.allclose(token_probs(rows, head, Sampling(0.9, 0.95), [(0, tokens)])[0], own, atol=1e-3)

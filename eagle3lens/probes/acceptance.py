@@ -203,6 +203,8 @@ def estimate_acceptance(draft: str | Path | Checkpoint, data: str | Path | Itera
         counts = {"metrics": _Counts(K), **_shared_counts({n: st for n, (st, serving) in setups.items() if serving}, K)}
         toggle_counts = _shared_counts(toggles_setups, K, known=[(setups[n][0], c) for n, c in counts.items()
                                                                   if n != "metrics"])
+        if sampling is not None:  # the target's own logit scale / soft cap, as its model and the engines apply
+            sampling = sampling.for_target(teacher.config())
         scorer = TrafficScorer(K, sampling, teacher.lm_head, model=teacher.model,
                                vocab_view=("as_served" if "as_served" in setups else "as_trained") if served_vocab
                                else None, source=traffic)
@@ -397,6 +399,13 @@ class Teacher:
         if cached is None or not torch.equal(cached[0], rows):
             self._sub = cached = (rows, self.lm_head[rows])
         return cached[1]
+
+    def config(self) -> dict[str, Any]:
+        """The target's config.json as a dict (a loaded model's config, else the checkpoint's)."""
+        config = getattr(self.model, "config", None)
+        if config is not None and hasattr(config, "to_dict"):
+            return cast(dict[str, Any], config.to_dict())
+        return dict(self.ckpt.config or {}) if self.ckpt is not None else {}
 
     def embed(self) -> torch.Tensor | None:
         if self.model is not None:

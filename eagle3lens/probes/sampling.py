@@ -40,6 +40,17 @@ CHAIN_TOKEN_BUDGET = 8192  # tokens per forward when the target is run on the dr
 TOP_KEPT = 64  # a row's most likely tokens whose scaled logits RowStats keeps (and the first top-p window)
 
 
+def head_logits(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
+    """The target's head output as its model returns logits: scaled, then soft-capped where its config says
+    (``Sampling.for_target``); unchanged for most targets."""
+    x = logits.float()
+    if sampling.logit_scale != 1.0:
+        x = x * sampling.logit_scale
+    if sampling.softcap is not None:
+        x = torch.tanh(x / sampling.softcap) * sampling.softcap
+    return x
+
+
 def warp(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
     """The target's sampling distribution over the last dimension: ``logits / T``, then top-k, then top-p over what
     top-k kept, then softmax.
@@ -101,7 +112,8 @@ class RowStats:
     top_ids: list[torch.Tensor] = field(default_factory=list)
 
     def add(self, logits: torch.Tensor) -> None:
-        scaled = logits.float() / self.sampling.temperature
+        """One block of the teacher's head output (``rows @ lm_head.T``)."""
+        scaled = head_logits(logits, self.sampling) / self.sampling.temperature
         lse = torch.logsumexp(scaled, dim=-1)
         vals, ids = torch.topk(scaled, min(TOP_KEPT, scaled.shape[-1]), dim=-1)  # descending
         self.top_vals.append(vals)
@@ -125,7 +137,8 @@ class RowStats:
         for k, tokens in wanted:
             n = min(tokens.shape[0], rows.shape[0] - k)
             r = torch.arange(k, k + n, device=rows.device)
-            dot = (rows[r].float() * lm_head[tokens[:n]].float()).sum(-1) / self.sampling.temperature
+            dot = head_logits((rows[r].float() * lm_head[tokens[:n]].float()).sum(-1),
+                              self.sampling) / self.sampling.temperature
             hit = top_ids[r] == tokens[:n, None].to(top_ids.device)
             scaled = torch.where(hit.any(-1), (top_vals[r] * hit).sum(-1), dot)
             slack = torch.where(hit.any(-1), 0.0, 1e-4 * (cut[r].abs() + 1.0))  # a dot rounds otherwise
@@ -179,7 +192,7 @@ def token_probs(rows: torch.Tensor, lm_head: torch.Tensor, sampling: Sampling,
     out = [torch.zeros(t.shape[0], device=rows.device) for _, t in wanted]
     for start in range(0, R, ROW_CHUNK):
         stop = min(start + ROW_CHUNK, R)
-        probs = warp(rows[start:stop].float() @ lm_head.T, sampling)
+        probs = warp(head_logits(rows[start:stop].float() @ lm_head.T, sampling), sampling)
         for (k, tokens), dest in zip(wanted, out, strict=True):
             lo, hi = max(start - k, 0), min(stop - k, tokens.shape[0])  # i with start <= i + k < stop
             if lo < hi:
@@ -220,6 +233,7 @@ def chain_token_probs(model: torch.nn.Module, prefix: torch.Tensor, starts: torc
             logits = _last_logits(model, ids.to(device), attn.to(device), positions.to(device), K)
         for k in range(K):
             token = proposed[k][lo:lo + idx.shape[0]].to(device)
+            # the model's own logits: its scale and soft cap are applied already
             out[k][lo:lo + idx.shape[0]] = accept_probability(warp(logits[:, k], sampling), token).cpu()
         lo += idx.shape[0]
     return out
@@ -303,7 +317,7 @@ def sampled_oov_mass(rows: torch.Tensor, lm_head: torch.Tensor, sampling: Sampli
     """The target's warped probability mass outside the draft vocabulary (``in_vocab`` [V] bool), per row."""
     out = []
     for start in range(0, rows.shape[0], ROW_CHUNK):
-        probs = warp(rows[start:start + ROW_CHUNK].float() @ lm_head.T, sampling)
+        probs = warp(head_logits(rows[start:start + ROW_CHUNK].float() @ lm_head.T, sampling), sampling)
         out.append((probs * (~in_vocab).to(probs.dtype)).sum(-1))
     return torch.cat(out) if out else torch.zeros(0)
 

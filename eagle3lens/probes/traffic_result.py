@@ -17,6 +17,10 @@ class Sampling:
     temperature: float
     top_p: float = 1.0
     top_k: int = 0
+    # the target's own logit transform, applied to its head's output before sampling (HF and both engines):
+    # a scale (Cohere's logit_scale, 1 / Granite's logits_scaling) and a soft cap (Gemma-2's final_logit_softcapping)
+    logit_scale: float = 1.0
+    softcap: float | None = None
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.temperature) and self.temperature > 0):
@@ -25,6 +29,22 @@ class Sampling:
             raise UsageError(f"--top-p must be in (0, 1], got {self.top_p}")
         if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
             raise UsageError(f"--top-k must be a whole number >= 0 (0: off), got {self.top_k!r}")
+
+    def for_target(self, config: Any) -> Sampling:
+        """This sampling with the logit transform ``config`` (the target's, a dict) names."""
+        from dataclasses import replace
+
+        if not isinstance(config, dict):
+            return self
+        config = config.get("text_config", config) if isinstance(config.get("text_config"), dict) else config
+        scale = 1.0
+        for key, invert in (("logit_scale", False), ("logits_scaling", True)):
+            value = config.get(key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0:
+                scale = scale / value if invert else scale * value
+        cap = config.get("final_logit_softcapping")
+        cap = float(cap) if isinstance(cap, (int, float)) and not isinstance(cap, bool) and cap > 0 else None
+        return replace(self, logit_scale=scale, softcap=cap)
 
     def label(self) -> str:
         return (f"T = {self.temperature:g}" + (f", top-k {self.top_k}" if self.top_k else "")
