@@ -405,3 +405,17 @@ def test_live_capture_ends_at_the_targets_eos(demo_dir: Path) -> None:
     first = generated.index(stop)
     assert ended.token_ids.tolist() == free.token_ids.tolist()[:prompt.numel() + first + 1]
     assert int(ended.loss_mask.sum()) == first + 1 and int(ended.token_ids[-1]) == stop
+
+
+def test_continuations_that_end_at_once_score_nothing_and_say_so(demo_dir: Path, tmp_path: Path, capsys) -> None:
+    """Every id an eos: each continuation ends after one token, no verify start remains: no ceiling is charged."""
+    target = tmp_path / "target"
+    shutil.copytree(demo_dir / "target", target)
+    config = json.loads((target / "generation_config.json").read_text())
+    (target / "generation_config.json").write_text(json.dumps({**config, "eos_token_id": list(range(2048))}))
+    rc = cli.main(["acceptance", str(demo_dir / "speculators"), "--target", str(target), "--chat",
+                   str(demo_dir / "chat.jsonl"), "--temperature", "0.7", "--limit", "2", "--new-tokens", "8",
+                   "--no-fixed", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["results"]["acceptance"]["traffic"]["served_vocab"] is None
+    assert any(n.startswith("nothing scored: no sample has a verify start") for n in out["notes"]), out["notes"]

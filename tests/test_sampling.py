@@ -171,3 +171,18 @@ def test_the_teachers_logits_are_the_models_own(model_type: str, extra: dict) ->
     assert torch.allclose(fast, own, atol=1e-5)
     assert torch.allclose(token_probs(rows, head, sampling, [(0, tokens)])[0], own, atol=1e-5)
     assert not torch.allclose(token_probs(rows, head, Sampling(0.9, 0.95), [(0, tokens)])[0], own, atol=1e-3)
+
+
+@pytest.mark.parametrize("top_p", [1.0, 0.95])
+def test_top_k_keeps_every_token_tied_with_the_kth(top_p: float) -> None:
+    """vLLM masks the logits below the k-th largest: tokens tied with it all stay, in both paths."""
+    head = torch.tensor([[3.0], [2.0], [1.0], [1.0], [0.0]])  # tokens 2 and 3 tie at the 3rd place
+    rows = torch.tensor([[1.0], [-1.0]])
+    sampling = Sampling(1.0, top_p, 3)
+    stats = RowStats(sampling)
+    stats.add(rows @ head.T)
+    tokens = torch.arange(5)
+    fast = torch.stack([stats.probs(rows, head, [(0, tokens[i:i + 1].expand(2))])[0] for i in range(5)], -1)
+    whole = warp(rows @ head.T, sampling)
+    assert torch.allclose(fast, whole, atol=1e-6) and torch.allclose(whole, mc.warp_vllm(rows @ head.T, 1.0, top_p, 3))
+    assert int((whole[0] > 0).sum()) == 4 and float(whole[0].sum()) == pytest.approx(1.0)

@@ -241,3 +241,41 @@ def test_deeply_nested_launch_json_is_a_one_line_error(tmp_path) -> None:
     launch = parse_launch(f"vllm serve m --override-generation-config '{deep}'")
     with pytest.raises(UsageError, match="is not a JSON object"):
         resolve_sampling("vllm", options=launch.options)
+
+
+def test_vllm_names_a_top_k_that_transformers_4_drops(tmp_path) -> None:
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "generation_config.json").write_text(json.dumps({"temperature": 0.6, "top_k": 50}))
+    served = resolve_sampling("vllm", target=model)
+    assert served.sampling == Sampling(0.6, 1.0, 50) and "to_diff_dict" in served.note()
+
+
+def test_sglang_top_k_50_follows_the_file_not_its_contents(tmp_path) -> None:
+    """An empty generation_config.json still loads transformers 4's defaults; an explicit null stays null."""
+    chat = read_request(write_request(tmp_path, {"messages": [], "temperature": 0.5}))
+    for content, top_k in (({}, 50), ({"top_k": None}, 0), ({"top_k": 7}, 7)):
+        model = tmp_path / f"m{top_k}"
+        model.mkdir()
+        (model / "generation_config.json").write_text(json.dumps(content))
+        assert resolve_sampling("sglang", request=chat, target=model, release="0.5.6").sampling \
+            == Sampling(0.5, 1.0, top_k), content
+    assert resolve_sampling("sglang", request=chat, target=tmp_path, release="0.5.6").sampling == Sampling(0.5)
+
+
+def test_top_k_below_minus_one_is_refused(tmp_path) -> None:
+    bad = read_request(write_request(tmp_path, {"messages": [], "temperature": 0.8, "top_k": -5}))
+    with pytest.raises(UsageError, match="top_k must be a whole number >= -1"):
+        resolve_sampling("vllm", request=bad)
+
+
+def test_cli_top_k_minus_one_is_off_and_the_banner_names_the_release(demo_dir: Path, tmp_path: Path, capsys) -> None:
+    off = _acceptance(demo_dir, capsys, "--temperature", "0.7", "--top-k", "-1")
+    assert off["results"]["acceptance"]["traffic"]["sampled"]["as_trained"]["top_k"] == 0
+    log = tmp_path / "vllm.log"
+    log.write_text("INFO 01-01 00:00:00 [llm_engine.py:1] Initializing a V1 LLM engine (v0.10.2) with config: "
+                   "model='m'\nINFO 01-01 00:00:00 [utils.py:1] non-default args: {'model': 'm', "
+                   "'speculative_config': {'method': 'eagle3', 'model': 'd', 'num_speculative_tokens': 3}}\n")
+    request = write_request(tmp_path, {"messages": [], "temperature": 0.7})
+    out = _acceptance(demo_dir, capsys, "--engine", "vllm", "--request", str(request), "--log", str(log))
+    assert any(n.startswith("served sampling (vllm==0.10.2, chat request)") for n in out["notes"]), out["notes"]

@@ -84,7 +84,8 @@ def _sampling(args: argparse.Namespace) -> tuple[Any, Any]:
     from ..probes.traffic_result import Sampling
 
     if args.temperature is not None:
-        return Sampling(args.temperature, 1.0 if args.top_p is None else args.top_p, args.top_k or 0), None
+        top_k = 0 if args.top_k in (None, -1) else args.top_k  # -1: off, as both engines write it
+        return Sampling(args.temperature, 1.0 if args.top_p is None else args.top_p, top_k), None
     if args.request is None and args.launch is None:
         return None, None
     from ..launch import launch_from_log, parse_launch
@@ -95,7 +96,8 @@ def _sampling(args: argparse.Namespace) -> tuple[Any, Any]:
     from ..engines.versions import spec_parts
 
     engine, release, _ = spec_parts(args.engine) if args.engine else (
-        launch.engine if launch is not None else None, launch.engine_version if launch is not None else None, None)
+        launch.engine if launch is not None else None, None, None)
+    banner = launch.engine_version if launch is not None and launch.engine == engine else None
     if engine not in ("sglang", "vllm"):
         raise UsageError("--request / --launch: name the serving engine (--engine sglang or vllm, or a --launch "
                          "command line): each resolves a request's sampling its own way")
@@ -104,17 +106,25 @@ def _sampling(args: argparse.Namespace) -> tuple[Any, Any]:
     request = read_request(args.request) if args.request is not None else None
     served = resolve_sampling(engine, request=request, options=launch.options if launch is not None else None,
                               target=args.target, endpoint="chat" if args.chat is not None else "completions",
-                              release=_release(release))
+                              release=_release(release) if release else _banner_release(banner))
     return served.sampling, served
 
 
-def _release(release: str | None) -> str | None:
-    """The release named (``--engine E==V`` or a log's banner), checked; None for the newest read."""
-    if not release:
-        return None
+def _release(release: str) -> str:
+    """The release ``--engine E==V`` names, checked."""
     from ..engines.versions import parse_version
 
     return str(parse_version(release))
+
+
+def _banner_release(version: str | None) -> str | None:
+    """The release a log's banner names, when it is a version number (else the newest read)."""
+    from ..engines.versions import parse_version
+
+    try:
+        return str(parse_version(version)) if version else None
+    except UsageError:
+        return None
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -148,11 +158,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="also score speculative sampling at temperature T (as SGLang and vLLM verify: the draft's "
                         "greedy token accepted with the target's probability of it)")
     p.add_argument("--top-p", type=float, metavar="P", help="with --temperature: the target's top-p")
-    p.add_argument("--top-k", type=int, metavar="K", help="with --temperature: the target's top-k (0: off), applied "
+    p.add_argument("--top-k", type=int, metavar="K", help="with --temperature: the target's top-k (0 or -1: off), applied "
                                                           "before top-p as both engines do")
     p.add_argument("--request", metavar="FILE.json",
                    help="a request body as sent to the server (chat, completions or SGLang /generate): score the "
-                        "temperature and top-p the engine serves it with (the request's, else the launch's and the "
+                        "temperature, top-k and top-p the engine serves it with (the request's, else the launch's and the "
                         "model's generation_config.json defaults, as the engine resolves them)")
     p.add_argument("--launch", metavar="CMD",
                    help="the server command line: its sampling defaults (vLLM --generation-config / "

@@ -145,7 +145,7 @@ def estimate_acceptance(draft: str | Path | Checkpoint, data: str | Path | Itera
     ``scenario="aux-off"``: the engine captures no aux states. ``fixed``: also score ``convert --to engine`` (a
     path: score that checkpoint, one ``convert`` already wrote, as the fixed view).
     ``empty_memory``: what a ``torch.empty`` parameter the engine never writes holds, ``"noise"`` or ``"zeros"``.
-    ``sampling``: also score each serving view under speculative sampling at that temperature / top-p
+    ``sampling``: also score each serving view under speculative sampling at that temperature / top-k / top-p
     (``result.traffic.sampled``); ``served_vocab``: count the target's tokens outside the draft vocabulary
     (``result.traffic.vocab``, for as served, else as trained); ``traffic``: what the samples are (``"chat"``,
     ``"prompts"``, ``"dump"``), for the report.
@@ -251,6 +251,9 @@ def estimate_acceptance(draft: str | Path | Checkpoint, data: str | Path | Itera
     if agreement is not None and agreement < 0.99:
         notes.append(f"the data follows the target's greedy path at {agreement:.1%} of positions: steps after a "
                      "departure are checked against a prefix the server would not have seen (approximate)")
+    if views["as_trained"].positions == 0:
+        notes.append("nothing scored: no sample has a verify start (a continuation that ended at the target's eos "
+                     f"within its first tokens, or samples shorter than K + 1 = {K + 1} tokens)")
     if origin.checked:
         notes.append(f"as served: the target was run again on each sample's tokens to capture hidden_states "
                      f"{list(capture)}, the layers the served views read")

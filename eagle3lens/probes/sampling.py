@@ -174,8 +174,13 @@ def _top_k_cut(scaled: torch.Tensor, lse: torch.Tensor, top_p: float, top_k: int
     """As :func:`_top_p_cut` under top-k: the k largest scaled logits are all that can be kept, and top-p cuts
     their renormalised distribution (``first``: each row's top logits already taken, descending)."""
     vals = first[:, :top_k] if top_k <= first.shape[-1] else torch.topk(scaled, top_k, dim=-1).values
+    kept = int((scaled >= vals[:, -1:]).sum(-1).max())  # tokens tied with the k-th stay (vLLM masks below it)
+    if kept > top_k:
+        vals = torch.topk(scaled, kept, dim=-1).values
+        vals = vals.masked_fill(vals < vals[:, top_k - 1:top_k], float("-inf"))
     probs = torch.softmax(vals, dim=-1)  # top-k renormalised
     inside = (probs.cumsum(-1) - probs) < top_p if top_p < 1.0 else torch.ones_like(probs, dtype=torch.bool)
+    inside &= vals > float("-inf")  # a prefix: what top-k masked is out
     inside[:, 0] = True
     count = inside.sum(-1, keepdim=True)
     cut = vals.gather(-1, count - 1).squeeze(-1)
@@ -217,9 +222,11 @@ def chain_token_probs(model: torch.nn.Module, prefix: torch.Tensor, starts: torc
     out = [torch.zeros(starts.shape[0]) for _ in range(K)]
     lo = 0
     while lo < starts.shape[0]:
-        width = int(starts[lo:].max()) + 2 + (K - 1)
-        batch = max(1, token_budget // width)
-        idx = starts[lo:lo + batch]
+        hi, longest = lo + 1, int(starts[lo])
+        while hi < starts.shape[0] and (hi + 1 - lo) * (max(longest, int(starts[hi])) + 1 + K) <= token_budget:
+            longest = max(longest, int(starts[hi]))
+            hi += 1
+        idx = starts[lo:hi]
         width = int(idx.max()) + 2 + (K - 1)
         ids = torch.zeros(idx.shape[0], width, dtype=torch.long)
         attn = torch.zeros(idx.shape[0], width, dtype=torch.long)
@@ -243,11 +250,12 @@ def _last_logits(model: torch.nn.Module, ids: torch.Tensor, attn: torch.Tensor, 
                  keep: int) -> torch.Tensor:
     """The logits [B, keep, V] at the last ``keep`` positions (the head run on those rows only where the model
     takes ``logits_to_keep``)."""
-    try:
-        logits = model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=False,
-                       logits_to_keep=keep).logits
-    except TypeError:  # a model without logits_to_keep: every row's logits, the last kept
-        logits = model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=False).logits
+    import inspect
+
+    names = inspect.signature(model.forward).parameters
+    # transformers names it logits_to_keep from 4.50, num_logits_to_keep in 4.45-4.49; else every row's logits
+    extra = next(({name: keep} for name in ("logits_to_keep", "num_logits_to_keep") if name in names), {})
+    logits = model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=False, **extra).logits
     return logits[:, -keep:]
 
 

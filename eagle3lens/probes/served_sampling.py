@@ -187,17 +187,19 @@ def server_defaults(engine: str, endpoint: str, options: Mapping[str, Any], targ
                      f"{SGLANG_MODEL_DEFAULTS})")
     if str(options.get("sampling_defaults") or "model") != "model":
         return {}  # --sampling-defaults openai
-    config = _from(_generation_config(target),
+    raw = _generation_config(target)
+    config = _from({k: v for k, v in raw.items() if v is not None},
                    f"{clean_text(str(target))}/generation_config.json (--sampling-defaults model, the default)")
-    if config and release is not None and SGLANG_TOP_K_50[0] <= release <= SGLANG_TOP_K_50[1] \
-            and config.get("top_k", (None,))[0] is None:
+    present = target is not None and (target / "generation_config.json").is_file()
+    if present and release is not None and SGLANG_TOP_K_50[0] <= release <= SGLANG_TOP_K_50[1] \
+            and "top_k" not in raw:
         config["top_k"] = (50, f"transformers 4.x's GenerationConfig defaults (SGLang {release} pins 4.57.1)")
     return config
 
 
 def _top_k(value: float, where: str) -> int:
-    if value != int(value):
-        raise UsageError(f"{where}: top_k must be a whole number, got {value:g}")
+    if value != int(value) or value < -1:
+        raise UsageError(f"{where}: top_k must be a whole number >= -1 (0 or -1: off), got {value:g}")
     return max(0, int(value))  # 0 and -1 both switch it off
 
 
@@ -236,6 +238,11 @@ def resolve_sampling(engine: str, *, request: Request | None = None, options: Ma
         remarks.append(f"vLLM raises temperature {temperature:g} to {VLLM_LEAST_TEMPERATURE} (SamplingParams)")
         temperature = VLLM_LEAST_TEMPERATURE
     remarks += _sampled_draft(engine, options or {})
+    if engine == "vllm" and "top_k" not in given and defaults.get("top_k", (None, ""))[0] == 50 \
+            and "--override" not in defaults["top_k"][1]:
+        remarks.append("vLLM keeps only the model's values that differ from transformers' GenerationConfig defaults "
+                       "(to_diff_dict): under transformers 4.x, whose default top_k is 50, this top-k 50 is dropped "
+                       "and top-k is off")
     greedy = temperature < GREEDY_BELOW[engine] or top_k == 1
     if top_k == 1:
         remarks.append("top-k 1: the target's argmax, verified as greedy")

@@ -72,7 +72,9 @@ class TrafficScorer:
         assert self.sampling is not None or not self.sampled
         sampled = {name: c.view(name, cast(Sampling, self.sampling), greedy.get(name))
                    for name, c in self.sampled.items()}
-        vocab = self.vocab.result(self.vocab_view or "as_served") if self.vocab is not None else None
+        # no verify start counted (every continuation ended at once): no ceiling to report, not a cost of K
+        vocab = (self.vocab.result(self.vocab_view or "as_served") if self.vocab is not None and self.vocab.starts
+                 else None)
         return Traffic(sampled, vocab, self.source)
 
 

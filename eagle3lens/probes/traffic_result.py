@@ -48,7 +48,9 @@ class Sampling:
 
     def label(self) -> str:
         return (f"T = {self.temperature:g}" + (f", top-k {self.top_k}" if self.top_k else "")
-                + (f", top-p {self.top_p:g}" if self.top_p < 1 else ""))
+                + (f", top-p {self.top_p:g}" if self.top_p < 1 else "")
+                + (f", logits x {self.logit_scale:g}" if self.logit_scale != 1.0 else "")
+                + (f", soft cap {self.softcap:g}" if self.softcap is not None else ""))
 
 
 @dataclass(frozen=True)
@@ -65,7 +67,8 @@ class SampledView:
 
     def to_dict(self) -> dict[str, Any]:
         return to_jsonable({"temperature": self.sampling.temperature, "top_p": self.sampling.top_p,
-                            "top_k": self.sampling.top_k, "full_acc": list(self.full_acc), "cond_acc": list(self.cond_acc),
+                            "top_k": self.sampling.top_k, "logit_scale": self.sampling.logit_scale,
+                            "softcap": self.sampling.softcap, "full_acc": list(self.full_acc), "cond_acc": list(self.cond_acc),
                             "accept_len": self.accept_len, "greedy_accept_len": self.greedy_accept_len,
                             "exact_chain": self.exact_chain})
 
