@@ -419,3 +419,27 @@ def test_continuations_that_end_at_once_score_nothing_and_say_so(demo_dir: Path,
     out = json.loads(capsys.readouterr().out)
     assert rc == 0 and out["results"]["acceptance"]["traffic"]["served_vocab"] is None
     assert any(n.startswith("nothing scored: no sample has a verify start") for n in out["notes"]), out["notes"]
+
+
+@pytest.mark.parametrize("model_type", ["llama", "gemma2", "qwen3_next"])
+def test_the_teachers_final_norm_is_the_targets_own(model_type: str, tmp_path: Path) -> None:
+    """Gemma's and Qwen3-Next's RMSNorm scale by (1 + weight): the teacher applies the target's own norm, from a
+    loaded model and from its checkpoint alone (a dump of pre-norm states is normed by it)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from eagle3lens.probes.acceptance import Teacher
+
+    config = AutoConfig.for_model(model_type, vocab_size=64, hidden_size=32, intermediate_size=64,
+                                  num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=8)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config).eval()
+    norm = model.get_submodule("model.norm")
+    with torch.no_grad():
+        norm.weight.copy_(torch.randn_like(norm.weight) * 0.3)
+    model.save_pretrained(tmp_path / "target")
+    pre = torch.randn(5, 32)
+    with torch.no_grad():
+        own = norm(pre).float()
+    for source in (model, tmp_path / "target"):
+        teacher = Teacher.open(source, torch.device("cpu"))
+        assert torch.allclose(teacher.final_norm(pre), own, atol=1e-5), (model_type, source)

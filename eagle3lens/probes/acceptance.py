@@ -314,6 +314,7 @@ class Teacher:
     ckpt: Checkpoint | None = None
     model: Any = None  # a loaded HF model when one was given
     _sub: tuple[torch.Tensor, torch.Tensor] | None = None
+    norm_offset: float = 0.0  # 1.0 where the final norm scales by (1 + weight) (Gemma's, Qwen3-Next's)
 
     @classmethod
     def open(cls, target: Any, device: torch.device) -> Teacher:
@@ -327,9 +328,12 @@ class Teacher:
             norm = dict(target.named_modules())[f"{parent}.norm" if parent else "norm"]
             model: Any = target
             head = cast(torch.Tensor, model.get_output_embeddings().weight)
-            eps = float(getattr(norm, "variance_epsilon", 1e-6))
+            eps = float(getattr(norm, "variance_epsilon", None) or getattr(norm, "eps", None) or 1e-6)
+            hf_config: Any = getattr(target, "config", None)
+            config = hf_config.to_dict() if hasattr(hf_config, "to_dict") else {}
             return cls(cast(torch.Tensor, norm.weight).detach().float().to(device), eps,
-                       head.detach().float().to(device), len(layers), head.shape[1], "model", model=target)
+                       head.detach().float().to(device), len(layers), head.shape[1], "model", model=target,
+                       norm_offset=norm_offset(config))
         ckpt = target if isinstance(target, Checkpoint) else Checkpoint.open(target)
         if ckpt.spec.is_draft:
             raise CheckpointError(ckpt.path, "--target must be the target model, not a draft")
@@ -343,7 +347,7 @@ class Teacher:
                                              "embed_tokens) and num_hidden_layers in config.json")
         head = ckpt.read(head_key).float().to(device)
         return cls(ckpt.read(norm_key).float().to(device), float(config.get("rms_norm_eps") or 1e-6), head,
-                   num_layers, int(head.shape[1]), str(ckpt.path), ckpt=ckpt)
+                   num_layers, int(head.shape[1]), str(ckpt.path), ckpt=ckpt, norm_offset=norm_offset(config))
 
     @property
     def runnable(self) -> bool:
@@ -418,7 +422,7 @@ class Teacher:
 
     def final_norm(self, last: torch.Tensor) -> torch.Tensor:
         x = last.float()
-        return self.norm * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+        return (self.norm + self.norm_offset) * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
 
     def greedy_tokens(self, normed: torch.Tensor) -> torch.Tensor:
         """The target's greedy token over the full vocabulary at each row (the ``full`` half of ``greedy``)."""
@@ -437,6 +441,17 @@ class Teacher:
             full.append(logits.argmax(-1))
             draft.append((chunk @ sub.T).argmax(-1))
         return torch.cat(full), torch.cat(draft)
+
+
+# model types whose RMSNorm scales by (1 + weight) (transformers' Gemma*RMSNorm, Qwen3NextRMSNorm)
+ZERO_CENTERED_NORM = ("gemma", "gemma2", "gemma3", "gemma3_text", "gemma3n_text", "qwen3_next")
+
+
+def norm_offset(config: dict[str, Any]) -> float:
+    """1.0 where the target's final norm multiplies by (1 + weight), else 0.0 (``config``: its config.json)."""
+    text = config.get("text_config")
+    types = {config.get("model_type"), text.get("model_type") if isinstance(text, dict) else None}
+    return 1.0 if types & set(ZERO_CENTERED_NORM) else 0.0
 
 
 def _first(ckpt: Checkpoint | None, names: tuple[str, ...]) -> str | None:
