@@ -405,6 +405,9 @@ def test_live_capture_ends_at_the_targets_eos(demo_dir: Path) -> None:
     first = generated.index(stop)
     assert ended.token_ids.tolist() == free.token_ids.tolist()[:prompt.numel() + first + 1]
     assert int(ended.loss_mask.sum()) == first + 1 and int(ended.token_ids[-1]) == stop
+    target.generation_config.eos_token_id = -1  # the tokenizer's eos, passed by the chat capture
+    by_tokenizer = next(capture_samples(target, [prompt], [2, 5, 7], new_tokens=8, stop=[stop]))
+    assert by_tokenizer.token_ids.tolist() == ended.token_ids.tolist()
 
 
 def test_continuations_that_end_at_once_score_nothing_and_say_so(demo_dir: Path, tmp_path: Path, capsys) -> None:

@@ -379,11 +379,13 @@ def _tokenize(file: Path, lines: list[str], tokenizer_dir: str | Path | None) ->
 
 
 def capture_samples(target: nn.Module, prompts: Iterable[torch.Tensor], layers: Sequence[int],
-                    new_tokens: int = 32, source: str | Path = "prompts") -> Iterator[Sample]:
+                    new_tokens: int = 32, source: str | Path = "prompts",
+                    stop: Iterable[int] = ()) -> Iterator[Sample]:
     """Live samples: each prompt continued greedily by ``target``; aux = inputs of decoder layers ``layers`` (HF
     ``hidden_states`` indices), last = the final norm's output, loss mask on the generated tokens only (up to
     and with the first eos id: the server generates nothing after it).
-    Every prompt is checked against the target's vocabulary and positions first (``source`` names them)."""
+    Every prompt is checked against the target's vocabulary and positions first (``source`` names them).
+    ``stop``: more ids that end a continuation (the tokenizer's eos, which the server also stops at)."""
     from .wiring import find_decoder_layers, input_device
 
     _, decoder_layers = find_decoder_layers(target)
@@ -394,10 +396,10 @@ def capture_samples(target: nn.Module, prompts: Iterable[torch.Tensor], layers: 
     prompts = list(prompts)
     check_prompts(prompts, target, new_tokens, source)
     device = input_device(target)
-    stop = stop_ids(target)
+    ends = stop_ids(target) | {i for i in stop if isinstance(i, int) and not isinstance(i, bool)}
     for prompt in prompts:
         with torch.no_grad():
-            ids = _greedy(target, prompt.to(device)[None], new_tokens, stop)
+            ids = _greedy(target, prompt.to(device)[None], new_tokens, ends)
         feats, _, normed = target_states(target, ids, sorted(set(layers)))
         mask = torch.zeros(ids.shape[1], dtype=torch.bool)
         mask[prompt.numel():] = True
