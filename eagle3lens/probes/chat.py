@@ -100,8 +100,8 @@ def chat_samples(draft: Any, target: Any, chat: str | Path, engine: Any = None, 
     prompts = [torch.tensor(render(tokenizer, c), dtype=torch.long) for c in read_chat(chat)[:limit]]
     model = load_target(target, device if device_map is None else "cpu", device_map=device_map)
     layers = needed_layers(draft, len(find_decoder_layers(model)[1]), engine)
-    eos = getattr(tokenizer, "eos_token_id", None)  # the server stops at the tokenizer's eos too
-    return list(capture_samples(model, prompts, layers, new_tokens=new_tokens, stop=[eos] if eos is not None else [])), model
+    stop = [getattr(tokenizer, "eos_token_id", None)]  # the server stops at the tokenizer's eos too
+    return list(capture_samples(model, prompts, layers, new_tokens=new_tokens, stop=stop)), model
 
 
 # -- the dump against the served template ----------------------------------------------------------------

@@ -380,7 +380,7 @@ def _tokenize(file: Path, lines: list[str], tokenizer_dir: str | Path | None) ->
 
 def capture_samples(target: nn.Module, prompts: Iterable[torch.Tensor], layers: Sequence[int],
                     new_tokens: int = 32, source: str | Path = "prompts",
-                    stop: Iterable[int] = ()) -> Iterator[Sample]:
+                    stop: Iterable[Any] = ()) -> Iterator[Sample]:
     """Live samples: each prompt continued greedily by ``target``; aux = inputs of decoder layers ``layers`` (HF
     ``hidden_states`` indices), last = the final norm's output, loss mask on the generated tokens only (up to
     and with the first eos id: the server generates nothing after it).
@@ -396,7 +396,7 @@ def capture_samples(target: nn.Module, prompts: Iterable[torch.Tensor], layers: 
     prompts = list(prompts)
     check_prompts(prompts, target, new_tokens, source)
     device = input_device(target)
-    ends = stop_ids(target) | {i for i in stop if isinstance(i, int) and not isinstance(i, bool)}
+    ends = stop_ids(target, stop)
     for prompt in prompts:
         with torch.no_grad():
             ids = _greedy(target, prompt.to(device)[None], new_tokens, ends)
@@ -418,16 +418,13 @@ def check_prompts(prompts: Sequence[torch.Tensor], target: nn.Module, new_tokens
         check_length(ids.numel() + new_tokens, limit, source, what=f"prompt {n} with {new_tokens} new tokens")
 
 
-def stop_ids(target: nn.Module) -> frozenset[int]:
+def stop_ids(target: nn.Module, more: Iterable[Any] = ()) -> frozenset[int]:
     """The ids a server ends a generation at: the eos ids of the target's config and generation_config (an id
-    or a list; both engines stop there unless a request sets ignore_eos)."""
-    out: set[int] = set()
-    for config in (getattr(target, "config", None), getattr(target, "generation_config", None)):
-        value = getattr(config, "eos_token_id", None)
-        for item in value if isinstance(value, (list, tuple)) else [value]:
-            if isinstance(item, int) and not isinstance(item, bool):
-                out.add(item)
-    return frozenset(out)
+    or a list; both engines stop there unless a request sets ignore_eos), and ``more`` (the tokenizer's eos)."""
+    values = [getattr(c, "eos_token_id", None) for c in (getattr(target, "config", None),
+                                                         getattr(target, "generation_config", None))] + list(more)
+    items = [i for v in values for i in (v if isinstance(v, (list, tuple)) else [v])]
+    return frozenset(i for i in items if isinstance(i, int) and not isinstance(i, bool))
 
 
 def _greedy(target: nn.Module, ids: torch.Tensor, new_tokens: int, stop: frozenset[int] = frozenset()) -> torch.Tensor:
