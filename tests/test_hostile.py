@@ -346,12 +346,15 @@ def test_only_path_parameters_are_probed_as_paths(tmp_path: Path) -> None:
     (tmp_path / "sglang").write_text("a file named like an engine")
     (tmp_path / "ckpt").mkdir()
     params = {"engine": "sglang", "checkpoint": "ckpt", "log": "x" * 300, "target": "y" * 1_000_000,
-              "scenario": "ckpt", "my_dir": "ckpt", "path": "ckpt", "preset": "ckpt"}
+              "scenario": "ckpt", "my_dir": "ckpt", "path": "ckpt", "preset": "ckpt", "chat": "demo/chat.jsonl",
+              "templated": "/abs/dump"}
     out = absolute_paths(params, tmp_path)
     assert out["engine"] == "sglang" and out["scenario"] == "ckpt"  # not paths: never looked up
     assert out["preset"] == "ckpt"
     assert out["checkpoint"] == out["my_dir"] == out["path"] == str(tmp_path / "ckpt")
     assert out["log"] == "x" * 300 and out["target"] == "y" * 1_000_000  # too long for a name: left alone
+    assert out["chat"] == str(tmp_path / "demo" / "chat.jsonl")  # absent, still made absolute: errors name it
+    assert out["templated"] == "/abs/dump"
 
 
 def test_notebook_errors_are_bounded(tmp_path: Path) -> None:

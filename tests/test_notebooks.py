@@ -460,6 +460,23 @@ def test_relative_path_parameters_are_read_from_where_the_command_runs(tmp_path,
     assert "hello from the caller's folder" in executed.cells[-1].outputs[0]["text"]
 
 
+def test_a_missing_relative_path_parameter_is_named_absolute(tmp_path, monkeypatch, capsys):
+    """`notebook 08_low_acceptance -p chat demo/chat.jsonl` said `no such chat file` about a path the kernel looked
+    up from the notebook's folder: every path parameter is made absolute where the command runs, so the error names
+    the file that was tried."""
+    nb_dir, work = tmp_path / "nbs", tmp_path / "work"
+    nb_dir.mkdir()
+    work.mkdir()
+    nbformat.write(new_notebook([code("chat = ''\ntemplated = ''", tags=["parameters"]),
+                                 code("from eagle3lens.probes.chat import read_chat\nread_chat(chat)")]),
+                   nb_dir / "chat.ipynb")
+    monkeypatch.chdir(work)
+    assert cli.main(["notebook", str(nb_dir / "chat.ipynb"), "-p", "chat", "demo/chat.jsonl", "--out", "out",
+                     "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert f"{work / 'demo' / 'chat.jsonl'}: no such chat file" in err and len(err.strip().splitlines()) == 1
+
+
 def test_walkthroughs_use_the_checkouts_demo_when_make_demo_built_it(monkeypatch, tmp_path):
     import eagle3lens.notebook.kernel as notebook_module
 

@@ -47,3 +47,35 @@ def test_the_check_sees_each_kind_of_logic() -> None:
     kinds = {hit.split(": ")[1] for hit in logic_in(source)}
     assert kinds == {"For", "While", "FunctionDef", "ClassDef", "ListComp", "SetComp", "DictComp", "GeneratorExp"}
     assert logic_in("nb.show(simulate_load(checkpoint, engine))\nwidgets.probe_panel(lambda x: f(x), {})") == []
+
+
+def demo_filled(path: Path) -> set[str]:
+    """The parameters a walkthrough fills from the demo's paths (``chat = chat or str(demo.chat)``, ``nb.demo(demo_dir)``)."""
+    def reads_demo(node: ast.AST) -> bool:
+        return any(isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "demo"
+                   for n in ast.walk(node))
+
+    found: set[str] = set()
+    for _, source in code_cells(path):
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Assign):
+                for target in node.targets:
+                    pairs = (zip(target.elts, node.value.elts, strict=True)
+                             if isinstance(target, ast.Tuple) and isinstance(node.value, ast.Tuple)
+                             else [(target, node.value)])
+                    found |= {t.id for t, v in pairs if isinstance(t, ast.Name) and reads_demo(v)}
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "demo"):
+                found |= {a.id for a in node.args if isinstance(a, ast.Name)}
+    return found
+
+
+def test_every_parameter_filled_from_the_demo_is_resolved_as_a_path() -> None:
+    """`notebook NAME -p chat demo/chat.jsonl` failed: the kernel runs in the notebook's folder and `chat` was not made
+    absolute like `checkpoint`. Every walkthrough parameter that defaults to one of the demo's files is a path."""
+    from eagle3lens.commands.notebook import is_path_parameter
+    from eagle3lens.notebook.runner import notebook_parameters
+
+    filled = {path.stem: demo_filled(path) & set(notebook_parameters(path) or ()) for path in NOTEBOOKS}
+    assert {"chat", "templated", "data", "checkpoint", "log", "demo_dir"} <= filled["08_low_acceptance"]
+    missing = {stem: sorted(n for n in names if not is_path_parameter(n)) for stem, names in filled.items()}
+    assert not {stem: names for stem, names in missing.items() if names}

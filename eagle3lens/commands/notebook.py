@@ -47,28 +47,36 @@ def read_params_file(path: str) -> dict[str, Any]:
     return data
 
 
-PATH_PARAMETERS = frozenset({"checkpoint", "target", "draft", "log", "data", "token_counts", "tokenizer", "demo_dir"})
-"""Parameters of the walkthroughs that name a file or directory. In a user's notebook also any name that is or
+PATH_PARAMETERS = frozenset({"checkpoint", "target", "draft", "log", "data", "token_counts", "tokenizer", "demo_dir",
+                             "chat", "templated"})
+"""Parameters of the walkthroughs that name a file or directory (tests/test_notebooks_static.py holds every
+walkthrough parameter filled from the demo's paths to this set). In a user's notebook also any name that is or
 ends in ``path``, ``file``, ``dir``, ``log``, ``data``, ``checkpoint``, ``ckpt``, ``target`` or ``draft`` (as a
 word: ``path``, ``log_file``, ``out_dir``). Only these are resolved against the working directory."""
 PATH_WORDS = re.compile(r"(?:^|_)(?:path|file|dir|folder|log|data|checkpoint|ckpt|target|draft)s?$")
 MAX_PATH_CHARS = 4096  # PATH_MAX on Linux: a longer value is no path anywhere
+MAX_NAME_CHARS = 255  # NAME_MAX: a longer component is no file name anywhere
 
 
 def is_path_parameter(name: str) -> bool:
     return name in PATH_PARAMETERS or PATH_WORDS.search(name) is not None
 
 
+def _could_be_path(value: str) -> bool:
+    return (bool(value) and len(value) <= MAX_PATH_CHARS and "\0" not in value
+            and all(len(part) <= MAX_NAME_CHARS for part in value.split(os.sep)))
+
+
 def absolute_paths(parameters: dict[str, Any], base: Path) -> dict[str, Any]:
-    """Relative paths that exist from where the command runs become absolute: the kernel runs in the notebook's
-    folder. Only path parameters are looked up (an engine spec or a scenario is never probed as a file), and a
-    value the OS cannot take as a name (too long, a NUL byte) is left as it is."""
+    """Relative path parameters become absolute against ``base`` (where the command runs), present or not: the
+    kernel runs in the notebook's folder, and an error about a missing file then names the path that was tried.
+    Only path parameters are touched (an engine spec or a scenario is never taken for a file), and a value the OS
+    cannot take as a name (too long, a NUL byte) is left as it is."""
     def resolved(key: str, value: Any) -> Any:
-        if not (is_path_parameter(key) and isinstance(value, str) and value and len(value) <= MAX_PATH_CHARS
-                and "\0" not in value and not os.path.isabs(value)):
+        if not (is_path_parameter(key) and isinstance(value, str) and _could_be_path(value)
+                and not os.path.isabs(value)):
             return value
-        candidate = base / value
-        return str(candidate.resolve()) if os.path.exists(candidate) else value
+        return os.path.abspath(os.path.join(base, os.path.expanduser(value)))
 
     return {key: resolved(key, value) for key, value in parameters.items()}
 
