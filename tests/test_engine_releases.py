@@ -52,6 +52,26 @@ def test_huge_version_is_one_line_not_a_traceback(speculators, capsys, version):
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err and len(err) < 400
 
 
+@pytest.mark.parametrize("spec, nearest", [("sglang==0.5.1.1", "0.5.1.post3 and 0.5.2"),
+                                           ("sglang==0.5.11.post7", "0.5.11 and 0.5.12"),
+                                           ("vllm==0.9.5", "0.9.2 and 0.10.0")])
+def test_a_release_the_index_never_had_is_refused_naming_the_nearest(speculators, capsys, spec, nearest):
+    """These were accepted without a word (while 0.5.99, newer than the newest read, is flagged unverified)."""
+    assert main(["keys", str(speculators.path), "--engine", spec]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"eagle3lens: error: {spec}: no such release; nearest: {nearest}"
+
+
+def test_builds_between_releases_and_installed_versions_still_resolve():
+    from eagle3lens.engines.registry import resolve_named
+
+    assert resolve("vllm==0.9.1.dev3").label == "vllm 0.9.0–0.9.0.1"  # dev, rc and local builds are not listed
+    assert resolve("sglang==0.5.11+cu128").release == "0.5.11+cu128"
+    assert resolve("vllm==0.33.0rc1").label == "vllm 0.30.0–0.33.0"
+    assert resolve_named("vllm==0.9.5", installed=True).label == "vllm 0.9.1–0.10.0"  # installed: it exists
+    assert not resolve("sglang==0.5.99").verified
+
+
 def test_pep440_forms_resolve():
     assert resolve("sglang==0.5.0rc2").label == "sglang 0.4.9–0.5.1.post3"
     assert resolve("sglang==0.5.3.post2").release == "0.5.3.post2"

@@ -168,5 +168,5 @@ def test_engine_imports_are_declared_core_dependencies():
     # `--execute` imports the installed engine itself (and pydantic_core, which it brings): never a dependency
     engine_side = {"sglang", "vllm", "pydantic_core"}
     assert "packaging" in third_party and third_party - engine_side <= declared
-    assert resolve("sglang==0.5.11.post1").spec == "sglang==0.5.11.post1"
+    assert resolve("sglang==0.5.10.post1").spec == "sglang==0.5.10.post1"
     assert resolve("vllm==0.33.0rc1").label == "vllm 0.30.0–0.33.0"

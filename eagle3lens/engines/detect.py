@@ -159,7 +159,7 @@ def judge(raw: Mapping[str, Any], table: Table, host: str | None) -> Detection:
         mixed_from = mixed[0][1] if mixed else None
         spec = None
         try:
-            spec = resolve_named(f"{name}=={mixed_from or version}").spec if parsed is not None else None
+            spec = resolve_named(f"{name}=={mixed_from or version}", installed=True).spec if parsed is not None else None
         except UsageError:
             spec = None
         engines.append(Installed(name, version, str(info.get("location", "")), tuple(checks), spec, nearest,
@@ -263,7 +263,7 @@ def installed_profile() -> EngineProfile:
         names = ", ".join(f"{e.name}=={e.version}" for e in found)
         raise UsageError(f"--engine installed: several engines are installed ({names}); name one with --engine")
     engine = found[0]
-    profile = resolve_named(engine.profile or "")
+    profile = resolve_named(engine.profile or "", installed=True)
     note = f"installed engine detected at {engine.location}"
     if engine.mixed_from:
         note += f"; a loader file is {engine.name} {engine.mixed_from}'s (simulated as {engine.profile})"

@@ -18,7 +18,7 @@ from .sglang import DETECT_FILES as SGLANG_DETECT
 from .sglang import PROFILES as SGLANG_PROFILES
 from .sglang import SGLANG_FILES
 from .training import PROFILES as TRAINING_PROFILES
-from .versions import BEFORE, first_release, newest_release, parse_version, spec_parts
+from .versions import BEFORE, check_release, first_release, newest_release, parse_version, spec_parts
 from .vllm import DETECT_FILES as VLLM_DETECT
 from .vllm import PROFILES as VLLM_PROFILES
 from .vllm import VLLM_FILES
@@ -47,9 +47,10 @@ def known() -> str:
                      for name, fam in families().items())
 
 
-def resolve_named(spec: str | EngineProfile) -> EngineProfile:
+def resolve_named(spec: str | EngineProfile, installed: bool = False) -> EngineProfile:
     """``sglang==0.5.11`` -> the profile whose group holds 0.5.11; ``vllm==0.33.0:v1`` -> on runtime path v1;
-    a bare name -> its newest release read (``assumed`` says so)."""
+    a bare name -> its newest release read (``assumed`` says so). A release the package index never had is
+    refused unless ``installed`` (the version of an installed distribution, which exists whatever the list says)."""
     if isinstance(spec, EngineProfile):
         return spec
     try:
@@ -72,6 +73,8 @@ def resolve_named(spec: str | EngineProfile) -> EngineProfile:
         raise UsageError(f"{name}=={version}: no EAGLE-3 before {first} ({name} {version} has {BEFORE[name]})")
     if family[0].versions is None:
         raise UsageError(f"{name} has no versions; write --engine {name} (known: {known()})")
+    if not installed:
+        check_release(name, release)
     for profile in family:
         if profile.contains(release):
             verified = newest is None or release <= newest

@@ -79,3 +79,24 @@ def releases_between(name: str, low: Version, high: Version | None) -> tuple[Ver
 
 def is_release(name: str, version: Version) -> bool:
     return version in RELEASES.get(name, ())
+
+
+def nearest_releases(name: str, version: Version) -> tuple[Version, ...]:
+    """The known releases on either side of ``version`` (one when it lies outside the range read)."""
+    releases = RELEASES.get(name, ())
+    below = [v for v in releases if v < version]
+    above = [v for v in releases if v > version]
+    return tuple(([below[-1]] if below else []) + ([above[0]] if above else []))
+
+
+def check_release(name: str, version: Version) -> None:
+    """A final or post release inside the range read that the package index never had (``sglang==0.5.11.post7``,
+    ``vllm==0.9.5``) is a typo: a UsageError naming the nearest known releases. A pre-release, dev or local build
+    (``0.9.1.dev3``, ``0.5.11+cu128``: built between releases, and pre-releases are not listed) and a version newer
+    than the newest read (``engine/unverified-version``) pass."""
+    releases = RELEASES.get(name)
+    public = Version(version.public)
+    if not releases or public.is_prerelease or public in releases or not releases[0] <= public <= releases[-1]:
+        return
+    nearest = " and ".join(str(v) for v in nearest_releases(name, public))
+    raise UsageError(f"{name}=={version}: no such release; nearest: {nearest}")
