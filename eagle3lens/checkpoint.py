@@ -20,6 +20,7 @@ from typing import Any, Iterator, Union, overload
 from .draft_spec import (DECODER_KEY, DECODER_PREFIXES, FLAG_NAMES, LAYER_ID_LIMIT, MLA_FIELDS, SIZE_FIELDS,
                          TOP_LEVEL_FIELDS, DraftSpec, build_spec, config_values, detect_flavour)
 from .errors import CheckpointError
+from .io.dumps import named_dump, sample_format
 from .io.jsonio import read_json
 from .io.safetensors_header import DTYPE_BITS, read_header, st_dtype, torch_dtype
 from .tensor_info import TensorInfo
@@ -71,6 +72,10 @@ class Checkpoint:
                                             "it: rerun that convert (it restores the original from .orig)")
             raise CheckpointError(path, "no such file or directory")
         if path.is_dir():
+            dump = named_dump(path)
+            if dump:
+                raise CheckpointError(path, f"is a hidden-state dump ({dump[0]}), not a draft checkpoint: "
+                                            "pass it with --data")
             config = _read_config(path, path / "config.json")
             return cls._open_dir(path, config)
         root = path.parent
@@ -79,7 +84,12 @@ class Checkpoint:
         if path.name in INDEX_NAMES:
             return cls._open_sharded(root, path, config)
         if path.suffix == ".safetensors":
-            return cls._from_safetensors(path, root, (path,), config)
+            ckpt = cls._from_safetensors(path, root, (path,), config)
+            sample = sample_format(frozenset(ckpt.tensors))
+            if sample:
+                raise CheckpointError(path, f"is a hidden-state sample ({sample}), not a draft checkpoint: pass it "
+                                            "or its folder with --data")
+            return ckpt
         if path.suffix in PICKLE_SUFFIXES:
             return cls._from_pickles(path, root, (path,), config)
         raise CheckpointError(path, "not a checkpoint (expected a directory, .safetensors, .bin or .pt)")

@@ -79,3 +79,18 @@ def test_usage_exit_codes(argv, code, capsys) -> None:
         cli.main(argv)
     assert exited.value.code == code
     assert cli.main([]) == 2
+
+
+@pytest.mark.parametrize("argv", [["doctor"], ["keys", "--engine", "sglang==0.5.11"], ["info"], ["weights"]])
+def test_a_hidden_state_dump_given_as_the_draft_says_so(demo_dir: Path, argv, capsys) -> None:
+    """`doctor demo/hidden-states` said "tensor 'token_ids' is also in hs_0.safetensors (present in two shards)"."""
+    for dump, fmt in (("hidden-states", "speculators"), ("hidden-states-sglang", "eagle3lens")):
+        assert cli.main([*argv, str(demo_dir / dump)]) == 2
+        assert capsys.readouterr().err.strip().splitlines() == [
+            f"eagle3lens: error: {demo_dir / dump}: is a hidden-state dump ({fmt}), not a draft checkpoint: "
+            "pass it with --data"]
+    sample = demo_dir / "hidden-states" / "hs_0.safetensors"
+    assert cli.main([*argv, str(sample)]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"eagle3lens: error: {sample}: is a hidden-state sample (speculators), not a draft checkpoint: "
+        "pass it or its folder with --data"]

@@ -38,9 +38,9 @@ import torch
 from torch import nn
 
 from ..errors import CheckpointError, UsageError
+from ..io.dumps import MANIFEST, named_dump, sample_format, sample_order
 from .limits import MIN_TOKENS, check_length, check_token_ids, max_positions
 
-MANIFEST = "eagle3lens-dump.json"
 FORMAT_NAME = "eagle3lens-hidden-states"
 MAX_SAMPLE_BYTES = 16 << 30  # one sample file; a dump of many GB is many files
 MAX_PROMPT_BYTES = 64 << 20
@@ -95,13 +95,10 @@ def dump_files(path: str | Path) -> tuple[str, tuple[Path, ...]]:
         raise CheckpointError(root, "no such hidden-state dump")
     if root.is_file():
         return _format_of(root), (root,)
-    if (root / MANIFEST).is_file():
-        return "eagle3lens", tuple(sorted(root.glob("sample_*.safetensors"), key=_index))
-    base = root / "hidden_states" if (root / "hidden_states").is_dir() else root
-    hs = sorted(base.glob("hs_*.safetensors"), key=_index)
-    if hs:
-        return "speculators", tuple(hs)
-    ckpts = sorted([*root.rglob("*.ckpt"), *root.rglob("*.ckpt.gz")], key=lambda p: (str(p.parent), _index(p)))
+    named = named_dump(root)
+    if named:
+        return named
+    ckpts = sorted([*root.rglob("*.ckpt"), *root.rglob("*.ckpt.gz")], key=lambda p: (str(p.parent), sample_order(p)))
     if ckpts:
         return "specforge", tuple(ckpts)
     raise CheckpointError(root, "not a hidden-state dump: no hs_*.safetensors (speculators), *.ckpt (SpecForge) "
@@ -188,19 +185,11 @@ def _need(data: dict[str, torch.Tensor], file: Path, key: str) -> torch.Tensor:
 def _format_of(file: Path) -> str:
     if file.name.endswith((".ckpt", ".ckpt.gz", ".pt")):
         return "specforge"
-    if file.suffix == ".safetensors":
-        keys = _safetensors_keys(file)
-        if "hidden_states" in keys:
-            return "speculators"
-        if "aux_hidden_states" in keys:
-            return "eagle3lens"
+    fmt = sample_format(_safetensors_keys(file)) if file.suffix == ".safetensors" else None
+    if fmt:
+        return fmt
     raise CheckpointError(file, "not a hidden-state sample file (speculators hs_*.safetensors, SpecForge *.ckpt or "
                                 "eagle3lens sample_*.safetensors)")
-
-
-def _index(path: Path) -> tuple[int, str]:
-    digits = re.findall(r"\d+", path.name)
-    return (int(digits[-1]) if digits else -1, path.name)
 
 
 def _check_file(file: Path, cap: int) -> None:
