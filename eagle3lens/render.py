@@ -83,9 +83,12 @@ def render_report_terminal(report: Report, console: Any = None) -> None:
 
 
 # Inline, so the layout holds where page CSS does not reach or is overridden: JupyterLab's output CSS
-# right-aligns every table cell (the fix command's own box: plots.style.fix_html). A long tensor name or path in a
-# cell breaks inside it (overflow-wrap:anywhere) rather than setting the table's least width past the panel.
+# right-aligns every table cell (the fix command: plots.style.fix_html). A long tensor name or path in a
+# cell breaks inside it (overflow-wrap:anywhere) rather than setting the table's least width past the panel; the
+# severity word never breaks (it wrapped as cri/tic/al), a finding code (the catalogue's: short) only at a hyphen.
 CELL_STYLE = "text-align:left;vertical-align:top;overflow-wrap:anywhere"
+SEVERITY_CELL_STYLE = "text-align:left;vertical-align:top;white-space:nowrap"
+CODE_CELL_STYLE = "text-align:left;vertical-align:top"
 
 
 def findings_html(report: Report) -> str:
@@ -97,8 +100,8 @@ def findings_html(report: Report) -> str:
         color = SEVERITY_COLOR[f.severity]
         evidence = html_text(json.dumps(f.to_dict()["evidence"], indent=1)[:4000], newlines=True)
         rows.append(
-            f"<tr>{td}{i}</td><td style='{CELL_STYLE};color:{color};font-weight:bold'>{f.severity.value}</td>"
-            f"{td}<code>{html_text(f.code)}</code></td>{td}<b>{html_text(f.title)}</b><br>"
+            f"<tr>{td}{i}</td><td style='{SEVERITY_CELL_STYLE};color:{color};font-weight:bold'>{f.severity.value}</td>"
+            f"<td style='{CODE_CELL_STYLE}'><code>{html_text(f.code)}</code></td>{td}<b>{html_text(f.title)}</b><br>"
             f"{html_text(f.detail, newlines=True)}"
             f"<details><summary>evidence</summary><pre style='text-align:left;white-space:pre-wrap'>{evidence}</pre></details></td>"
             f"{td}{fix_html(f.fix)}</td></tr>"
@@ -147,7 +150,6 @@ def render_report_html(report: Report, title: str = "eagle3lens report") -> str:
 body {{ font-family: system-ui, sans-serif; margin: 2em; max-width: 1200px; }}
 table {{ border-collapse: collapse; margin: 1em 0; }} td, th {{ border: 1px solid #ddd; padding: 4px 8px; vertical-align: top; }}
 th {{ background: #f4f4f4; }} code, pre {{ font-size: 90%; }} .ok {{ color: #2e7d32; }}
-code.cmd, td:last-child code {{ white-space: nowrap; }}
 </style>
 <script type="text/javascript">{get_plotlyjs()}</script>
 </head><body>

@@ -86,25 +86,36 @@ def jupyterlab(tmp_path, demo_dir):
         log.close()
 
 
-# every cell of each findings table: (text-align, vertical-align) and, for the fix column, white-space and
-# whether the command fits on one line (its box no taller than one line of its font)
+# every cell of each findings table: its text-align; each fix command: white-space, whether its box scrolls
+# sideways (scrollWidth past clientWidth: what shows is half a command) and whether the code sits inside its cell;
+# each severity cell: how many lines its word takes
 FINDINGS_LAYOUT_JS = """() => [...document.querySelectorAll('table.findings')].map(t => ({
     cells: [...t.querySelectorAll('td, th')].map(c => getComputedStyle(c).textAlign),
-    fixes: [...t.querySelectorAll('tbody tr td:last-child code')].filter(c => c.textContent).map(c => ({
-        whiteSpace: getComputedStyle(c).whiteSpace,
-        lines: Math.round(c.getBoundingClientRect().height / parseFloat(getComputedStyle(c).lineHeight || 0)
-                          || c.getClientRects().length)}))}))"""
+    fixes: [...t.querySelectorAll('tbody tr td:last-child code')].filter(c => c.textContent).map(c => {
+        const cell = c.closest('td').getBoundingClientRect(), code = c.getBoundingClientRect();
+        return {whiteSpace: getComputedStyle(c).whiteSpace, text: c.textContent,
+                boxes: [c, c.parentElement, c.closest('td')].map(e => [e.scrollWidth, e.clientWidth]),
+                inside: code.left >= cell.left - 0.5 && code.right <= cell.right + 0.5}}),
+    severities: [...t.querySelectorAll('tbody tr td:nth-child(2)')].map(c => {
+        const range = document.createRange();
+        range.selectNodeContents(c);
+        return {text: c.textContent, lines: new Set([...range.getClientRects()].map(r => Math.round(r.top))).size}})}))"""
 
 
 def assert_findings_layout(page) -> None:
-    """Findings tables as in the HTML report: every cell left-aligned, each fix command on one line."""
+    """Findings tables as in the HTML report: every cell left-aligned, each fix command shown whole (wrapped in its
+    cell, nothing to scroll to), each severity on one line."""
     tables = page.evaluate(FINDINGS_LAYOUT_JS)
     assert tables, "no findings table on the page"
     for table in tables:
         assert table["cells"] and set(table["cells"]) <= {"left", "start"}, table["cells"]
         assert table["fixes"], "no fix command in the findings table"
         for fix in table["fixes"]:
-            assert fix["whiteSpace"] == "nowrap" and fix["lines"] == 1, fix
+            assert fix["whiteSpace"] == "break-spaces" and fix["inside"], fix
+            assert all(scroll <= client for scroll, client in fix["boxes"] if client), fix
+        assert table["severities"], "no severity cell"
+        for severity in table["severities"]:
+            assert severity["text"] in ("critical", "warning", "info") and severity["lines"] == 1, severity
 
 
 def test_findings_table_in_exported_notebook_matches_the_report_layout(demo_dir, tmp_path, browser):
@@ -181,10 +192,10 @@ def test_exported_html_draws_its_figures_offline(demo_dir, tmp_path, browser):
     context.close()
 
 
-def test_fix_columns_stay_inside_a_narrow_panel(browser, demo_dir, tmp_path):
+def test_fix_commands_are_shown_whole_in_a_narrow_panel(browser, demo_dir, tmp_path):
     """An 800 px output area that clips what overflows, as the 00_triage panel's output does: every fix command of
-    the report (the triage and the findings table), a long checkpoint path in it, sits in a box inside the panel
-    that scrolls to its end, on one line, instead of running past the panel's edge and being cut off there."""
+    the report (the triage and the findings table), a long checkpoint path in it, wraps inside the panel and shows
+    whole; it used to sit in a narrow box that scrolled sideways, showing `eagle3lens convert demo/speculators --to`."""
     from eagle3lens.doctor import diagnose
     from eagle3lens.notebook.kernel import to_html
 
@@ -195,11 +206,14 @@ def test_fix_columns_stay_inside_a_narrow_panel(browser, demo_dir, tmp_path):
     page.set_content(f"<div id='panel' style='width:800px;overflow:hidden'>{html}</div>")
     panel = page.locator("#panel").bounding_box()
     boxes = page.evaluate("""() => [...document.querySelectorAll('code.cmd')].filter(c => c.textContent).map(c => {
-        const box = c.parentElement.getBoundingClientRect();
-        return {right: box.right, scroll: c.parentElement.scrollWidth, code: c.getBoundingClientRect().width,
-                overflow: getComputedStyle(c.parentElement).overflowX, text: c.textContent}})""")
+        const box = c.getBoundingClientRect(), range = document.createRange();
+        range.selectNodeContents(c);
+        return {left: box.left, right: box.right, text: c.textContent, shown: range.toString(),
+                lines: new Set([...range.getClientRects()].map(r => Math.round(r.top))).size,
+                scroll: [c, c.parentElement, c.closest('td')].map(e => [e.scrollWidth, e.clientWidth])}})""")
     assert len(boxes) >= 4 and all(str(long) in b["text"] for b in boxes)
     for box in boxes:
-        assert box["right"] <= panel["x"] + panel["width"] + 0.5, box  # the box is inside the panel
-        assert box["overflow"] == "auto" and box["scroll"] >= box["code"] - 0.5, box  # and scrolls to the end
+        assert panel["x"] - 0.5 <= box["left"] and box["right"] <= panel["x"] + panel["width"] + 0.5, box
+        assert all(scroll <= client for scroll, client in box["scroll"] if client), box  # nothing to scroll to
+        assert box["shown"] == box["text"] and box["lines"] > 1, box  # wrapped, whole
     page.close()

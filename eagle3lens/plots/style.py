@@ -19,12 +19,13 @@ SEVERITY_COLOR = {Severity.CRITICAL: "#c62828", Severity.WARNING: "#b26a00", Sev
 
 
 def fix_html(fix: str | None) -> str:
-    """A fix command for an HTML table cell: on one line (it copies cleanly and ``--to`` never lands on a line of
-    its own) in a box of fixed width that scrolls sideways (a box sized by its content would widen the column to
-    the whole command), so a long path never pushes the table past its panel, where a notebook output cuts it off.
-    Styles inline: a notebook's output CSS wins over a stylesheet."""
-    return (f"<div class='fix' style='width:18em;overflow-x:auto'><code class='cmd' style='white-space:nowrap'>"
-            f"{html_text(fix or '')}</code></div>")
+    """A fix command for an HTML table cell, shown whole: it wraps after a space (``break-spaces``: every space kept
+    and none hanging past the cell's edge as ``pre-wrap`` lets a line's last one) and, where a path is longer than
+    the column, inside the path (a fixed box that scrolled sideways showed half a command, and copying what shows gave
+    half a command). The wraps are soft: a copy is still one line. ``min-width`` keeps the column wide enough to
+    read when the table is squeezed. Styles inline: a notebook's output CSS wins over a stylesheet."""
+    return (f"<div class='fix' style='min-width:16em'><code class='cmd' style='white-space:break-spaces;"
+            f"overflow-wrap:anywhere'>{html_text(fix or '')}</code></div>")
 
 
 def scroll_box(table: str) -> str:
