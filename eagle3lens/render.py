@@ -9,6 +9,7 @@ titles quoting them) is passed through :func:`eagle3lens.io.textsafe.printable` 
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 from .findings import Report, Severity
@@ -32,9 +33,18 @@ def _verdict(report: Report) -> str:
     return f"{worst.value.upper()}: {first.title} · {tally}"
 
 
+NOT_A_TERMINAL_WIDTH = 4096
+"""Output width where stdout is not a terminal (a CI log, a pipe, a file) and ``COLUMNS`` is unset: rich's default
+there is 80 columns, which cut tensor names and paths in tables (``laye…``). Nothing on the CLI's paths fills the
+width (tables do not expand, padding does not pad, rules are drawn at :data:`RULE_WIDTH`), so lines are as long as
+their content."""
+RULE_WIDTH = 80
+
+
 def terminal(**kwargs: Any) -> Any:
     """A rich Console whose closed pipe (``eagle3lens engines | head -1``) raises ``BrokenPipeError`` for the CLI
-    to end quietly with 0, instead of rich's own ``SystemExit(1)`` (1 means findings)."""
+    to end quietly with 0, instead of rich's own ``SystemExit(1)`` (1 means findings); off a terminal, without
+    ``COLUMNS``, :data:`NOT_A_TERMINAL_WIDTH` wide."""
     from rich.console import Console
 
     class PipeConsole(Console):
@@ -42,7 +52,17 @@ def terminal(**kwargs: Any) -> Any:
             self.quiet = True
             raise BrokenPipeError(32, "Broken pipe")
 
-    return PipeConsole(**kwargs)
+    console = PipeConsole(**kwargs)
+    if "width" not in kwargs and not console.is_terminal and not os.environ.get("COLUMNS", "").strip().isdigit():
+        console.width = NOT_A_TERMINAL_WIDTH
+    return console
+
+
+def _rule(console: Any, title: str) -> None:
+    """A section rule: the console's width on a terminal, at most :data:`RULE_WIDTH` off one."""
+    from rich.rule import Rule
+
+    console.print(Rule(title), width=None if console.is_terminal else min(console.width, RULE_WIDTH))
 
 
 def print_renderable(result: Any, console: Any = None) -> None:
@@ -67,17 +87,17 @@ def render_report_terminal(report: Report, console: Any = None) -> None:
     for name, result in report.results.items():
         view = rich_view(result)
         if view is not None:
-            console.rule(markup(name))
+            _rule(console, markup(name))
             console.print(view)
     if report.findings:
-        console.rule("findings")
+        _rule(console, "findings")
         for i, f in enumerate(report.findings, 1):
             console.print(f"[{SEVERITY_STYLE[f.severity]}]{i}. {f.severity.value}[/] [bold]{markup(f.code)}[/]  "
                           f"{markup(f.title)}", highlight=False)
             if f.detail:
-                console.print(Padding(Text(plain(f.detail, newlines=True), style="dim"), (0, 0, 0, 3)))
+                console.print(Padding(Text(plain(f.detail, newlines=True), style="dim"), (0, 0, 0, 3), expand=False))
             if f.fix:
-                console.print(Padding(Text.from_markup(f"fix: [green]{markup(f.fix)}[/]"), (0, 0, 0, 3)))
+                console.print(Padding(Text.from_markup(f"fix: [green]{markup(f.fix)}[/]"), (0, 0, 0, 3), expand=False))
     for note in report.notes:
         console.print(f"[dim]note: {markup(note, newlines=True)}[/]")
 

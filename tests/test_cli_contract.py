@@ -73,3 +73,30 @@ def test_every_subcommand_takes_json():
     (sub,) = [a for a in parser._actions if a.dest == "command"]
     for name, command in sub.choices.items():
         assert any("--json" in a.option_strings for a in command._actions), name
+
+
+def run_piped(*argv: str, **env: str) -> str:
+    """The CLI's stdout when it is a pipe (a CI log, ``make demo | tee``), with ``COLUMNS`` only as given."""
+    environ = {k: v for k, v in os.environ.items() if k != "COLUMNS"} | {"PYTHONPATH": str(ROOT), **env}
+    done = subprocess.run([sys.executable, "-m", "eagle3lens", *argv], capture_output=True, text=True, timeout=120,
+                          env=environ, check=False)
+    assert done.returncode in (0, 1), done.stderr
+    return done.stdout
+
+
+def test_output_that_is_not_a_terminal_is_not_cut_at_80_columns(tmp_path):
+    """Piped output wrapped at 80 columns and cut names (`laye…`, `tar…` in CI logs): off a terminal the lines are as
+    long as their content; COLUMNS, when set, is honoured."""
+    from _builders import draft_tensors, speculators_config, write
+
+    ckpt = write(tmp_path / ("a-long-folder-name-" * 4), draft_tensors("layers.0."), speculators_config())
+    out = run_piped("keys", str(ckpt), "--engine", "sglang==0.5.11")
+    assert "…" not in out and "layers.0.post_attention_layernorm.weight" in out
+    assert "no parameter model.layers.0.post_attention_layernorm.weight: skipped without a log" in out  # one line
+    assert f"   fix: eagle3lens convert {ckpt} --to sglang==0.5.11 OUT" in out.splitlines()  # whole, unpadded
+    assert max(len(line) for line in out.splitlines()) > 80
+    assert all(len(line) <= 80 for line in out.splitlines() if line.startswith("─"))  # rules stay short
+    info = run_piped("info", str(ckpt))
+    assert "…" not in info and "layers.0.post_attention_layernorm.weight" in info
+    narrow = run_piped("keys", str(ckpt), "--engine", "sglang==0.5.11", COLUMNS="60")
+    assert max(len(line) for line in narrow.splitlines()) <= 60
