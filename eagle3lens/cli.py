@@ -10,7 +10,7 @@ import pkgutil
 import sys
 import traceback
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from . import __version__, commands
 from .errors import Eagle3LensError
@@ -23,11 +23,25 @@ class OneLineParser(argparse.ArgumentParser):
     """argparse that reports a usage error in one line (``eagle3lens: error: keys: ... (eagle3lens keys
     --help)``), not its usage block followed by the error; subcommand parsers are of the same class."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.commands: dict[str, argparse.ArgumentParser] = {}  # the subcommands' parsers (build_parser fills it)
+
     def error(self, message: str) -> NoReturn:
         command = self.prog.removeprefix("eagle3lens").strip()
         where = f"{command}: " if command else ""
         print(f"eagle3lens: error: {printable(where + message)} (see {printable(self.prog)} --help)", file=sys.stderr)
         self.exit(EXIT_BAD_INPUT)
+
+    def parse_args(self, args: Sequence[str] | None = None,  # type: ignore[override]  # argparse types it by overloads
+                   namespace: argparse.Namespace | None = None) -> argparse.Namespace:
+        """As argparse, but arguments a subcommand does not take are reported by that subcommand's parser, so the
+        line points to its help (``eagle3lens doctor --help``), not the top-level one."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            owner = self.commands.get(getattr(parsed, "command", None) or "", self)
+            owner.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     for module in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
         if not module.name.startswith("_"):
             importlib.import_module(f"{commands.__name__}.{module.name}").register(sub)
+    parser.commands = dict(sub.choices)
     return parser
 
 

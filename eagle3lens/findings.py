@@ -172,9 +172,8 @@ class Report:
             "engine": self.engine,
             "findings": [f.to_dict() for f in self.findings],
             "results": results,
+            "notes": list(self.notes),  # always present, possibly empty: a consumer need not test for it
         }
-        if self.notes:
-            data["notes"] = list(self.notes)
         if self.judged_as:
             data["judged_as"] = self.judged_as
         return data

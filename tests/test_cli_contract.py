@@ -21,7 +21,8 @@ ROOT = Path(__file__).resolve().parent.parent
     (["info", "x", "--fail-on", "loud"], "eagle3lens: error: info: argument --fail-on: invalid choice: 'loud'"),
     (["acceptance", "d", "--steps", "-3"], "eagle3lens: error: acceptance: argument --steps: "),
     (["no-such-command"], "eagle3lens: error: argument COMMAND: invalid choice: 'no-such-command'"),
-    (["engines", "--no-such-flag"], "eagle3lens: error: unrecognized arguments: --no-such-flag"),
+    (["engines", "--no-such-flag"], "eagle3lens: error: engines: unrecognized arguments: --no-such-flag"),
+    (["--no-such-flag"], "eagle3lens: error: unrecognized arguments: --no-such-flag"),
 ])
 def test_a_usage_error_is_one_line_without_the_usage_block(argv, start, capsys):
     with pytest.raises(SystemExit) as exited:
@@ -31,6 +32,27 @@ def test_a_usage_error_is_one_line_without_the_usage_block(argv, start, capsys):
     assert out == ""
     (line,) = err.splitlines()
     assert line.startswith(start) and line.endswith("--help)") and "usage:" not in line
+
+
+@pytest.mark.parametrize("argv, helps", [(["doctor", "x", "--no-such-flag", "1"], "eagle3lens doctor --help"),
+                                         (["keys", "x", "extra"], "eagle3lens keys --help"),
+                                         (["--no-such-flag"], "eagle3lens --help")])
+def test_unrecognized_arguments_point_to_the_subcommands_help(argv, helps, capsys):
+    """`unrecognized arguments` pointed to `eagle3lens --help`, whose page does not list a subcommand's options."""
+    with pytest.raises(SystemExit):
+        cli.main(argv)
+    assert capsys.readouterr().err.strip().endswith(f"(see {helps})")
+
+
+def test_json_notes_is_always_a_list(tmp_path, capsys):
+    """`notes` was written only when non-empty: a consumer had to test for the key."""
+    from _builders import draft_tensors, speculators_config, write
+
+    ckpt = write(tmp_path / "draft", draft_tensors("layers.0."), speculators_config())
+    assert cli.main(["info", str(ckpt), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["notes"] == []
+    cli.main(["keys", str(ckpt), "--engine", "sglang", "--json"])
+    assert any(n.startswith("bare 'sglang': assumed sglang==") for n in json.loads(capsys.readouterr().out)["notes"])
 
 
 def run_into_closed_pipe(*argv: str) -> subprocess.CompletedProcess[str]:

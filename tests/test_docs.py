@@ -105,3 +105,15 @@ def test_readme_figures_outside_the_machine_spread_disagree() -> None:
     assert demo_readme.agrees(readme, texts)
     off = hit.replace(f"as trained {figures[2]:.2f}", f"as trained {figures[2] + 0.05:.2f}")
     assert off != hit and not demo_readme.agrees(readme.replace(hit, off), texts)
+
+
+def test_readme_json_schema_names_every_key_a_report_always_writes() -> None:
+    """`notes` appeared only when non-empty and was missing from the README's schema: it is always written."""
+    import json
+
+    from eagle3lens.findings import Report
+
+    block = (ROOT / "README.md").read_text().split("\n### JSON\n", 1)[1].split("```json\n", 1)[1].split("```", 1)[0]
+    documented = json.loads(block)
+    written = Report(checkpoint={}).to_dict()
+    assert written["notes"] == [] and set(written) == set(documented), sorted(set(written) ^ set(documented))
