@@ -7,16 +7,23 @@ TORCH_PIN ?= torch==2.13.0
 DEMO_DIR ?= demo
 REPORT ?= reports/demo.html
 
-.PHONY: demo test lint install system-deps bench bench-fullsize clean strip-notebooks
+.PHONY: demo test lint install install-dev system-deps bench bench-fullsize clean strip-notebooks
 
+# One venv, two stamps: what a user runs (the CLI, the walkthroughs, --host) and, on top, the test tools.
+# `make demo` installs only the first (a few minutes the first time: torch, transformers, JupyterLab).
 install: $(VENV)/.installed
+install-dev: $(VENV)/.installed-dev
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q "$(TORCH_PIN)"
-	$(BIN)/pip install -q -e ".[notebook,remote,dev]"
+	$(BIN)/pip install -q -e ".[notebook,remote]"
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (ipykernel)" >/dev/null
+	touch $@
+
+$(VENV)/.installed-dev: $(VENV)/.installed pyproject.toml
+	$(BIN)/pip install -q -e ".[notebook,remote,dev]"
 	touch $@
 
 # The main job on the built-in demo incident: build it, run the doctor, write the HTML report.
@@ -31,7 +38,7 @@ system-deps:
 	@bash .ci/system-deps
 
 # the checkers run first: a lint or type error fails `make test` (and CI) before any test runs
-lint: install
+lint: install-dev
 	$(BIN)/ruff check eagle3lens tests bench
 	$(BIN)/mypy
 

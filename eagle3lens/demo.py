@@ -555,7 +555,8 @@ def _manifest(metrics: dict[str, Any], d2t: torch.Tensor, kimi_metrics: dict[str
 def _readme(metrics: dict[str, Any], kimi_metrics: dict[str, Any]) -> str:
     def found(codes: list[str], by_engine: dict[str, list[str]]) -> str:
         own = ", ".join(f"`{c}`" for c in codes) or "nothing (healthy)"
-        return own + "".join(f"; with `--engine {e}`: " + ", ".join(f"`{c}`" for c in extra) for e, extra in by_engine.items())
+        return own + "".join(f"; with `--engine {e}`: " + (", ".join(f"`{c}`" for c in extra) or "nothing (it loads)")
+                             for e, extra in by_engine.items())
 
     rows = "\n".join(f"| `{name}/` | {what} | {found(codes, by_engine)} |" for name, (what, codes, by_engine) in VARIANTS.items())
     kimi_rows = "\n".join(f"| `{name}/` | {what} | {found(codes, by_engine)} |"

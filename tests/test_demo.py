@@ -4,6 +4,7 @@ that differ from the good one exactly where intended, byte-identical rebuilds, a
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -287,6 +288,13 @@ def test_kimi_mla_draft_is_sglang_loadable_and_copies_the_targets_tables(demo_di
     manifest = json.loads((demo_dir / "manifest.json").read_text())
     assert set(manifest["kimi"]["variants"]) == {"kimi-mla"} and manifest["kimi"]["aux_layer_ids"]["hf_hidden_states"] == [2, 4, 5]
     assert "`kimi-mla/`" in (demo_dir / "README.md").read_text()
+
+
+def test_demo_readme_says_what_each_engine_finds_even_when_it_is_nothing(demo_dir: Path) -> None:
+    """The kimi-mla row read "with `--engine sglang==0.5.23`: ;"."""
+    readme = (demo_dir / "README.md").read_text()
+    assert not re.search(r"with `--engine [^`]+`: *[;|]", readme), re.findall(r"with `--engine [^`]+`: *[;|]", readme)
+    assert "with `--engine sglang==0.5.23`: nothing (it loads);" in readme
 
 
 def test_kimi_mla_draft_was_trained_on_the_targets_aux_states(demo_dir: Path) -> None:

@@ -79,3 +79,20 @@ def test_every_parameter_filled_from_the_demo_is_resolved_as_a_path() -> None:
     assert {"chat", "templated", "data", "checkpoint", "log", "demo_dir"} <= filled["08_low_acceptance"]
     missing = {stem: sorted(n for n in names if not is_path_parameter(n)) for stem, names in filled.items()}
     assert not {stem: names for stem, names in missing.items() if names}
+
+
+def test_triage_points_to_every_other_walkthrough() -> None:
+    """00_triage's "Where to go next" listed 01-05 only after 06-08 were added."""
+    cells = json.loads(NOTEBOOKS[0].read_text())["cells"]
+    where = next("".join(c["source"]) for c in cells
+                 if c["cell_type"] == "markdown" and "Where to go next" in "".join(c["source"]))
+    assert NOTEBOOKS[0].stem == "00_triage"
+    missing = [p.stem for p in NOTEBOOKS[1:] if f"`{p.stem}`" not in where]
+    assert not missing, f"00_triage's 'Where to go next' does not name {missing}"
+
+
+def test_readme_lists_every_walkthrough_and_where_the_demo_lives() -> None:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.split("\n## Notebooks\n", 1)[1].split("\n## ", 1)[0]
+    assert not [p.stem for p in NOTEBOOKS if f"| `{p.stem}` |" not in section]
+    assert "EAGLE3LENS_DEMO_DIR" in section and "~/.cache/eagle3lens/demo" in section

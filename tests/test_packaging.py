@@ -46,6 +46,25 @@ def test_setup_path_pins_cpu_torch() -> None:
     assert "make test" in (ROOT / ".ci" / "run").read_text()
 
 
+def _make_plan(target: str, tmp_path: Path) -> str:
+    """What ``make TARGET`` would run from a fresh clone (a venv that does not exist yet), without running it."""
+    import shutil
+
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    done = subprocess.run(["make", "-n", target, f"VENV={tmp_path / 'venv'}", f"DEMO_DIR={tmp_path / 'demo'}"],
+                          cwd=ROOT, capture_output=True, text=True, check=True, timeout=60)
+    return done.stdout
+
+
+def test_make_demo_installs_what_the_demo_needs_and_make_test_the_dev_tools(tmp_path: Path) -> None:
+    """`make demo` installed the [dev] extra (ruff, mypy, playwright...) only to show the demo (4 min 37 s fresh)."""
+    demo, test = _make_plan("demo", tmp_path), _make_plan("test", tmp_path)
+    assert '-e ".[notebook,remote]"' in demo and "dev]" not in demo and "eagle3lens doctor" in demo
+    assert '-e ".[notebook,remote,dev]"' in test and "pytest" in test and "ruff check" in test
+    assert test.count(f"-m venv {tmp_path / 'venv'}") == 1  # one venv for both
+
+
 def _torch_closure() -> list[md.Distribution]:
     """torch and the distributions it requires (recursively), as installed in this environment."""
     seen: dict[str, md.Distribution] = {}
