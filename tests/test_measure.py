@@ -186,3 +186,66 @@ def test_measure_equals_an_independent_engine_run_and_the_estimate(demo_dir: Pat
     assert measured["accepted_per_pos"] == counters["vllm:spec_decode_num_accepted_tokens_per_pos"]
     assert acc["as_served"]["accept_len"] == pytest.approx(measured["accept_len"], abs=0.02)
     assert not [f for f in out["findings"] if f["code"] == "engine/served-disagrees"]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.engine
+@needs_engine
+def test_logs_read_the_servers_own_metrics_and_log_lines(demo_dir: Path, tmp_path: Path) -> None:
+    """A real OpenAI-compatible server on loopback: its /metrics text (saved and live) and its SpecDecoding log
+    lines give the figures its counters hold."""
+    import time
+    import urllib.request
+
+    port = _free_port()
+    log = tmp_path / "server.log"
+    spec = json.dumps({"method": "eagle3", "model": str(demo_dir / "speculators"), "num_speculative_tokens": 3})
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_LOG_STATS_INTERVAL": "1"}
+    with open(log, "wb") as out:
+        server = subprocess.Popen([ENGINE_PYTHON, "-m", "vllm.entrypoints.openai.api_server", "--model",
+                                   str(demo_dir / "target"), "--host", "127.0.0.1", "--port", str(port),
+                                   "--dtype", "float32", "--enforce-eager", "--max-model-len", "256",
+                                   "--speculative-config", spec], stdout=out, stderr=subprocess.STDOUT, env=env,
+                                  start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 400
+        while True:
+            assert server.poll() is None, log.read_text()[-2000:]
+            assert time.monotonic() < deadline, "server did not come up"
+            try:
+                urllib.request.urlopen(f"{base}/health", timeout=2)
+                break
+            except OSError:
+                time.sleep(2)
+        for prompt in ([1, 40, 41, 42, 43], [1, 700, 33, 9], [1, 5, 6]):
+            body = json.dumps({"model": str(demo_dir / "target"), "prompt": prompt, "max_tokens": 24,
+                               "temperature": 0}).encode()
+            request = urllib.request.Request(f"{base}/v1/completions", body, {"Content-Type": "application/json"})
+            urllib.request.urlopen(request, timeout=120).read()
+        time.sleep(3)  # one more stats interval: the log's last SpecDecoding line covers the last request
+        text = urllib.request.urlopen(f"{base}/metrics", timeout=10).read().decode()
+        saved = tmp_path / "metrics.txt"
+        saved.write_text(text)
+        counts = counters_from_prometheus(text, "metrics")
+        live = subprocess.run([*CLI, "logs", "--metrics", f"{base}/metrics", "--json"], capture_output=True, text=True)
+    finally:
+        os.killpg(server.pid, 9)
+        server.wait()
+    assert counts.drafts > 0
+    from_file = subprocess.run([*CLI, "logs", "--metrics", str(saved), "--json"], capture_output=True, text=True)
+    for done in (from_file, live):
+        summary = json.loads(done.stdout)["results"]["logs"]["summary"]
+        assert summary["lifetime_accept_len"] == pytest.approx(counts.accept_len)
+        assert summary["mean_per_position"] == pytest.approx(list(counts.per_position))
+    logged = subprocess.run([*CLI, "logs", str(log), "--engine", "vllm==0.32.0", "--json"], capture_output=True,
+                            text=True)
+    summary = json.loads(logged.stdout)["results"]["logs"]["summary"]
+    assert (summary["accepted_tokens"], summary["drafted_tokens"]) == (counts.accepted, counts.draft_tokens)
