@@ -249,3 +249,15 @@ def test_logs_read_the_servers_own_metrics_and_log_lines(demo_dir: Path, tmp_pat
                             text=True)
     summary = json.loads(logged.stdout)["results"]["logs"]["summary"]
     assert (summary["accepted_tokens"], summary["drafted_tokens"]) == (counts.accepted, counts.draft_tokens)
+
+
+def test_sglang_statistics_summed_as_rounds_and_positions() -> None:
+    """SGLang (GPU host only) reports per request: verify steps, accepted drafts and the histogram of rounds by
+    accepted count (meta_info, tokenizer_manager.py in 0.5.11); they sum to the same counters as vLLM's."""
+    from eagle3lens.engines.measure_child import _sglang_counters
+
+    outputs = [{"meta_info": {"spec_verify_ct": 4, "spec_accepted_drafts": 5, "completion_tokens": 9,
+                              "spec_accept_histogram": [1, 1, 1, 1]}},  # rounds accepting 0, 1, 2, 3
+               {"meta_info": {"spec_verify_ct": 2, "completion_tokens": 3}}]  # an older release: no drafts count
+    totals = _sglang_counters(outputs, 3)
+    assert totals == {"drafts": 6, "draft_tokens": 18, "accepted": 6, "accepted_per_pos": [3, 2, 1]}

@@ -31,14 +31,12 @@ def measured_engine(args: argparse.Namespace) -> str:
     from ..engines.measure import installed_engine
 
     given = (args.engine or "installed").strip()
-    if given.lower() != "installed":
-        if not given.lower().startswith("vllm"):
-            raise UsageError("--measure serves with vLLM here (SGLang has no CPU build): --engine installed or "
-                             "vllm==VERSION")
-        return given
     spec, build = installed_engine(args.engine_python)
-    if not spec.startswith("vllm"):
-        raise UsageError(f"--measure: the engine installed for --engine-python is {spec}; measuring runs vLLM")
+    if given.lower() != "installed":
+        if given.split("==")[0].strip().lower() != spec.split("==")[0]:
+            raise UsageError(f"--measure serves with the engine installed for --engine-python ({spec}), not "
+                             f"{given}: pass --engine installed")
+        return given
     if build == "cpu":
         try:
             return resolve(f"{spec}:v1").spec  # no Triton on CPU: vLLM falls back to its V1 model runner
@@ -83,5 +81,6 @@ def measure_samples(args: argparse.Namespace, samples: Sequence[Any], teacher: A
     top_k = -1 if sampling is None or not sampling.top_k else int(sampling.top_k)
     measurement = measure(args.target, args.draft, prompts, k=steps, max_tokens=[len(c) for c in continuations],
                           stop_token_ids=sorted(stops), temperature=temperature, top_p=top_p, top_k=top_k,
-                          python=args.engine_python, timeout_s=timeout_s(args))
+                          engine=(args.engine or "vllm").split("==")[0], python=args.engine_python,
+                          timeout_s=timeout_s(args))
     return measurement, continuations

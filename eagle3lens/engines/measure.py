@@ -120,7 +120,7 @@ def engine_python(explicit: str | None = None) -> str:
 def measure(target: str | Path, draft: str | Path, prompts: Sequence[Sequence[int]], *, k: int,
             max_tokens: int | Sequence[int],
             stop_token_ids: Sequence[int] = (), temperature: float = 0.0, top_p: float = 1.0, top_k: int = -1,
-            seed: int = 0, python: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S, threads: int | None = None,
+            seed: int = 0, engine: str = "vllm", python: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S, threads: int | None = None,
             max_model_len: int | None = None, dtype: str = "float32") -> Measurement:
     """Serve ``draft`` (EAGLE-3, ``k`` proposals a round) with ``target`` in the engine at ``python`` and count.
 
@@ -136,7 +136,7 @@ def measure(target: str | Path, draft: str | Path, prompts: Sequence[Sequence[in
         raise UsageError("--measure: one positive token limit per prompt")
     longest = max(len(p) + m for p, m in zip(prompts, limits, strict=True)) + k + 1
     sampling = {"temperature": float(temperature), "top_p": float(top_p), "top_k": int(top_k), "seed": int(seed)}
-    request = {"engine": "vllm", "target": str(Path(target).resolve()), "draft": str(Path(draft).resolve()), "k": k,
+    request = {"engine": engine, "target": str(Path(target).resolve()), "draft": str(Path(draft).resolve()), "k": k,
                "prompts": [[int(i) for i in p] for p in prompts], "max_tokens": limits,
                "stop_token_ids": sorted(int(i) for i in stop_token_ids), "sampling": sampling,
                "max_model_len": max_model_len or longest, "dtype": dtype}

@@ -2,7 +2,7 @@
 
 This file is executed by ``eagle3lens.engines.measure`` as ``ENGINE_PYTHON -I measure_child.py REQUEST.json
 RECORD.json`` in the engine's environment (which need not have eagle3lens installed: the script imports only the
-standard library and the engine). It starts the engine with the target and the EAGLE-3 draft, generates from the
+standard library and the engine: vLLM's ``LLM``, or SGLang's ``Engine`` on a GPU host). It starts the engine with the target and the EAGLE-3 draft, generates from the
 given token ids, reads the engine's own speculative-decoding counters before and after, and writes one JSON record.
 A failure is a record too (``ok: false`` with the stage, the exception and where it was raised), so the caller
 reports the engine's own error instead of guessing from a traceback.
@@ -89,14 +89,61 @@ def _vllm(request: dict[str, Any]) -> dict[str, Any]:
             "outputs": [list(out.outputs[0].token_ids) for out in outputs]}
 
 
+def _sglang_counters(outputs: list[Any], k: int) -> dict[str, Any]:
+    """SGLang's per-request speculative statistics (``meta_info``), summed: verify steps are its drafting rounds;
+    its acceptance histogram (rounds by accepted count) gives the per-position counts."""
+    totals: dict[str, Any] = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "accepted_per_pos": [0] * k}
+    for out in outputs:
+        meta = out.get("meta_info", {})
+        rounds = int(meta.get("spec_verify_ct", 0))
+        accepted = meta.get("spec_accepted_drafts")
+        totals["drafts"] += rounds
+        totals["draft_tokens"] += rounds * k
+        totals["accepted"] += int(accepted) if accepted is not None else \
+            max(int(meta.get("completion_tokens", 0)) - rounds, 0)
+        for n, count in enumerate(meta.get("spec_accept_histogram") or ()):
+            for position in range(min(n, k)):
+                totals["accepted_per_pos"][position] += int(count)
+    return totals
+
+
+def _sglang(request: dict[str, Any]) -> dict[str, Any]:
+    try:
+        import sglang
+        import torch
+
+        if not torch.cuda.is_available():
+            raise RuntimeError("SGLang serves EAGLE-3 on a GPU, and none is visible here")
+    except BaseException as exc:  # noqa: BLE001 - any import failure is the record's answer
+        return _failure("import", exc)
+    identity = {"engine": "sglang", "version": str(getattr(sglang, "__version__", "")), "build": "cuda"}
+    sampling, k = request["sampling"], request["k"]
+    try:
+        engine = sglang.Engine(model_path=request["target"], speculative_algorithm="EAGLE3",
+                               speculative_draft_model_path=request["draft"], speculative_num_steps=k,
+                               speculative_eagle_topk=1, speculative_num_draft_tokens=k + 1, skip_tokenizer_init=True,
+                               dtype=request["dtype"], random_seed=sampling["seed"], trust_remote_code=False,
+                               log_level="error")
+    except BaseException as exc:  # noqa: BLE001 - the engine refusing the draft at start is a finding, not a crash
+        return {**identity, **_failure("start", exc)}
+    params = [{"temperature": sampling["temperature"], "top_p": sampling["top_p"], "top_k": sampling["top_k"],
+               "max_new_tokens": limit, "stop_token_ids": request["stop_token_ids"] or None}
+              for limit in request["max_tokens"]]
+    try:
+        outputs = engine.generate(input_ids=request["prompts"], sampling_params=params)
+    except BaseException as exc:  # noqa: BLE001 - a crash on the first decode is the engine's verdict
+        return {**identity, **_failure("generate", exc)}
+    finally:
+        engine.shutdown()
+    return {**identity, "ok": True, "counters": _sglang_counters(outputs, k),
+            "outputs": [list(out.get("output_ids", ())) for out in outputs]}
+
+
 def main(argv: list[str]) -> int:
     request_path, record_path = argv[1], argv[2]
     with open(request_path, encoding="utf-8") as handle:
         request = json.load(handle)
-    record = _vllm(request) if request["engine"] == "vllm" else \
-        {"ok": False, "stage": "import", "error": {"type": "ValueError", "message": f"no measuring for "
-                                                                                     f"{request['engine']!r}",
-                                                   "where": "", "outer": ""}}
+    record = _vllm(request) if request["engine"] == "vllm" else _sglang(request)
     with open(record_path, "w", encoding="utf-8") as handle:
         json.dump(record, handle)
     sys.stdout.flush()
