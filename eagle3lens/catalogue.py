@@ -35,7 +35,7 @@ PROBES: dict[str, tuple[str, ...]] = {
     "doctor": ("doctor.py",),
     "convert": ("convert.py",),
     "detect": ("engines/detect.py",),
-    "acceptance": ("probes/acceptance.py",),
+    "acceptance": ("probes/acceptance.py", "probes/measured.py"),
     "provenance": ("probes/provenance.py", "probes/chat.py"),  # `engines --detect`: the engine actually installed
 }
 
@@ -159,6 +159,9 @@ CODES: tuple[Code, ...] = (
     Code("engine/simulation-disagrees", owner="keys", severity="warning", rank=240,
          meaning="`keys --execute`: the engine's own loader, run on meta tensors, did otherwise than the profile "
                  "simulates (both outcomes in `evidence`)"),
+    Code("engine/served-disagrees", owner="acceptance", severity="warning", rank=240,
+         meaning="`--measure`: the real engine, serving the draft, counts another accept length than the estimate "
+                 "(beyond the measurement's noise), or stops where the estimate serves (or serves where it stops)"),
     Code("engine/patched-source", owner="detect", severity="warning", rank=240,
          meaning="an installed engine's loader file matches no released wheel (source checkout or patch)"),
     Code("engine/mixed-release", owner="detect", severity="warning", rank=240,

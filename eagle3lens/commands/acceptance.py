@@ -11,6 +11,7 @@ from ..findings import Report
 from ..io.textsafe import printable
 from ..probes.engine_init import EMPTY_MEMORY
 from ..progress import TqdmBars
+from ._measure import add_measure_options
 from ._target import require_target_weights
 from . import add_output_options, example_epilog, finish, positive_int
 
@@ -35,6 +36,10 @@ def run(args: argparse.Namespace) -> int:
 
         if not torch.cuda.is_available():
             raise UsageError("--device cuda: no CUDA device is visible here; use --device cpu")
+    if args.measure:
+        from ._measure import measured_engine
+
+        args.engine = measured_engine(args)
     sampling, served_sampling = _sampling(args)
     draft = Checkpoint.open(args.draft).require_draft()
     target: Any = args.target
@@ -55,6 +60,8 @@ def run(args: argparse.Namespace) -> int:
                                  fixed=not args.no_fixed, empty_memory=args.empty_memory, progress=progress,
                                  sampling=sampling, served_vocab=args.data is None,
                                  traffic="chat" if args.chat else "prompts" if args.prompts else "dump")
+    if args.measure:
+        result = _measured(args, result, data, target, sampling)
     report = Report(checkpoint=draft.summary(), engine=result.engine)
     report.add("acceptance", result)
     report.notes.extend(result.notes)
@@ -77,6 +84,26 @@ def run(args: argparse.Namespace) -> int:
             report.add("chain", comparison)
             report.notes.append(chain_note(comparison))
     return finish(report, args)
+
+
+def _measured(args: argparse.Namespace, result: Any, data: Any, teacher: Any, sampling: Any) -> Any:
+    """``result`` with the real engine's count on the same prompts beside it, judged against the estimate."""
+    from dataclasses import replace
+
+    from ..engines.measure import MeasureFailed
+    from ..probes.data import iter_samples
+    from ..probes.measured import judge
+    from ._measure import measure_samples
+
+    samples = list(iter_samples(data, limit=args.limit)) if isinstance(data, (str, bytes)) or hasattr(
+        data, "__fspath__") else list(data)
+    try:
+        measurement, continuations = measure_samples(args, samples, teacher, result.steps, sampling)
+    except MeasureFailed as exc:
+        return replace(result, notes=(*result.notes, f"not measured: {printable(exc)}"))
+    findings, notes = judge(result, measurement, continuations)
+    return replace(result, measured=measurement, findings=(*result.findings, *findings),
+                   notes=(*result.notes, *notes))
 
 
 def _sampling(args: argparse.Namespace) -> tuple[Any, Any]:
@@ -186,5 +213,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--new-tokens", type=positive_int, default=32, metavar="N",
                    help="live capture: greedy tokens generated after each prompt (default 32)")
     p.add_argument("--no-fixed", action="store_true", help="do not convert the draft to score the fixed view")
+    add_measure_options(p)
     add_output_options(p)
     p.set_defaults(func=run)

@@ -9,14 +9,25 @@ from __future__ import annotations
 
 import argparse
 
+from ..errors import UsageError
 from ..findings import Report
 from ..probes.logs import parse_log
 from . import add_output_options, example_epilog, finish, positive_float, positive_int
 
 
 def run(args: argparse.Namespace) -> int:
-    result = parse_log(args.file, engine=args.engine, num_draft_tokens=args.num_draft_tokens,
-                       baseline_tps=args.baseline_tps, expected_accept_len=args.expected_accept_len)
+    if (args.file is None) == (args.metrics is None):
+        raise UsageError("give a server log FILE or --metrics URL|FILE (the server's Prometheus /metrics), one of them")
+    if args.metrics is not None:
+        from ..probes.served_metrics import read_metrics
+
+        if args.engine and args.engine.split("==")[0].strip().lower() != "vllm":
+            raise UsageError("--metrics reads vLLM's spec_decode counters; SGLang's accept length is in its log")
+        result = read_metrics(args.metrics, num_draft_tokens=args.num_draft_tokens, baseline_tps=args.baseline_tps,
+                              expected_accept_len=args.expected_accept_len)
+    else:
+        result = parse_log(args.file, engine=args.engine, num_draft_tokens=args.num_draft_tokens,
+                           baseline_tps=args.baseline_tps, expected_accept_len=args.expected_accept_len)
     report = Report(checkpoint={}, engine=args.engine or result.engine)
     report.add("logs", result)
     return finish(report, args)
@@ -34,8 +45,12 @@ def register(sub: argparse._SubParsersAction) -> None:
             "eagle3lens logs server.log --engine sglang==0.5.5 --num-draft-tokens 5 --baseline-tps 90",
             "eagle3lens logs vllm-0.8.5.log --engine vllm==0.8.5",
             "eagle3lens logs vllm.log --expected-accept-len 3.2 --json",
+            "eagle3lens logs --metrics http://127.0.0.1:8000/metrics",
         ))
-    p.add_argument("file", metavar="FILE", help="server log (SGLang or vLLM stdout/stderr)")
+    p.add_argument("file", metavar="FILE", nargs="?", help="server log (SGLang or vLLM stdout/stderr)")
+    p.add_argument("--metrics", metavar="URL|FILE",
+                   help="instead of a log: a vLLM server's Prometheus metrics (http://HOST:PORT/metrics, or a saved "
+                        "copy): the accept length and per-position rates its own counters give")
     p.add_argument("--engine", metavar="E",
                    help="sglang or vllm, optionally ==VERSION: read the log by that release's convention (vLLM "
                         "0.8.5's mean length without the bonus token, SGLang's accept-rate formula); default: detect, "

@@ -110,19 +110,20 @@ def log_figures(result: LogResult) -> list[Any]:
 def summary_rows(result: "LogResult") -> list[tuple[str, str]]:
     """(label, value) rows shared by the terminal and HTML views."""
     s, inf = result.summary, result.inference
-    rows = [
-        ("source", result.source),
-        ("engine / format", f"{result.engine or '-'} · {result.format_era}"),
-        ("lines", f"{result.total_lines} total, {len(result.samples)} parsed, {result.unparsed_lines} unparsed, "
-                  f"{result.ignored_lines} ignored"),
-        ("accept len", f"mean {_fmt(s.mean_accept_len)}, median {_fmt(s.median_accept_len)}, "
-                       f"last {_fmt(s.last_accept_len)}, min {_fmt(s.min_accept_len)}, max {_fmt(s.max_accept_len)}"
-                       f" over {s.acceptance_lines} lines"),
-    ]
+    counters = dict(result.formats).get("vllm-prometheus") is not None
+    rows = [("source", result.source), ("engine / format", f"{result.engine or '-'} · {result.format_era}")]
+    if not counters:
+        rows += [("lines", f"{result.total_lines} total, {len(result.samples)} parsed, {result.unparsed_lines} "
+                           f"unparsed, {result.ignored_lines} ignored"),
+                 ("accept len", f"mean {_fmt(s.mean_accept_len)}, median {_fmt(s.median_accept_len)}, last "
+                                f"{_fmt(s.last_accept_len)}, min {_fmt(s.min_accept_len)}, max "
+                                f"{_fmt(s.max_accept_len)} over {s.acceptance_lines} lines")]
     for name, count in result.formats:
-        rows.append((f"format {name}", f"{count} lines: {FORMAT_DESCRIPTIONS[name]}"))
+        rows.append((f"format {name}", FORMAT_DESCRIPTIONS[name] if counters else
+                     f"{count} lines: {FORMAT_DESCRIPTIONS[name]}"))
     if s.lifetime_accept_len is not None:
-        rows.append(("lifetime avg_spec_accept_length", _fmt(s.lifetime_accept_len, ".3f")))
+        rows.append(("accept len (server's counters)" if counters else "lifetime avg_spec_accept_length",
+                     _fmt(s.lifetime_accept_len, ".3f")))
     if s.mean_accept_rate is not None:
         rows.append(("mean accept rate (as logged)", _fmt(s.mean_accept_rate, ".3f")))
     if s.mean_per_position:

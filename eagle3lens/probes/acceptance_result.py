@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..engines.measure import Measurement
 from ..findings import Finding, to_jsonable
 from .traffic_result import Traffic
 
@@ -50,6 +51,7 @@ class AcceptanceResult:
     findings: tuple[Finding, ...] = ()
     notes: tuple[str, ...] = ()
     traffic: Traffic | None = None  # sampling as served and the served vocabulary, when asked for
+    measured: Measurement | None = None  # the real engine's own count on the same prompts (``--measure``)
 
     def accept_len(self, view: str) -> float | None:
         v = self.views.get(view)
@@ -61,6 +63,8 @@ class AcceptanceResult:
                    samples=self.samples, greedy_agreement=self.greedy_agreement, notes=list(self.notes))
         if self.traffic is not None:
             out["traffic"] = self.traffic.to_dict()
+        if self.measured is not None:
+            out["measured"] = self.measured.to_dict()
         return to_jsonable(out)
 
 

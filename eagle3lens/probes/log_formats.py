@@ -40,6 +40,7 @@ FORMAT_DESCRIPTIONS = {
     "vllm-throughput": "vLLM 0.10.2+ 'SpecDecoding metrics' with accepted/drafted throughput (format unchanged "
                        "through 0.33.0)",
     "vllm-engine-stats": "vLLM engine stats line (generation throughput, running reqs)",
+    "vllm-prometheus": "vLLM's Prometheus counters (/metrics: vllm:spec_decode_*), over the server's life",
 }
 FORMULA_TEXT = {
     "0.5.5": "accept_len / (K+1): len/(steps+1) in 0.5.3.post2-0.5.5.post2, len/num_draft_tokens in "

@@ -798,7 +798,10 @@ def classify(result: LogResult) -> list[Finding]:
     engine = result.engine or "sglang"
     log = result.source if result.source != "<text>" else "SERVER_LOG"
     spec = f"{engine}=={result.version}" if result.version and result.engine else engine
-    fix = fix_command("doctor", "DRAFT_CHECKPOINT", "--engine", spec, "--log", log)
+    counters = dict(result.formats).get("vllm-prometheus") is not None
+    fix = fix_command("acceptance", "DRAFT_CHECKPOINT", "--target", "TARGET", "--prompts", "PROMPTS", "--engine",
+                      "installed", "--measure") if counters else \
+        fix_command("doctor", "DRAFT_CHECKPOINT", "--engine", spec, "--log", log)
     evidence: dict[str, Any] = {
         "engine": result.engine, "formats": dict(result.formats), "acceptance_lines": s.acceptance_lines,
         "mean_accept_len": s.mean_accept_len, "median_accept_len": s.median_accept_len,
@@ -835,7 +838,8 @@ def classify(result: LogResult) -> list[Finding]:
         era = (era + f" Read as {chosen}; " + "; ".join(
             f"if the log is from {r.releases} ({r.meaning}) the mean accept len is {r.mean_accept_len:.2f}"
             for r in alternatives) + ": pass --engine NAME==VERSION to decide.").strip()
-    what = "mean accept len" if s.mean_accept_len is not None else "lifetime avg_spec_accept_length"
+    what = "mean accept len" if s.mean_accept_len is not None else \
+        "accept len from the server's counters" if counters else "lifetime avg_spec_accept_length"
     lines = f" over {s.acceptance_lines} log lines" if s.mean_accept_len is not None else ""
     if length is not None and length <= ZERO_ACCEPT_LEN:
         findings.append(Finding(

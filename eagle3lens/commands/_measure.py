@@ -1,0 +1,86 @@
+"""``--measure``: the options, the engine it names, and the run of the real engine on the estimate's own prompts."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from ..errors import UsageError
+from . import positive_float
+
+
+def add_measure_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--measure", action="store_true",
+                   help="also serve the draft with the real engine (--engine installed: the one in --engine-python's "
+                        "environment) on the same prompts, and put its own spec-decode counters beside the estimate")
+    p.add_argument("--engine-python", metavar="PY",
+                   help="with --measure: the Python whose environment has the engine (default: "
+                        "$EAGLE3LENS_ENGINE_PYTHON, else this one)")
+    p.add_argument("--measure-timeout", type=positive_float, metavar="S",
+                   help="with --measure: seconds the engine may take, start included (default: "
+                        "$EAGLE3LENS_MEASURE_TIMEOUT, else 900)")
+
+
+def measured_engine(args: argparse.Namespace) -> str:
+    """The release ``--measure`` serves with, as an engine spec the estimate can simulate: ``--engine E==V`` as
+    given, else the engine installed for ``--engine-python`` (a CPU build of vLLM runs the V1 model runner, whose
+    aux ids differ from V2's where a release has both)."""
+    from ..engines import resolve
+    from ..engines.measure import installed_engine
+
+    given = (args.engine or "installed").strip()
+    spec, build = installed_engine(args.engine_python)
+    if given.lower() != "installed":
+        if given.split("==")[0].strip().lower() != spec.split("==")[0]:
+            raise UsageError(f"--measure serves with the engine installed for --engine-python ({spec}), not "
+                             f"{given}: pass --engine installed")
+        return given
+    if build == "cpu":
+        try:
+            return resolve(f"{spec}:v1").spec  # no Triton on CPU: vLLM falls back to its V1 model runner
+        except UsageError:
+            return spec  # a release with one model runner
+    return spec
+
+
+def timeout_s(args: argparse.Namespace) -> float:
+    from ..engines.measure import DEFAULT_TIMEOUT_S
+
+    if args.measure_timeout is not None:
+        return float(args.measure_timeout)
+    raw = os.environ.get("EAGLE3LENS_MEASURE_TIMEOUT")
+    try:
+        return float(raw) if raw else DEFAULT_TIMEOUT_S
+    except ValueError:
+        raise UsageError(f"EAGLE3LENS_MEASURE_TIMEOUT={raw!r} is not a number of seconds") from None
+
+
+def measure_samples(args: argparse.Namespace, samples: Sequence[Any], teacher: Any, steps: int,
+                    sampling: Any) -> tuple[Any, list[list[int]]]:
+    """Serve the prompts of ``samples`` (each sample's tokens before its first scored one) with the real engine,
+    each for as many tokens as the estimate scored after it; returns the measurement and those continuations."""
+    from ..engines.measure import measure
+    from ..probes.data import stop_ids
+
+    prompts, continuations = [], []
+    for sample in samples:
+        mask = sample.loss_mask.nonzero()
+        start = int(mask[0]) if mask.numel() else len(sample)
+        ids = [int(i) for i in sample.token_ids]
+        if start == 0 or start >= len(ids):
+            continue  # nothing before the first scored token to prompt with, or nothing after it
+        prompts.append(ids[:start])
+        continuations.append(ids[start:])
+    if not prompts:
+        raise UsageError("--measure: no sample has a prompt followed by scored tokens to serve")
+    stops = stop_ids(teacher) if hasattr(teacher, "config") else frozenset()
+    temperature = 0.0 if sampling is None else float(sampling.temperature)
+    top_p = 1.0 if sampling is None else float(sampling.top_p)
+    top_k = -1 if sampling is None or not sampling.top_k else int(sampling.top_k)
+    measurement = measure(args.target, args.draft, prompts, k=steps, max_tokens=[len(c) for c in continuations],
+                          stop_token_ids=sorted(stops), temperature=temperature, top_p=top_p, top_k=top_k,
+                          engine=(args.engine or "vllm").split("==")[0], python=args.engine_python,
+                          timeout_s=timeout_s(args))
+    return measurement, continuations

@@ -1,0 +1,83 @@
+"""The engine's own count held against the estimate: ``engine/served-disagrees`` where they part.
+
+The measurement (``engines.measure``) served the same prompts the estimate scored. Under greedy decoding the
+estimate walks the drafting rounds the engine runs, so the two agree to rounding unless something is not modelled;
+under sampling the measurement is one draw, so the tolerance grows with its own standard error, computed from the
+counters (a round's accepted count ``a`` has ``E[a^2] = sum_k (2k - 1) P(a >= k)``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from ..engines.measure import Measurement
+from ..findings import Finding, Severity
+from .acceptance_result import AcceptanceResult
+
+GREEDY_TOLERANCE = 0.02  # accept length: rounding and the odd near-tie argmax between two float32 implementations
+NOT_MODELLED = ("a tie between two tokens of near-equal logit decided otherwise (compare the generated tokens)",
+                "a draft-side detail of the engine the simulation does not model (the release's proposer code)",
+                "an engine option the launch set and eagle3lens did not read")
+
+
+def tolerance(measurement: Measurement) -> float:
+    """How far an estimate may sit from this measurement and still agree."""
+    counts = measurement.counts
+    if counts is None or not counts.drafts:
+        return GREEDY_TOLERANCE
+    if float(measurement.sampling.get("temperature", 0.0)) == 0.0:
+        return GREEDY_TOLERANCE
+    rates = counts.per_position
+    mean = sum(rates)
+    second = sum((2 * k + 1) * p for k, p in enumerate(rates))
+    return max(GREEDY_TOLERANCE, 3.0 * math.sqrt(max(second - mean * mean, 0.0) / counts.drafts))
+
+
+def same_tokens(measurement: Measurement, continuations: Sequence[Sequence[int]]) -> int:
+    """How many prompts the engine continued with exactly the tokens the estimate scored."""
+    return sum(tuple(a) == tuple(b) for a, b in zip(measurement.outputs, continuations, strict=False))
+
+
+def judge(result: AcceptanceResult, measurement: Measurement,
+          continuations: Sequence[Sequence[int]] = ()) -> tuple[tuple[Finding, ...], tuple[str, ...]]:
+    """Findings and notes from holding ``measurement`` against the as-served view of ``result``."""
+    view = result.views.get("as_served")
+    estimate = view.accept_len if view is not None else None
+    predicted_stop = view.error if view is not None else None
+    evidence = {"measured": measurement.to_dict(), "estimate": estimate, "predicted_stop": predicted_stop}
+    who = f"{measurement.engine} ({measurement.build} build)" if measurement.build else measurement.engine
+    if measurement.stop is not None:
+        said = f"{who} stopped at {measurement.stop.stage}: {measurement.stop.text()}"
+        if predicted_stop:
+            return (), (f"measured: {said}; eagle3lens predicted the stop ({predicted_stop})",)
+        return (Finding("engine/served-disagrees", Severity.CRITICAL,
+                        f"the real engine refused to serve the draft; eagle3lens predicted it serves "
+                        f"(accept len {_fmt(estimate)})",
+                        f"{said}. The simulation does not model this stop: the server's own error decides.",
+                        evidence=evidence),), ()
+    measured = measurement.accept_len
+    notes = [f"measured by {who}: accept len {_fmt(measured)} over {measurement.counts.drafts if measurement.counts else 0} "
+             f"drafting rounds of {measurement.prompts} prompts (K = {measurement.k}); estimate {_fmt(estimate)}"]
+    if continuations and measurement.outputs:
+        notes.append(f"the engine generated the tokens the estimate scored on {same_tokens(measurement, continuations)}"
+                     f" of {len(continuations)} prompts")
+    if estimate is None or measured is None:
+        if predicted_stop:
+            return (Finding("engine/served-disagrees", Severity.CRITICAL,
+                            f"the real engine served the draft (accept len {_fmt(measured)}); eagle3lens predicted a "
+                            f"stop", f"predicted: {predicted_stop}; {notes[0]}.", evidence=evidence),), ()
+        return (), tuple(notes)
+    tol = tolerance(measurement)
+    if abs(measured - estimate) <= tol:
+        return (), tuple(notes)
+    evidence["tolerance"] = tol
+    return (Finding("engine/served-disagrees", Severity.WARNING,
+                    f"the real engine counts accept len {measured:.3f}, eagle3lens estimates {estimate:.3f}",
+                    f"{notes[0]}; they differ by {abs(measured - estimate):.3f}, more than the {tol:.3f} noise allows. "
+                    "Most likely not modelled: " + "; ".join(NOT_MODELLED) + ". The measured figure is the "
+                    "server's.", evidence=evidence),), tuple(notes[1:])
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
