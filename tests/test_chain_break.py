@@ -75,13 +75,15 @@ def test_sglang_log_accept_len_1_parts_the_chain_at_position_1(offline, demo_dir
     c = compare_with_log(offline, parse_log(demo_dir / "sglang.log"), path="sglang.log")
     assert c is not None and c.whole is not None and c.logged == ()
     curve = offline.views["as_trained"].full_acc
-    assert len(curve) == 5 and c.whole.served_steps == len(c.offline) == 4  # the log's launch drafts 4
-    served = 1 + sum(curve[:4])
-    assert abs(c.whole.offline_accept_len - served) < 1e-9
+    # the log's launch drafts 4, the draft's config 5: the rounds depend on K, so the chain is not cut to 4 (that
+    # would be neither count); the note asks for the server's K
+    assert len(curve) == 5 and c.whole.served_steps == 4 and len(c.offline) == 5
+    served = offline.views["as_trained"].accept_len
+    assert abs(c.whole.offline_accept_len - served) < 1e-9 and abs(served - (1 + sum(curve))) < 1e-9
     assert c.whole.logged_accept_len == 1.0 and c.whole.parts and c.first_parting == 1
     assert c.whole.logged_rate == 0.0 and c.whole.rate_formula == "0.5.11+"
     assert c.whole.offline_rate is not None and abs(c.whole.offline_rate - (served - 1) / 4) < 1e-9
-    assert "parts at position 1" in chain_note(c)
+    assert "parts at position 1" in chain_note(c) and "score with --steps 4" in chain_note(c)
 
 
 def test_sglang_log_matching_the_offline_chain_agrees(offline, tmp_path: Path) -> None:

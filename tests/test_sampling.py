@@ -56,11 +56,19 @@ def test_expected_accept_len_matches_monte_carlo(demo_dir: Path, served, tempera
     ckpt = Checkpoint.open(draft_dir)
     draft = load_draft_as(ckpt, None)
     chains = mc.greedy_chains(draft, samples, sorted(set(trained_with(ckpt.spec, 10)[0])), result.steps)
+    # per start: every start verified alike (training's step accuracy)
     simulated = mc.run(target, samples, chains, temperature, top_p, trials=10_000, seed=1, cache=logits_cache,
                        top_k=top_k)
-    assert view.accept_len is not None and 1.2 < view.accept_len < 3.5  # far from both 1 and 1 + K
-    assert abs(view.accept_len - simulated) <= 0.02, (view.accept_len, simulated)
+    assert view.per_start is not None and view.per_start.accept_len is not None
+    assert 1.2 < view.per_start.accept_len < 3.5  # far from both 1 and 1 + K
+    assert abs(view.per_start.accept_len - simulated) <= 0.02, (view.per_start.accept_len, simulated)
+    # per round: the engine's walk, each round starting where the last one stopped, counted as the engine counts
+    walked = mc.walk(target, samples, chains, temperature, top_p, trials=2_000, seed=2, cache=logits_cache,
+                     top_k=top_k)
+    assert view.accept_len is not None and 1.1 < view.accept_len < 3.5
+    assert abs(view.accept_len - walked) <= 0.02, (view.accept_len, walked)
     assert view.full_acc == tuple(sorted(view.full_acc, reverse=True))
+    assert view.accept_len == pytest.approx(1 + sum(view.full_acc))
 
 
 def test_top_p_keeps_the_smallest_top_set() -> None:
