@@ -99,9 +99,16 @@ def test_sglang_log_matching_the_offline_chain_agrees(offline, tmp_path: Path) -
     assert c.whole.logged_rate is not None and c.whole.offline_rate is not None
     assert abs(c.whole.logged_rate - c.whole.offline_rate) < 0.01
     assert chain_note(c).endswith("they agree")
-    lower = tmp_path / "lower.log"  # a chain served 0.3 shorter, not so short that position 1 must part
-    lower.write_text(_sglang_log(round(trained - 0.3, 2), steps + 1))
-    c = compare_with_log(offline, parse_log(lower), path=str(lower))
+    # a chain served 0.5 shorter, not so short that position 1 must part: built on a chain long enough to show it
+    # (the demo's draft accepts too little per round for a logged figure to part as a whole and not at position 1)
+    from eagle3lens.probes.acceptance_result import AcceptanceResult, AcceptanceView
+
+    full = (0.6, 0.4, 0.2)
+    built = AcceptanceResult("draft", "data", None, 3, 1, {"as_trained": AcceptanceView(
+        "as_trained", full, (0.6, 2 / 3, 0.5), 1 + sum(full), 10)})
+    lower = tmp_path / "lower.log"
+    lower.write_text(_sglang_log(round(1 + sum(full) - 0.5, 2), 4))
+    c = compare_with_log(built, parse_log(lower), path=str(lower))
     assert c is not None and c.whole is not None and c.whole.parts
     assert c.first_parting is None and "a position the log cannot show" in chain_note(c)
 
