@@ -156,6 +156,7 @@ def diagnose(
     chat: str | Path | None = None,
     engine_root: str | Path | None = None,
     execution: Any = None,
+    steps: int | None = None,
 ) -> Report:
     """Run the applicable probes on a draft and return a Report whose findings are ranked causes first.
 
@@ -170,6 +171,7 @@ def diagnose(
     probes then judge as the release that ran.
     ``chat`` (served conversations, JSONL) with ``target``: without ``data``, the live acceptance estimate over
     them as the server renders them; with ``data``, the dump's template is checked against them.
+    ``steps``: K the acceptance estimate drafts (default: the K the launch or log states, else the draft's config).
     """
     from .probes.logs import ENGINES as LOG_ENGINES
     from .probes.logs import parse_log
@@ -272,10 +274,13 @@ def diagnose(
 
         logs = report.results.get("logs")
         logged = logs.summary.mean_accept_len if logs is not None else None
+        served_k, k_note = _served_k(logs, launch, log)
+        if steps is None and k_note is not None:
+            report.notes.append(k_note)
         result, note = doctor_acceptance(ckpt, tgt, profile, data=data, prompts=prompts, logged_accept_len=logged,
                                          log_path=str(log) if log is not None else None, scenario=scenario,
                                          chat=_chat_samples(ckpt, tgt, chat, profile) if data is None and chat
-                                         is not None else None)
+                                         is not None else None, steps=steps or served_k, log_steps=served_k)
         run("acceptance", lambda: result)
         if note:
             report.notes.append(note)
@@ -303,11 +308,28 @@ def diagnose(
         skipped["provenance"] = "needs --target: the dump's states are matched against the target's layers"
 
     measured = _measured(report)
-    # the log probe's own fix is "run the doctor": here the causes above are the fix
-    report.findings = rank_findings([replace(f, fix=None) if f.area == "logs" else f for f in report.findings])
+    # the log probe's own fix is "run the doctor": here the causes above are the fix (the low-acceptance budget,
+    # `acceptance --chat ... --log`, stays: it prices what the doctor does not)
+    report.findings = rank_findings([replace(f, fix=None) if f.area == "logs" and (f.fix or "").startswith(
+        "eagle3lens doctor") else f for f in report.findings])
     triage = Triage(rank_causes(report.findings, measured), tuple(ran), skipped)
     report.results = {"doctor": triage, **report.results}
     return report
+
+
+def _served_k(logs: Any, launch: "str | Launch | None", log: str | Path | None) -> tuple[int | None, str | None]:
+    """K the server drafts, from the launch or the log (the acceptance estimate counts the same rounds), and the
+    note saying where it was read; (None, None) when neither says."""
+    from .probes.chain_break import served_steps
+    from .probes.limits import check_steps
+
+    parsed = parse_launch(launch) if isinstance(launch, str) else launch
+    if parsed is None and log is not None:
+        parsed = launch_from_log(log)
+    k, source = served_steps(logs, parsed)
+    if k is None:
+        return None, None
+    return check_steps(k, f"K from {source}"), f"acceptance scored at K = {k} draft steps, from {source}"
 
 
 def _chat_samples(ckpt: Checkpoint, target: Checkpoint, chat: str | Path, profile: EngineProfile | None

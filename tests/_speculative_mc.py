@@ -90,3 +90,41 @@ def run(target: torch.nn.Module, samples: Sequence[Sample], chains: list[list[li
             torch.multinomial(target_probs(si, i, draft_tokens), int(active.sum()), replacement=True, generator=gen)
         total += int((accepted + 1).sum())
     return total / (per_start * len(starts))
+
+
+def walk(target: torch.nn.Module, samples: Sequence[Sample], chains: list[list[list[int]]], temperature: float,
+         top_p: float, trials: int, seed: int = 0, cache: dict[Any, torch.Tensor] | None = None,
+         top_k: int = 0) -> float:
+    """Accept length as the engine counts it, (accepted + rounds) / rounds, over ``trials`` walks of every sample:
+    each walk starts at the sample's first start with a chain, drafts there, draws the target's coins for the
+    chain's tokens, and starts its next round after the accepted tokens and the target's own (p + a + 1); a start
+    without a chain (loss-masked out) is stepped over. ``cache`` as in :func:`run`."""
+    gen = torch.Generator().manual_seed(seed)
+    logits_at = {} if cache is None else cache
+    rounds = accepted_total = 0
+    for si, per in enumerate(chains):
+        n = len(per)
+        pos = torch.zeros(trials, dtype=torch.long)  # each trial's next round start
+        for p in range(n):
+            here = pos == p
+            m = int(here.sum())
+            if not m:
+                continue
+            if not per[p]:
+                pos[here] = p + 1
+                continue
+            accepted = torch.zeros(m, dtype=torch.long)
+            active = torch.ones(m, dtype=torch.bool)
+            for k, d in enumerate(per[p]):
+                key = (si, p, k)
+                if key not in logits_at:
+                    ids = torch.cat([samples[si].token_ids[:p + 2], torch.tensor(per[p][:k], dtype=torch.long)])
+                    with torch.no_grad():
+                        logits_at[key] = target(input_ids=ids[None], use_cache=False).logits[0, -1]
+                prob = warp_vllm(logits_at[key], temperature, top_p, top_k)[d]
+                active = active & (torch.rand(m, generator=gen) < prob)
+                accepted += active.long()
+            rounds += m
+            accepted_total += int(accepted.sum())
+            pos[here] = p + accepted + 1
+    return (accepted_total + rounds) / rounds

@@ -75,13 +75,15 @@ def test_sglang_log_accept_len_1_parts_the_chain_at_position_1(offline, demo_dir
     c = compare_with_log(offline, parse_log(demo_dir / "sglang.log"), path="sglang.log")
     assert c is not None and c.whole is not None and c.logged == ()
     curve = offline.views["as_trained"].full_acc
-    assert len(curve) == 5 and c.whole.served_steps == len(c.offline) == 4  # the log's launch drafts 4
-    served = 1 + sum(curve[:4])
-    assert abs(c.whole.offline_accept_len - served) < 1e-9
+    # the log's launch drafts 4, the draft's config 5: the rounds depend on K, so the chain is not cut to 4 (that
+    # would be neither count); the note asks for the server's K
+    assert len(curve) == 5 and c.whole.served_steps == 4 and len(c.offline) == 5
+    served = offline.views["as_trained"].accept_len
+    assert abs(c.whole.offline_accept_len - served) < 1e-9 and abs(served - (1 + sum(curve))) < 1e-9
     assert c.whole.logged_accept_len == 1.0 and c.whole.parts and c.first_parting == 1
     assert c.whole.logged_rate == 0.0 and c.whole.rate_formula == "0.5.11+"
     assert c.whole.offline_rate is not None and abs(c.whole.offline_rate - (served - 1) / 4) < 1e-9
-    assert "parts at position 1" in chain_note(c)
+    assert "parts at position 1" in chain_note(c) and "score with --steps 4" in chain_note(c)
 
 
 def test_sglang_log_matching_the_offline_chain_agrees(offline, tmp_path: Path) -> None:
@@ -97,9 +99,16 @@ def test_sglang_log_matching_the_offline_chain_agrees(offline, tmp_path: Path) -
     assert c.whole.logged_rate is not None and c.whole.offline_rate is not None
     assert abs(c.whole.logged_rate - c.whole.offline_rate) < 0.01
     assert chain_note(c).endswith("they agree")
-    lower = tmp_path / "lower.log"  # a chain served 0.3 shorter, not so short that position 1 must part
-    lower.write_text(_sglang_log(round(trained - 0.3, 2), steps + 1))
-    c = compare_with_log(offline, parse_log(lower), path=str(lower))
+    # a chain served 0.5 shorter, not so short that position 1 must part: built on a chain long enough to show it
+    # (the demo's draft accepts too little per round for a logged figure to part as a whole and not at position 1)
+    from eagle3lens.probes.acceptance_result import AcceptanceResult, AcceptanceView
+
+    full = (0.6, 0.4, 0.2)
+    built = AcceptanceResult("draft", "data", None, 3, 1, {"as_trained": AcceptanceView(
+        "as_trained", full, (0.6, 2 / 3, 0.5), 1 + sum(full), 10)})
+    lower = tmp_path / "lower.log"
+    lower.write_text(_sglang_log(round(1 + sum(full) - 0.5, 2), 4))
+    c = compare_with_log(built, parse_log(lower), path=str(lower))
     assert c is not None and c.whole is not None and c.whole.parts
     assert c.first_parting is None and "a position the log cannot show" in chain_note(c)
 

@@ -56,11 +56,19 @@ def test_expected_accept_len_matches_monte_carlo(demo_dir: Path, served, tempera
     ckpt = Checkpoint.open(draft_dir)
     draft = load_draft_as(ckpt, None)
     chains = mc.greedy_chains(draft, samples, sorted(set(trained_with(ckpt.spec, 10)[0])), result.steps)
+    # per start: every start verified alike (training's step accuracy)
     simulated = mc.run(target, samples, chains, temperature, top_p, trials=10_000, seed=1, cache=logits_cache,
                        top_k=top_k)
-    assert view.accept_len is not None and 1.2 < view.accept_len < 3.5  # far from both 1 and 1 + K
-    assert abs(view.accept_len - simulated) <= 0.02, (view.accept_len, simulated)
+    assert view.per_start is not None and view.per_start.accept_len is not None
+    assert 1.2 < view.per_start.accept_len < 3.5  # far from both 1 and 1 + K
+    assert abs(view.per_start.accept_len - simulated) <= 0.02, (view.per_start.accept_len, simulated)
+    # per round: the engine's walk, each round starting where the last one stopped, counted as the engine counts
+    walked = mc.walk(target, samples, chains, temperature, top_p, trials=2_000, seed=2, cache=logits_cache,
+                     top_k=top_k)
+    assert view.accept_len is not None and 1.1 < view.accept_len < 3.5
+    assert abs(view.accept_len - walked) <= 0.02, (view.accept_len, walked)
     assert view.full_acc == tuple(sorted(view.full_acc, reverse=True))
+    assert view.accept_len == pytest.approx(1 + sum(view.full_acc))
 
 
 def test_top_p_keeps_the_smallest_top_set() -> None:
@@ -186,3 +194,36 @@ def test_top_k_keeps_every_token_tied_with_the_kth(top_p: float) -> None:
     whole = warp(rows @ head.T, sampling)
     assert torch.allclose(fast, whole, atol=1e-6) and torch.allclose(whole, mc.warp_vllm(rows @ head.T, 1.0, top_p, 3))
     assert int((whole[0] > 0).sum()) == 4 and float(whole[0].sum()) == pytest.approx(1.0)
+
+
+def test_greedy_per_round_is_the_engines_walk_over_the_targets_own_tokens(demo_dir: Path, served) -> None:
+    """The greedy served figure, recomputed here without the probe: the draft's chains (the MC helper's), the
+    target's greedy tokens from its own logits, and the walk written out round by round; per start beside it."""
+    target, samples, _ = served
+    draft_dir = demo_dir / "speculators"
+    result = estimate_acceptance(draft_dir, samples, target=target, fixed=False)
+    view = result.views["as_trained"]
+    ckpt = Checkpoint.open(draft_dir)
+    chains = mc.greedy_chains(load_draft_as(ckpt, None), samples, sorted(set(trained_with(ckpt.spec, 10)[0])),
+                              result.steps)
+    rounds = accepted = starts = start_accepted = 0
+    for s, per in zip(samples, chains, strict=True):
+        with torch.no_grad():
+            greedy = target(input_ids=s.token_ids[None], use_cache=False).logits[0].argmax(-1)  # after token j
+
+        def run(i: int, chain: list[int], greedy: torch.Tensor = greedy) -> int:  # start i: tokens after i + 1
+            return next((k for k, d in enumerate(chain) if d != int(greedy[i + 1 + k])), len(chain))
+
+        starts += sum(1 for c in per if c)
+        start_accepted += sum(run(i, c) for i, c in enumerate(per) if c)
+        p = next((i for i, c in enumerate(per) if c), len(per))
+        while p < len(per):
+            if not per[p]:
+                p += 1
+                continue
+            a = run(p, per[p])
+            rounds, accepted, p = rounds + 1, accepted + a, p + a + 1
+    assert view.rounds == rounds < starts and view.positions == starts
+    assert view.accept_len == pytest.approx((accepted + rounds) / rounds, abs=1e-9)
+    assert view.per_start is not None and view.per_start.accept_len == pytest.approx(1 + start_accepted / starts)
+    assert view.accept_len != pytest.approx(view.per_start.accept_len, abs=0.01)  # the two counts differ here

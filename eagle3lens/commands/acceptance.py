@@ -42,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
         args.engine = measured_engine(args)
     sampling, served_sampling = _sampling(args)
     draft = Checkpoint.open(args.draft).require_draft()
+    log, steps, steps_note, served_k = _served_k(args)
     target: Any = args.target
     data: Any = args.data
     if args.prompts is not None:
@@ -55,11 +56,16 @@ def run(args: argparse.Namespace) -> int:
         data, target = chat_samples(draft, args.target, args.chat, args.engine, new_tokens=args.new_tokens,
                                     device=args.device, device_map=args.device_map, limit=args.limit)
     progress = TqdmBars(unit="sample") if not args.json and sys.stderr.isatty() else None
-    result = estimate_acceptance(draft, data, target=target, engine=args.engine, steps=args.steps,
+    result = estimate_acceptance(draft, data, target=target, engine=args.engine, steps=steps,
                                  scenario=args.scenario, device=args.device, limit=args.limit,
                                  fixed=not args.no_fixed, empty_memory=args.empty_memory, progress=progress,
                                  sampling=sampling, served_vocab=args.data is None,
                                  traffic="chat" if args.chat else "prompts" if args.prompts else "dump")
+    agreement = None
+    if log is not None and log.summary.mean_accept_len is not None:  # the doctor's judgement, the same function
+        from ..probes.acceptance import held_against_log
+
+        result, agreement = held_against_log(result, log.summary.mean_accept_len, args.log, served_k)
     if args.measure:
         result = _measured(args, result, data, target, sampling)
     report = Report(checkpoint=draft.summary(), engine=result.engine)
@@ -71,13 +77,14 @@ def run(args: argparse.Namespace) -> int:
         report.notes.append(served_sampling.note())
     if served_sampling is None or sampling is not None:  # a request served greedily needs no default named
         report.notes.extend(sampling_notes(result, sampling, args.engine))
-    if args.log is not None:
+    if steps_note is not None:
+        report.notes.append(steps_note)
+    if agreement is not None:
+        report.notes.append(agreement)
+    if log is not None:
         from ..probes.chain_break import chain_note, compare_with_log
-        from ..probes.logs import parse_log
 
-        engine_name = args.engine.split("==")[0] if args.engine else None
-        comparison = compare_with_log(result, parse_log(args.log, engine=args.engine if engine_name in
-                                                        ("sglang", "vllm") else None), path=args.log)
+        comparison = compare_with_log(result, log, path=args.log)
         if comparison is None:
             report.notes.append(f"{printable(args.log)}: no acceptance lines: no served chain to compare")
         else:
@@ -104,6 +111,28 @@ def _measured(args: argparse.Namespace, result: Any, data: Any, teacher: Any, sa
     findings, notes = judge(result, measurement, continuations)
     return replace(result, measured=measurement, findings=(*result.findings, *findings),
                    notes=(*result.notes, *notes))
+
+
+def _served_k(args: argparse.Namespace) -> tuple[Any, int | None, str | None, int | None]:
+    """The parsed --log (or None), K to score, a note saying where K came from, and the K the launch or log
+    states (None when neither does). K scored: --steps, else the server's (the rounds it counts depend on K),
+    else the draft's config (None here)."""
+    from ..launch import launch_from_log, parse_launch
+    from ..probes.chain_break import served_steps
+    from ..probes.limits import check_steps
+    from ..probes.logs import parse_log
+
+    log = None
+    if args.log is not None:
+        engine_name = args.engine.split("==")[0] if args.engine else None
+        log = parse_log(args.log, engine=args.engine if engine_name in ("sglang", "vllm") else None)
+    launch = parse_launch(args.launch) if args.launch is not None else \
+        launch_from_log(args.log) if args.log is not None else None
+    served, source = served_steps(log, launch)
+    if args.steps is not None or served is None:
+        return log, args.steps, None, served
+    note = f"K = {served} draft steps, from {source} (--steps to override)"
+    return log, check_steps(served, f"K from {source}"), note, served
 
 
 def _sampling(args: argparse.Namespace) -> tuple[Any, Any]:
@@ -200,7 +229,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                                               "the offline chain's")
     p.add_argument("--engine", metavar="E", help="serving engine NAME[==VERSION]: adds the as-served and fixed views")
     p.add_argument("--steps", type=positive_int, metavar="K",
-                   help="draft steps per verify step (default: the config's speculative tokens, else 3)")
+                   help="draft steps per verify step (default: the K the --launch or --log states, else the config's "
+                        "speculative tokens, else 3)")
     p.add_argument("--scenario", choices=("aux-off",),
                    help="the engine captures no aux states (final state fed; on SGLang its EAGLE algorithm, which also "
                         "installs the target's embed and head)")

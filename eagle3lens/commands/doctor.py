@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
                       scenario=args.scenario, weights=not args.no_weights, device_map=args.device_map,
                       dtype=args.dtype, progress=bars(not args.json), launch=args.launch,
                       data=args.data, prompts=args.prompts, execute=args.execute, chat=args.chat,
-                      engine_root=local_root(args), execution=execution)
+                      engine_root=local_root(args), execution=execution, steps=args.steps)
     if args.html:
         write_html(Path(args.html), render_report_html(report, title=f"eagle3lens doctor: {args.checkpoint}"))
     code = finish(report, args)
@@ -79,6 +79,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--chat", metavar="FILE.jsonl",
                    help="served conversations (needs --target): the live acceptance estimate over them as the server "
                         "renders them, or with --data the dump's chat template checked against them")
+    p.add_argument("--steps", type=positive_int, metavar="K",
+                   help="draft steps the acceptance estimate scores (default: the K the --launch or --log states, "
+                        "else the draft config's speculative tokens, else 3)")
     p.add_argument("--no-weights", action="store_true", help="skip weight statistics (reads every tensor byte)")
     p.add_argument("--html", metavar="OUT", help="also write a self-contained offline HTML report")
     add_output_options(p)

@@ -14,12 +14,20 @@ from ..probes.chat import TemplateCheck
 from .registry import figures, html_view, rich_view
 
 
-def traffic_rows(result: AcceptanceResult) -> list[tuple[str, str, str, str]]:
-    """(view, greedy accept len, sampled accept len, sampled full_acc per position)."""
+TRAFFIC_COLUMNS = ("view", "greedy accept len (per round)", "sampled accept len (per round)",
+                   "sampled full_acc per position (per round)", "sampled accept len per start")
+
+
+def traffic_rows(result: AcceptanceResult) -> list[tuple[str, str, str, str, str]]:
+    """One row per sampled view, in :data:`TRAFFIC_COLUMNS` order (per round: expected over the engine's rounds)."""
     if result.traffic is None:
         return []
-    return [(name, "-" if v.greedy_accept_len is None else f"{v.greedy_accept_len:.2f}",
-             "-" if v.accept_len is None else f"{v.accept_len:.2f}", " ".join(f"{a:.3f}" for a in v.full_acc))
+
+    def num(value: float | None) -> str:
+        return "-" if value is None else f"{value:.2f}"
+
+    return [(name, num(v.greedy_accept_len), num(v.accept_len), " ".join(f"{a:.3f}" for a in v.full_acc),
+             num(v.per_start.accept_len if v.per_start is not None else None))
             for name, v in result.traffic.sampled.items()]
 
 
@@ -46,7 +54,7 @@ def traffic_rich(result: AcceptanceResult) -> list[Any]:
     if rows and result.traffic is not None:
         label = next(iter(result.traffic.sampled.values())).sampling.label()
         table = Table(title=f"speculative sampling as served ({label})", expand=False)
-        for col in ("view", "greedy accept len", "sampled accept len", "sampled full_acc per position"):
+        for col in TRAFFIC_COLUMNS:
             table.add_column(col)
         for row in rows:
             table.add_row(*(escape(c) for c in row))
@@ -64,9 +72,10 @@ def traffic_html(result: AcceptanceResult) -> str:
     out = ""
     rows = traffic_rows(result)
     if rows:
-        out += ("<p>Speculative sampling as served:</p><table><tr><th>view</th><th>greedy</th><th>sampled</th>"
-                "<th>sampled full_acc</th></tr>" + "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r)
-                                                           + "</tr>" for r in rows) + "</table>")
+        head = "".join(f"<th>{html.escape(c)}</th>" for c in TRAFFIC_COLUMNS)
+        out += ("<p>Speculative sampling as served:</p><table><tr>" + head + "</tr>"
+                + "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
+                + "</table>")
     vrows = vocab_rows(result)
     if vrows:
         out += ("<p>Served vocabulary:</p><table>" + "".join(f"<tr><td>{html.escape(a)}</td><td>{html.escape(b)}</td>"
@@ -85,7 +94,7 @@ def sampled_figure(result: AcceptanceResult) -> Any:
         x = [f"position {k + 1}" for k in range(len(greedy))]
         fig.add_trace(go.Bar(x=x, y=list(greedy), name=f"{name} greedy"))
         fig.add_trace(go.Bar(x=x, y=list(sampled.full_acc), name=f"{name} sampled ({sampled.sampling.label()})"))
-    fig.update_layout(barmode="group", title="Greedy vs sampled: per-position acceptance", height=380,
+    fig.update_layout(barmode="group", title="Greedy vs sampled: per-position acceptance per round", height=380,
                       yaxis_range=[0, 1], yaxis_title="rate", legend={"orientation": "h", "y": -0.2})
     return fig
 

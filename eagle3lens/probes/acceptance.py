@@ -60,12 +60,13 @@ from ..draft import (
 from ..engines import EngineProfile, resolve
 from ..errors import CheckpointError, UsageError
 from ..findings import Finding, Severity, fix_command
-from .acceptance_result import CAUSE_LABELS, AcceptanceResult, AcceptanceView, within_noise
+from .acceptance_result import CAUSE_LABELS, TEACHER_FORCED, AcceptanceResult, AcceptanceView, within_noise
 from .data import Sample, describe_dump, iter_samples
 from .limits import check_length, check_steps, check_token_ids, max_positions
 from .engine_init import EMPTY_MEMORY, EmptyMemory, apply_engine_init
+from .rounds import per_round, round_counts
 from .traffic import TrafficScorer
-from .traffic_result import Sampling
+from .traffic_result import PerStart, Sampling
 
 Progress = Callable[[int, "int | None", str], None]
 DEFAULT_STEPS = 3  # speculators' ttt_steps default
@@ -106,24 +107,27 @@ class _Counts:
     cond_total: list[float] = field(default_factory=list)
     blocks: float = 0.0
     block_len: float = 0.0
+    rounds: float = 0.0  # drafting rounds of the engine's walk (serving views)
+    round_hit: list[float] = field(default_factory=list)  # rounds whose positions 0..k were all accepted
     error: str | None = None
     unavailable: str | None = None
 
     def __post_init__(self) -> None:
-        self.full_hit, self.full_total, self.cond_total = ([0.0] * self.steps for _ in range(3))
+        self.full_hit, self.full_total, self.cond_total, self.round_hit = ([0.0] * self.steps for _ in range(4))
 
     def view(self, name: str, setup: dict[str, Any], engine: str | None, serving: bool) -> AcceptanceView:
         if self.error or self.unavailable:
             return AcceptanceView(name, (), (), None, 0, setup, engine, error=self.error, unavailable=self.unavailable)
         full = tuple(_ratio(h, t) for h, t in zip(self.full_hit, self.full_total, strict=True))
         cond = tuple(_ratio(h, t) for h, t in zip(self.full_hit, self.cond_total, strict=True))
-        if serving:
-            accept = 1.0 + sum(full) if self.full_total[0] else None
-            positions = int(self.full_total[0])
-        else:
+        positions = int(self.full_total[0])
+        if not serving:
             accept = self.block_len / self.blocks if self.blocks else None
-            positions = int(self.full_total[0])
-        return AcceptanceView(name, full, cond, accept, positions, setup, engine)
+            return AcceptanceView(name, full, cond, accept, positions, setup, engine, count=TEACHER_FORCED)
+        start = PerStart(1.0 + sum(full) if self.full_total[0] else None, full, cond)
+        accept, r_full, r_cond = per_round(self.rounds, self.round_hit)
+        return AcceptanceView(name, r_full, r_cond, accept, positions, setup, engine, rounds=int(self.rounds),
+                              per_start=start)
 
 
 def _ratio(hit: float, total: float) -> float:
@@ -215,7 +219,7 @@ def estimate_acceptance(draft: str | Path | Checkpoint, data: str | Path | Itera
                                 if serving and st.feed == "layers" and not st.aux_off}
                                | {k for st in toggles_setups.values() for k in st.layers
                                   if st.feed == "layers" and not st.aux_off}))
-        origin = _Origin()
+        origin = _Origin(verify=isinstance(data, (str, Path)))
         for sample in _checked(samples, ckpt, teacher, trained):
             prepared = _prepare(sample, teacher, trained, dev, capture, origin, each=scorer.row_stats())
             agree[0] += prepared.agree
@@ -254,9 +258,12 @@ def estimate_acceptance(draft: str | Path | Checkpoint, data: str | Path | Itera
     if views["as_trained"].positions == 0:
         notes.append("nothing scored: no sample has a verify start (a continuation that ended at the target's eos "
                      f"within its first tokens, or samples shorter than K + 1 = {K + 1} tokens)")
-    if origin.checked:
+    if origin.captured:
         notes.append(f"as served: the target was run again on each sample's tokens to capture hidden_states "
                      f"{list(capture)}, the layers the served views read")
+    elif origin.checked and not origin.foreign:
+        notes.append(f"the target was run on {origin.checked} samples' tokens: the data's last hidden states are "
+                     "its own")
     result = AcceptanceResult(str(ckpt.path), data_name, label, K, done, views, toggles, agreement, notes=tuple(notes),
                               traffic=scorer.result({n: v.accept_len for n, v in views.items()}))
     findings = gap_findings(result, ckpt)
@@ -379,7 +386,7 @@ class Teacher:
             raise _Enough
 
         hooks = [decoder[k].register_forward_pre_hook(grab(k), with_kwargs=True) for k in layers]
-        deepest = max(layers) + 1
+        deepest = max(layers, default=-1) + 1  # no layer asked for: the forward runs whole (``full``)
         norm = None
         if full:
             parent = decoder_path.rsplit(".", 1)[0] if "." in decoder_path else ""
@@ -707,9 +714,11 @@ def _prepare(s: Sample, teacher: Teacher, trained: Setup, dev: torch.device, cap
                               f"{module.cfg.num_aux} ({list(trained.layers)})")
     assert s.last is not None
     missing = tuple(k for k in capture if k not in feats)
-    if missing and teacher.runnable:
-        captured, pre, post = teacher.states(s.token_ids, missing, full=origin.checked < ORIGIN_SAMPLES)
+    check = origin.checked < ORIGIN_SAMPLES
+    if (missing or (check and origin.verify)) and teacher.runnable:
+        captured, pre, post = teacher.states(s.token_ids, missing, full=check)
         feats.update({k: v[:-1].to(dev) for k, v in captured.items()})
+        origin.captured = origin.captured or bool(missing)
         if pre is not None and post is not None:
             origin.check(s, pre, post)
     normed = s.last.to(dev, torch.float32) if s.last_normed else teacher.final_norm(s.last.to(dev))
@@ -730,9 +739,12 @@ ORIGIN_SAMPLES = 4  # samples whose last hidden states are checked against the t
 
 
 class _Origin:
-    """Whether the data's last hidden states are this target's own (checked wherever the target is run again)."""
+    """Whether the data's last hidden states are this target's own: checked wherever the target is run again to
+    capture layers, and with ``verify`` (a dump, whatever the views need) on the first samples in any case."""
 
-    def __init__(self) -> None:
+    def __init__(self, verify: bool = False) -> None:
+        self.verify = verify
+        self.captured = False  # the target was run to capture layers the data does not hold
         self.checked = self.foreign = 0
         self.worst = 0.0
         self.first_foreign: str | None = None
@@ -818,18 +830,24 @@ def _score_metrics(preds: list[torch.Tensor], p: _Prepared, K: int, counts: _Cou
 
 
 def _score_serving(module: Eagle3Draft, preds: list[torch.Tensor], p: _Prepared, K: int, counts: _Counts) -> None:
+    """Per start (every verify start) and per round (the starts the engine's walk drafts at, :mod:`.rounds`)."""
     T = p.ids.shape[0]
     n = T - K + 1  # verify starts with all K draft positions inside the sequence
     if n <= 0:
         return
     starts = p.mask[:n]
-    run = starts.clone()
+    run = torch.ones_like(starts)
+    runs = []
     for k in range(K):
         proposed = map_to_target(preds[k][:n], _d2t(module))
-        counts.cond_total[k] += float(run.sum())
-        run &= proposed == p.teacher_full[k:k + n]
-        counts.full_hit[k] += float(run.sum())
+        counts.cond_total[k] += float((run & starts).sum())
+        run = run & (proposed == p.teacher_full[k:k + n])
+        runs.append(run)
+        counts.full_hit[k] += float((run & starts).sum())
         counts.full_total[k] += float(starts.sum())
+    rounds, hits = round_counts(torch.stack(runs), starts)
+    counts.rounds += rounds
+    counts.round_hit = [a + b for a, b in zip(counts.round_hit, hits, strict=True)]
 
 
 def chain(module: Eagle3Draft, ids: torch.Tensor, feature: torch.Tensor, gate: FcGate, steps: int,
@@ -905,7 +923,8 @@ def ttt_attention(q: torch.Tensor, keys: list[torch.Tensor], values: list[torch.
 
 # -- engine log lines -------------------------------------------------------------------------------
 def log_lines(view: AcceptanceView, steps: int, engine: str | None) -> dict[str, str]:
-    """The acceptance part of the line each engine's log would print for this view (topk 1, K = steps)."""
+    """The acceptance part of the line each engine's log would print for this view (topk 1, K = steps): from its
+    per-round figures, the engine's own count (never the per-start average)."""
     if view.accept_len is None:
         return {}
     length, per_pos = view.accept_len, view.full_acc
@@ -964,7 +983,8 @@ def gap_findings(result: AcceptanceResult, ckpt: Checkpoint) -> list[Finding]:
              + (f"; after convert: {fixed:.2f}" if fixed is not None else ""))
     return [Finding("acceptance/gap", severity, title,
                     f"Offline, on {result.samples} samples with K = {result.steps}: the draft as {result.engine} loads "
-                    f"and wires it accepts {served:.2f} tokens per verify step, as trained {trained:.2f}."
+                    f"and wires it accepts {served:.2f} tokens per drafting round (the engine's count), as trained "
+                    f"{trained:.2f}."
                     + (f" Each cause fixed alone: {toggles}." if toggles else ""),
                     evidence=_evidence(result), fix=_gap_fix(result, ckpt, trained, fixed))]
 
@@ -1052,20 +1072,31 @@ def _evidence(result: AcceptanceResult) -> dict[str, Any]:
             "steps": result.steps, "samples": result.samples}
 
 
-def log_comparison(result: AcceptanceResult, logged: float, log_path: str) -> tuple[Finding | None, str | None]:
-    """Hold the as-served estimate against the server's logged accept len: a finding, or the note of agreement."""
-    served = result.accept_len("as_served")
+def log_comparison(result: AcceptanceResult, logged: float, log_path: str,
+                   log_steps: int | None = None) -> tuple[Finding | None, str | None]:
+    """Hold the offline estimate against the server's logged accept len, like with like: per drafting round (the
+    engine's count), as served (as trained without an engine), sampled where the result was scored with a
+    temperature. ``acceptance/served-vs-log-mismatch``, or the note of agreement. ``log_steps``: K the log's
+    server drafts, when it says (a different K scored is named in the finding)."""
+    name = "as_served" if "as_served" in result.views else "as_trained"
+    sampled = result.traffic.sampled.get(name) if result.traffic is not None else None
+    served = sampled.accept_len if sampled is not None else result.accept_len(name)
     if served is None:
         return None, None
+    label = name.replace("_", " ") + (f", sampled ({sampled.sampling.label()})" if sampled is not None else "")
     tolerance = max(0.05, 0.1 * (served - 1))
     if abs(served - logged) <= tolerance:
-        return None, (f"as served: accept len {served:.2f} (your log: {logged:.2f}): the served acceptance is "
-                      "explained by the causes above")
+        return None, (f"{label}: accept len {served:.2f} per round (your log: {logged:.2f}): the served acceptance "
+                      "is explained by the causes above")
+    other_k = (f" The log's server drafts K = {log_steps}, the estimate scored K = {result.steps}: score with "
+               f"--steps {log_steps}." if log_steps is not None and log_steps != result.steps else "")
     return Finding("acceptance/served-vs-log-mismatch", Severity.WARNING,
-                   f"offline as served: accept len {served:.2f}; the log says {logged:.2f}",
+                   f"offline {label}: accept len {served:.2f} per round; the log says {logged:.2f}",
                    "Something outside the checkpoint differs from what was modelled: sampling (temperature > 0), "
-                   "tree width (topk > 1), a different K, other data, or a wiring path not modelled.",
+                   "tree width (topk > 1), a different K, other data, or a wiring path not modelled." + other_k,
                    evidence={"estimated": served, "logged": logged, "log": log_path, "steps": result.steps,
+                             "log_steps": log_steps, "view": name, "count": "per-round",
+                             "sampled": sampled.sampling.label() if sampled is not None else None,
                              "engine": result.engine}), None
 
 
@@ -1110,9 +1141,11 @@ def live_samples(draft: str | Path | Checkpoint, target: Any, prompts: str | Pat
 def doctor_acceptance(draft: Checkpoint, target: Any, engine: str | EngineProfile | None, *,
                       data: str | Path | None = None, prompts: str | Path | None = None,
                       logged_accept_len: float | None = None, log_path: str | None = None,
-                      scenario: str | None = None, chat: tuple[list[Sample], Any] | None = None
+                      scenario: str | None = None, chat: tuple[list[Sample], Any] | None = None,
+                      steps: int | None = None, log_steps: int | None = None
                       ) -> tuple[AcceptanceResult, str | None]:
-    """The acceptance probe as the doctor runs it: as served held against the logged accept len.
+    """The acceptance probe as the doctor runs it, at ``steps`` (the K the server drafts, where the log or launch
+    says): as served held against the logged accept len (:func:`log_comparison`).
 
     Returns the result (with ``acceptance/served-vs-log-mismatch`` added on disagreement) and, on agreement,
     the note that the served acceptance is explained by the causes found.
@@ -1125,13 +1158,20 @@ def doctor_acceptance(draft: Checkpoint, target: Any, engine: str | EngineProfil
         if prompts is None:
             raise UsageError("acceptance needs --data D, --prompts F or --chat FILE.jsonl")
         samples, teacher = live_samples(draft, target, prompts, engine)
-    result = estimate_acceptance(draft, samples, target=teacher, engine=engine,
+    result = estimate_acceptance(draft, samples, target=teacher, engine=engine, steps=steps,
                                  scenario=scenario if scenario == "aux-off" else None,
                                  served_vocab=data is None, traffic="dump" if data is not None else
                                  "chat" if chat is not None else "prompts")
     if logged_accept_len is None or engine is None:
         return result, None
-    finding, note = log_comparison(result, logged_accept_len, log_path or "log")
+    return held_against_log(result, logged_accept_len, log_path or "log", log_steps)
+
+
+def held_against_log(result: AcceptanceResult, logged: float, log_path: str,
+                     log_steps: int | None = None) -> tuple[AcceptanceResult, str | None]:
+    """``result`` with :func:`log_comparison`'s finding added (the doctor and ``acceptance --log`` alike), and the
+    note of agreement."""
+    finding, note = log_comparison(result, logged, log_path, log_steps)
     if finding is not None:
         result = replace(result, findings=(*result.findings, finding))
     return result, note

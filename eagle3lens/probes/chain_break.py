@@ -1,7 +1,9 @@
 """Where the chain breaks: the served per-position acceptance (from the server's log) beside the offline one.
 
 vLLM logs ``Per-position acceptance rate: r_1, r_2, ...`` with r_k = drafts whose first k tokens were accepted,
-over drafts: the same quantity as the offline ``full_acc`` of a view. The first position where the two part is
+over drafts: the same quantity as the offline ``full_acc`` of a serving view, which counts per drafting round as
+the engine does (:mod:`.rounds`; like with like only at the K the server drafts, since the rounds depend on K).
+The first position where the two part is
 the one to look at: position 1 parting says the step-0 features or weights differ from what was modelled (aux
 layers, the template, sampling); a later one, what the chain feeds itself (its own tokens, the hidden state it
 carries, the vocabulary).
@@ -64,6 +66,19 @@ class WholeChain:
                 "rate_formula": self.rate_formula, "parts": self.parts, "served_steps": self.served_steps}
 
 
+def served_steps(log: Any = None, launch: Any = None) -> tuple[int | None, str | None]:
+    """K the server drafts per round and where it was read: the launch's (SGLang ``speculative_num_steps``, vLLM
+    ``num_speculative_tokens``), else what the log's lines imply (:class:`~.logs.LogResult`; vLLM's
+    per-position rates, SGLang's accept rate); (None, None) when neither says."""
+    if launch is not None and launch.num_steps:
+        key = "speculative_num_steps" if launch.engine == "sglang" else "num_speculative_tokens"
+        return int(launch.num_steps), f"{key}={launch.num_steps} in the {launch.source}"
+    inference = getattr(log, "inference", None)
+    if inference is not None and inference.draft_steps:
+        return int(inference.draft_steps), f"the log ({inference.source})"
+    return None, None
+
+
 def parts(offline: float, logged: float) -> bool:
     return abs(offline - logged) > max(TOLERANCE_ABS, TOLERANCE_REL * max(offline, logged))
 
@@ -84,6 +99,7 @@ def compare_chain(result: AcceptanceResult, logged: tuple[float, ...], log: str 
 
 
 def _offline_curve(result: AcceptanceResult, view: str | None) -> tuple[str, tuple[float, ...], Any] | None:
+    """(view name, its per-round curve, the sampled view when scored with a temperature)."""
     name = view or ("as_served" if "as_served" in result.views else "as_trained")
     if name not in result.views:
         return None
@@ -114,8 +130,7 @@ def compare_with_log(result: AcceptanceResult, log: Any, path: str = "", view: s
     name, offline, sampled = curve
     inference = log.inference
     served_steps = inference.draft_steps or len(offline)
-    offline = offline[:served_steps]  # the chain the server drafts: K of the log's launch where it says
-    offline_len = 1 + sum(offline)
+    offline_len = 1 + sum(offline)  # per round, at the K scored (the rounds themselves depend on K)
     rate = offline_rate(offline_len, inference.formula, inference.denominator, len(offline))
     logged_len = float(s.mean_accept_len)
     whole = WholeChain(logged_len, offline_len, s.mean_accept_rate, rate, inference.formula,
@@ -131,8 +146,9 @@ def _whole_note(c: ChainComparison, w: WholeChain, curve: str) -> str:
     text = (f"the log prints no per-position rates (SGLang logs the accept length per decode step): logged accept "
             f"len {w.logged_accept_len:.2f} against the {curve}'s {w.offline_accept_len:.2f} over "
             f"{len(c.offline)} positions{rates}")
-    if len(c.offline) < w.served_steps:
-        text += f" (the server drafts {w.served_steps}: score with --steps {w.served_steps})"
+    if len(c.offline) != w.served_steps:
+        text += (f" (the server drafts {w.served_steps}, the offline run scored {len(c.offline)}: score with "
+                 f"--steps {w.served_steps} to compare like with like)")
     if c.first_parting == 1:
         return (text + f": the served position-1 rate is at most {max(0.0, w.logged_accept_len - 1):.3f}, the "
                 f"offline one {c.offline[0]:.3f}: the chain parts at position 1, look there first")
@@ -142,14 +158,15 @@ def _whole_note(c: ChainComparison, w: WholeChain, curve: str) -> str:
 
 
 def chain_note(c: ChainComparison) -> str:
-    curve = f"offline {c.view}" + (f" sampled ({c.sampled})" if c.sampled else " greedy")
+    curve = f"offline {c.view} per round" + (f" sampled ({c.sampled})" if c.sampled else " greedy")
     if c.whole is not None:
         return _whole_note(c, c.whole, curve)
     if c.logged_positions > c.offline_positions:
         span = (f" (the server drafts {c.logged_positions}, the offline run scored {c.offline_positions}: score "
                 f"with --steps {c.logged_positions} to compare them all)")
     elif c.logged_positions < c.offline_positions:
-        span = f" (the server drafts {c.logged_positions}, the offline run scored {c.offline_positions})"
+        span = (f" (the server drafts {c.logged_positions}, the offline run scored {c.offline_positions}: score "
+                f"with --steps {c.logged_positions} to compare like with like)")
     else:
         span = ""
     if c.first_parting is None:

@@ -802,6 +802,10 @@ def classify(result: LogResult) -> list[Finding]:
     fix = fix_command("acceptance", "DRAFT_CHECKPOINT", "--target", "TARGET", "--prompts", "PROMPTS", "--engine",
                       "installed", "--measure") if counters else \
         fix_command("doctor", "DRAFT_CHECKPOINT", "--engine", spec, "--log", log)
+    # low, not zero: the causes sit outside the checkpoint as often as in it; acceptance prices each lever
+    budget = fix_command("acceptance", "DRAFT_CHECKPOINT", "--target", "TARGET", "--chat", "SERVED_CHATS.jsonl",
+                         "--request", "REQUEST.json", *(("--engine", "installed", "--measure") if counters else
+                                                         ("--engine", spec, "--log", log)))
     evidence: dict[str, Any] = {
         "engine": result.engine, "formats": dict(result.formats), "acceptance_lines": s.acceptance_lines,
         "mean_accept_len": s.mean_accept_len, "median_accept_len": s.median_accept_len,
@@ -877,10 +881,13 @@ def classify(result: LogResult) -> list[Finding]:
                 "logs/low-acceptance", Severity.WARNING,
                 f"Draft acceptance is low: {what} {length:.2f}{lines}",
                 "; ".join(reasons) + ". " + era + " Some signal is left, so look for partial mismatches: "
-                "aux layer ids, norm_before_fc or other config flags, vocab mapping.",
+                "aux layer ids, norm_before_fc or other config flags, vocab mapping; and outside the checkpoint: "
+                "the served chat template, the sampling temperature, the served vocabulary. The fix command "
+                "estimates each on your served conversations and request, at the log's K, beside the logged "
+                "figure.",
                 {**evidence, "expected_accept_len": s.expected_accept_len, "baseline_tps": s.baseline_tps,
                  "mean_gen_tps": s.mean_gen_tps, "break_even_accept_len": s.break_even_accept_len},
-                fix))
+                budget))
     if s.baseline_tps is not None and s.mean_gen_tps is not None and s.mean_gen_tps < s.baseline_tps:
         ratio = s.mean_gen_tps / s.baseline_tps
         findings.append(Finding(

@@ -33,7 +33,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .traffic_result import SampledView, Sampling
+from .rounds import per_round, round_counts
+from .traffic_result import PerStart, SampledView, Sampling
 
 ROW_CHUNK = 256  # target rows per block when warping full-vocabulary distributions
 CHAIN_TOKEN_BUDGET = 8192  # tokens per forward when the target is run on the draft's chains
@@ -261,32 +262,42 @@ def _last_logits(model: torch.nn.Module, ids: torch.Tensor, attn: torch.Tensor, 
 
 @dataclass
 class SampledCounts:
-    """Summed expectations of one view over the samples: sum over starts of P(positions 0..k all accepted)."""
+    """Summed expectations of one view over the samples: per start, the sum over starts of P(positions 0..k all
+    accepted); per round, the expected rounds of the engine's walk and of those whose positions 0..k were all
+    accepted (:func:`~.rounds.round_counts`)."""
 
     steps: int
     full_hit: list[float] = field(default_factory=list)
     cond_total: list[float] = field(default_factory=list)
     starts: float = 0.0
+    rounds: float = 0.0
+    round_hit: list[float] = field(default_factory=list)
     exact_chain: bool = True
 
     def __post_init__(self) -> None:
-        self.full_hit, self.cond_total = [0.0] * self.steps, [0.0] * self.steps
+        self.full_hit, self.cond_total, self.round_hit = ([0.0] * self.steps for _ in range(3))
 
     def add(self, alphas: Sequence[torch.Tensor], starts: torch.Tensor) -> None:
         """``alphas[k]`` [n]: P(position k accepted | 0..k-1 accepted) per start; ``starts`` [n] which count."""
         weight = starts.float().cpu()
-        run = weight.clone()
+        run = torch.ones_like(weight)
         self.starts += float(weight.sum())
+        runs = []
         for k, alpha in enumerate(alphas):
-            self.cond_total[k] += float(run.sum())
+            self.cond_total[k] += float((run * weight).sum())
             run = run * alpha.float().cpu()
-            self.full_hit[k] += float(run.sum())
+            runs.append(run)
+            self.full_hit[k] += float((run * weight).sum())
+        rounds, hits = round_counts(torch.stack(runs), starts.bool())
+        self.rounds += rounds
+        self.round_hit = [a + b for a, b in zip(self.round_hit, hits, strict=True)]
 
     def view(self, name: str, sampling: Sampling, greedy: float | None) -> SampledView:
         full = tuple(h / self.starts if self.starts else 0.0 for h in self.full_hit)
         cond = tuple(h / t if t else 0.0 for h, t in zip(self.full_hit, self.cond_total, strict=True))
-        accept = 1.0 + sum(full) if self.starts else None
-        return SampledView(name, sampling, full, cond, accept, greedy, self.exact_chain)
+        start = PerStart(1.0 + sum(full) if self.starts else None, full, cond)
+        accept, r_full, r_cond = per_round(self.rounds, self.round_hit)
+        return SampledView(name, sampling, r_full, r_cond, accept, greedy, self.exact_chain, start, self.rounds)
 
 
 def score_sampled(counts: SampledCounts, proposed: Sequence[torch.Tensor], starts: torch.Tensor,

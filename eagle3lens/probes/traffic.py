@@ -92,7 +92,11 @@ def sampling_notes(result: Any, sampling: Sampling | None, engine: str | None) -
                 "pass --temperature T to score that"]
     out = [f"sampled ({sampling.label()}): a draft token is accepted with the target's probability of it after "
            f"temperature, top-k and top-p (SGLang and vLLM verify the draft's greedy token against the target's "
-           f"distribution only); request default: {default_line}"]
+           f"distribution only); per round: expected accepted tokens over expected drafting rounds of the engine's "
+           f"walk; request default: {default_line}"]
+    if engine is None:
+        out.append("sampled without --engine: the draft as trained, verified by the rule SGLang and vLLM share (no "
+                   "engine's own rule is needed); --engine E adds it as E serves the draft")
     if traffic is not None and any(not v.exact_chain for v in traffic.sampled.values()):
         out.append("sampled: positions after the first read the target on the data's own prefix (a dump holds no "
                    "target run on the draft's chain): exact where the chain follows the data; --prompts or --chat "

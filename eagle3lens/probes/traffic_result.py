@@ -54,23 +54,41 @@ class Sampling:
 
 
 @dataclass(frozen=True)
+class PerStart:
+    """The chain's acceptance averaged over every start position, as if a round started at each (what training
+    libraries report as step accuracy); the engine counts per drafting round instead (:mod:`.rounds`)."""
+
+    accept_len: float | None
+    full_acc: tuple[float, ...]
+    cond_acc: tuple[float, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_jsonable({"accept_len": self.accept_len, "full_acc": list(self.full_acc),
+                            "cond_acc": list(self.cond_acc)})
+
+
+@dataclass(frozen=True)
 class SampledView:
-    """One serving view's acceptance under speculative sampling: per-position rate and expected accept length."""
+    """One serving view's acceptance under speculative sampling: per-position rate and accept length expected
+    over the drafting rounds the engine runs (ratios of expectations, :mod:`.rounds`), and per start."""
 
     name: str
     sampling: Sampling
-    full_acc: tuple[float, ...]  # P(positions 0..k all accepted), averaged over verify starts
-    cond_acc: tuple[float, ...]  # P(position k accepted | 0..k-1 accepted)
-    accept_len: float | None
-    greedy_accept_len: float | None
+    full_acc: tuple[float, ...]  # per round: E[rounds whose positions 0..k were all accepted] / E[rounds]
+    cond_acc: tuple[float, ...]  # per round: the same for position k over those whose 0..k-1 were accepted
+    accept_len: float | None  # per round: 1 + E[accepted] / E[rounds]
+    greedy_accept_len: float | None  # the greedy view's, per round
     exact_chain: bool  # later positions read the target run on the draft's own chain (else the data's prefix)
+    per_start: PerStart | None = None
+    rounds: float = 0.0  # expected drafting rounds over the samples
 
     def to_dict(self) -> dict[str, Any]:
         return to_jsonable({"temperature": self.sampling.temperature, "top_p": self.sampling.top_p,
                             "top_k": self.sampling.top_k, "logit_scale": self.sampling.logit_scale,
                             "softcap": self.sampling.softcap, "full_acc": list(self.full_acc), "cond_acc": list(self.cond_acc),
                             "accept_len": self.accept_len, "greedy_accept_len": self.greedy_accept_len,
-                            "exact_chain": self.exact_chain})
+                            "exact_chain": self.exact_chain, "count": "per-round", "rounds": self.rounds,
+                            "per_start": self.per_start.to_dict() if self.per_start is not None else None})
 
 
 @dataclass(frozen=True)
