@@ -32,7 +32,7 @@ from jinja2.ext import Extension, loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 from jinja2.utils import Namespace
 
-from .errors import CheckpointError, UsageError
+from .errors import CheckpointError
 from .io.textsafe import clip
 
 MAX_SECONDS = 5.0  # real templates render a conversation in milliseconds
@@ -43,7 +43,7 @@ _FORMAT_WIDTH = re.compile(r"\d{8,}")  # a width or precision of 10 million char
 _EXPANDERS = ("center", "ljust", "rjust", "zfill", "expandtabs", "indent", "truncate", "wordwrap")
 
 
-class TemplateLimit(Exception):
+class _TemplateLimit(Exception):
     """The template went past its time or size bound (said by ``render_chat`` as one line naming the file)."""
 
 
@@ -92,17 +92,17 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
 
     def tick(self) -> None:
         if time.monotonic() > self.deadline:
-            raise TemplateLimit(f"ran past its {self.seconds:g} s bound")
+            raise _TemplateLimit(f"ran past its {self.seconds:g} s bound")
 
     def sized(self, value: Any) -> Any:
         self.tick()
         if _size(value) > self.max_chars:
-            raise TemplateLimit(f"built a value of {_size(value):,} characters (the bound is {self.max_chars:,})")
+            raise _TemplateLimit(f"built a value of {_size(value):,} characters (the bound is {self.max_chars:,})")
         return value
 
     def _need(self, chars: float) -> None:
         if chars > self.max_chars:
-            raise TemplateLimit(f"would build a value of {chars:,.0f} characters (the bound is {self.max_chars:,})")
+            raise _TemplateLimit(f"would build a value of {chars:,.0f} characters (the bound is {self.max_chars:,})")
 
     def _bounded_iter(self, iterable: Iterable[Any]) -> Iterator[Any]:
         for item in iterable:
@@ -126,7 +126,7 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
             self._need(max((v for v in values if isinstance(v, int)), default=0))
         strings = [v for v in values if isinstance(v, str)]
         if name in ("format", "format_map") and strings and _FORMAT_WIDTH.search(strings[0]):
-            raise TemplateLimit("formats to a width of ten million characters or more")
+            raise _TemplateLimit("formats to a width of ten million characters or more")
         if name == "join":
             seq = next((v for v in values if isinstance(v, (list, tuple))), [])
             self._need(_size(seq) + sum(len(s) for s in strings) * len(seq))
@@ -148,14 +148,14 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
                 self._need(_size(seq) * max(n, 0))
             elif isinstance(left, int) and isinstance(right, int) and \
                     abs(left).bit_length() + abs(right).bit_length() > MAX_INT_BITS:
-                raise TemplateLimit(f"computes an integer of more than {MAX_INT_BITS} bits")
+                raise _TemplateLimit(f"computes an integer of more than {MAX_INT_BITS} bits")
         elif operator_ == "+":
             self._need(_size(left) + _size(right))
         elif operator_ == "%" and isinstance(left, str) and _FORMAT_WIDTH.search(left):
-            raise TemplateLimit("formats to a width of ten million characters or more")
+            raise _TemplateLimit("formats to a width of ten million characters or more")
         elif operator_ == "**" and isinstance(left, int) and isinstance(right, (int, float)) and abs(left) > 1 \
                 and right * abs(left).bit_length() > MAX_INT_BITS:
-            raise TemplateLimit(f"computes an integer of more than {MAX_INT_BITS} bits")
+            raise _TemplateLimit(f"computes an integer of more than {MAX_INT_BITS} bits")
         return self.sized(self.binop_table[operator_](left, right))
 
 
@@ -233,7 +233,7 @@ def render_chat(tokenizer: Any, conversation: list[dict[str, str]], add_generati
                 seconds: float = MAX_SECONDS, max_chars: int = MAX_CHARS) -> str:
     """The text ``tokenizer.apply_chat_template(conversation, add_generation_prompt=..., tokenize=False)`` renders,
     within ``seconds`` and ``max_chars``; past either a CheckpointError naming the template's file, a template
-    that refuses the conversation (``raise_exception``, a Jinja error) a UsageError."""
+    that refuses the conversation (``raise_exception``, a Jinja error) likewise."""
     source = template_file(tokenizer)
     try:
         text = tokenizer.get_chat_template()
@@ -252,9 +252,9 @@ def render_chat(tokenizer: Any, conversation: list[dict[str, str]], add_generati
             total += len(chunk)
             env.sized(chunk)
             if total > max_chars:
-                raise TemplateLimit(f"rendered more than {max_chars:,} characters")
+                raise _TemplateLimit(f"rendered more than {max_chars:,} characters")
             out.append(chunk)
-    except TemplateLimit as exc:
+    except _TemplateLimit as exc:
         raise CheckpointError(source, f"the chat template {exc}: stopped (a template is code from the model "
                                       "directory)") from None
     except RecursionError:
@@ -262,7 +262,7 @@ def render_chat(tokenizer: Any, conversation: list[dict[str, str]], add_generati
     except MemoryError:
         raise CheckpointError(source, "the chat template ran out of memory: stopped") from None
     except Exception as exc:  # noqa: BLE001 -- jinja's TemplateError, the template's own raise_exception, a type error
-        raise UsageError(f"the chat template refuses the conversation ({type(exc).__name__}: {clip(exc, 120)})") \
-            from None
+        raise CheckpointError(source, f"the chat template refuses the conversation ({type(exc).__name__}: "
+                                      f"{clip(exc, 120)})") from None
     return "".join(out)
 

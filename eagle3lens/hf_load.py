@@ -96,12 +96,20 @@ def _refused(root: Path, prefer: str) -> CheckpointError:
 
 
 def _load(root: Path, load: Any, *args: Any, config: str = "config.json", **kwargs: Any) -> Any:
+    """``load(*args, **kwargs)`` with code never trusted and transformers' warnings held back (a refusal is said
+    once, as our one line)."""
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
     try:
         return load(*args, **kwargs, **ALWAYS)
     except ValueError as exc:
         if "trust_remote_code" in str(exc):
             raise _refused(root, config) from None
         raise
+    finally:
+        hf_logging.set_verbosity(verbosity)
 
 
 def _one_line(root: Path, what: str, load: Any, *args: Any, config: str = "config.json") -> Any:
@@ -115,9 +123,13 @@ def _one_line(root: Path, what: str, load: Any, *args: Any, config: str = "confi
 
 
 def load_config(root: str | Path) -> Any:
-    """``AutoConfig`` of the model directory ``root`` (checked; no code run)."""
+    """``AutoConfig`` of the model directory ``root``, or of a config file given itself (checked; no code run)."""
     from transformers import AutoConfig
 
+    if Path(root).is_file():
+        file = Path(root)
+        read_json(file, "config JSON", CheckpointError, max_bytes=SIDE_FILE_BYTES)  # regular, bounded, parseable
+        return _one_line(file.parent, "config", AutoConfig.from_pretrained, str(file), config=file.name)
     root = check_directory(root)
     return _one_line(root, "config", AutoConfig.from_pretrained, str(root))
 

@@ -126,18 +126,17 @@ def chat_samples(draft: Any, target: Any, chat: str | Path, engine: Any = None, 
     positions = max_positions(as_checkpoint(target).config)
     widest = _longest_token(tokenizer)
     lines = read_chat_lines(chat)[:limit]
+    for n, conversation in lines:
+        chars = sum(len(m["content"]) - sum(c.isspace() for c in m["content"]) for m in conversation)
+        if positions is not None and chars > positions * widest:
+            raise CheckpointError(chat, f"line {n}: {chars} characters of content, more than the target's "
+                                        f"max_position_embeddings {positions} tokens can hold (its longest token "
+                                        f"has {widest}): the target cannot run it")
     prompts = []
     rendering = Counter(progress, len(lines), "rendering the chat")
     for n, conversation in lines:
-        where = f"line {n}"
-        if positions is not None:
-            chars = sum(len(m["content"]) - sum(c.isspace() for c in m["content"]) for m in conversation)
-            if chars > positions * widest:
-                raise CheckpointError(chat, f"{where}: {chars} characters of content, more than the target's "
-                                            f"max_position_embeddings {positions} tokens can hold (its longest token "
-                                            f"has {widest}): the target cannot run it")
         ids = render(tokenizer, conversation)
-        check_length(len(ids) + new_tokens, positions, chat, what=f"{where} with {new_tokens} new tokens")
+        check_length(len(ids) + new_tokens, positions, chat, what=f"line {n} with {new_tokens} new tokens")
         prompts.append(torch.tensor(ids, dtype=torch.long))
         rendering.add(1)
     model = load_target(target, device if device_map is None else "cpu", device_map=device_map)
