@@ -6,7 +6,8 @@ Every exception type of the package lives here::
     Eagle3LensError                      base; never a traceback for the user
     ├── FileError(path, problem)         an input file that is missing, unreadable or malformed
     │   ├── CheckpointError              a checkpoint file or directory (headers, index, config, tensors)
-    │   │   └── WriteVerifyError         bytes read back from a file being written differ from their source
+    │   │   ├── WriteVerifyError         bytes read back from a file being written differ from their source
+    │   │   └── NoChatTemplate           a target with no tokenizer, or one without a chat template
     │   └── LogFileError                 a server log
     ├── UsageError                       arguments that do not make sense (unknown engine, bad value)
     ├── ConversionRefused                a rewrite that cannot be done faithfully (--force where allowed)
@@ -43,6 +44,10 @@ class CheckpointError(FileError):
 
 class WriteVerifyError(CheckpointError):
     """Bytes read back from a file being written (``convert``'s output) differ from their source."""
+
+
+class NoChatTemplate(CheckpointError):
+    """A target directory with no tokenizer, or a tokenizer without a chat template: nothing renders chat."""
 
 
 class LogFileError(FileError):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from ..findings import Report, Severity
@@ -24,8 +25,19 @@ def add_output_options(parser: argparse.ArgumentParser) -> None:
                         help="exit 1 when a finding is at or above this severity (default: critical)")
 
 
+INPUT_DIRS = ("checkpoint", "draft", "target", "tokenizer")  # the arguments that name a model directory
+
+
 def finish(report: Report, args: argparse.Namespace, console: Any = None) -> int:
-    """Print the report as asked and return the exit code (0 ran clean, 1 findings at/above --fail-on)."""
+    """Print the report as asked and return the exit code (0 ran clean, 1 findings at/above --fail-on).
+
+    An input directory whose config names custom code (``auto_map``) gets a note that it was read without it."""
+    from ..hf_load import custom_code_notes
+
+    for name in INPUT_DIRS:
+        value = getattr(args, name, None)
+        if isinstance(value, str) and Path(value).is_dir():
+            report.notes.extend(n for n in custom_code_notes(value) if n not in report.notes)
     if getattr(args, "json", False):
         # pretty-printing forces json's pure-Python encoder: a checkpoint of many tensors is written compact
         big = isinstance(report.checkpoint, dict) and int(report.checkpoint.get("num_tensors") or 0) > LARGE_REPORT

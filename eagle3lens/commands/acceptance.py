@@ -50,12 +50,14 @@ def run(args: argparse.Namespace) -> int:
 
         data, target = live_samples(draft, args.target, args.prompts, args.engine, new_tokens=args.new_tokens,
                                     device=args.device, device_map=args.device_map, limit=args.limit)
+    bars = not args.json and sys.stderr.isatty()
     if args.chat is not None:
         from ..probes.chat import chat_samples
 
         data, target = chat_samples(draft, args.target, args.chat, args.engine, new_tokens=args.new_tokens,
-                                    device=args.device, device_map=args.device_map, limit=args.limit)
-    progress = TqdmBars(unit="sample") if not args.json and sys.stderr.isatty() else None
+                                    device=args.device, device_map=args.device_map, limit=args.limit,
+                                    progress=TqdmBars(unit="conversation") if bars else None)
+    progress = TqdmBars(unit="sample") if bars else None
     result = estimate_acceptance(draft, data, target=target, engine=args.engine, steps=steps,
                                  scenario=args.scenario, device=args.device, limit=args.limit,
                                  fixed=not args.no_fixed, empty_memory=args.empty_memory, progress=progress,

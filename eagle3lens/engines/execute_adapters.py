@@ -255,7 +255,7 @@ def sglang_build(ckpt_dir: Path, fallback_class: str, stand: StandIns) -> Built:
     module, cls = chosen
     config: PretrainedConfig
     if recognised:
-        config = AutoConfig.from_pretrained(str(ckpt_dir))
+        config = AutoConfig.from_pretrained(str(ckpt_dir), trust_remote_code=False, local_files_only=True)
         _sglang_publish(ckpt_dir, None, stand)
     else:
         flat = flattened(raw, cls.__name__)

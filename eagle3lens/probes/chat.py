@@ -20,10 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import CheckpointError, UsageError
+from ..errors import CheckpointError, NoChatTemplate
 from ..findings import Finding, Severity, to_jsonable
 from ..io.inputs import MiB, read_regular
 from ..io.jsonio import bounded_int
+from ..progress import Counter, Progress
+from .limits import check_length, max_positions
 
 MAX_CHAT_BYTES = 64 * MiB
 MAX_MESSAGES = 4096
@@ -34,9 +36,14 @@ Conversation = list[dict[str, str]]
 
 def read_chat(path: str | Path) -> list[Conversation]:
     """One conversation per line: a JSON list of ``{"role", "content"}`` messages (or ``{"messages": [...]}``)."""
+    return [conversation for _, conversation in read_chat_lines(path)]
+
+
+def read_chat_lines(path: str | Path) -> list[tuple[int, Conversation]]:
+    """``read_chat`` with the line number of each conversation (what a refusal names)."""
     file = Path(path)
     text = read_regular(file, MAX_CHAT_BYTES, "chat file").decode("utf-8", errors="replace")
-    out: list[Conversation] = []
+    out: list[tuple[int, Conversation]] = []
     for n, line in enumerate(text.split("\n"), 1):  # JSON Lines end at \n only (U+2028 is text inside a string)
         if not line.strip():
             continue
@@ -50,58 +57,97 @@ def read_chat(path: str | Path) -> list[Conversation]:
         if not isinstance(messages, list) or not messages or len(messages) > MAX_MESSAGES:
             raise CheckpointError(file, f"line {n}: a conversation is a non-empty JSON list of messages "
                                         f"(at most {MAX_MESSAGES})")
-        for m in messages:
+        for k, m in enumerate(messages, 1):
             if not (isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)):
                 raise CheckpointError(file, f"line {n}: every message needs a string \"role\" and \"content\"")
-        out.append([{"role": m["role"], "content": m["content"]} for m in messages])
+            _check_text(file, n, k, m["role"] + m["content"])
+        out.append((n, [{"role": m["role"], "content": m["content"]} for m in messages]))
     if not out:
         raise CheckpointError(file, "no conversations in the chat file")
     return out
+
+
+def _check_text(file: Path, line: int, message: int, text: str) -> None:
+    """Refuse a lone surrogate (``"\\ud800"`` in the JSON): not text a tokenizer or a server can encode."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise CheckpointError(file, f"line {line}: message {message} holds a lone surrogate "
+                                    f"(\\u{ord(text[exc.start]):04x}), which is not text: a server refuses it") from None
 
 
 def load_tokenizer(target: Any) -> Any:
     """The target's tokenizer (its directory, or its opened checkpoint), which must carry a chat template (what
     the server renders requests with)."""
     from ..checkpoint import Checkpoint
+    from ..hf_load import TOKENIZER_FILES
+    from ..hf_load import load_tokenizer as load
 
-    target = target.root if isinstance(target, Checkpoint) else target
-    try:
-        from transformers import AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(str(target), local_files_only=True)
-    except (OSError, ValueError, TypeError) as exc:
-        raise CheckpointError(target, f"no tokenizer to render chat with ({str(exc)[:120]})") from None
+    target = target.root if isinstance(target, Checkpoint) else Path(target)
+    if not any((target / name).is_file() for name in TOKENIZER_FILES):
+        raise NoChatTemplate(target, "no tokenizer to render chat with: --target must be the HF target model "
+                                     "directory with its tokenizer (tokenizer.json / tokenizer_config.json)")
+    tokenizer = load(target)
     if not getattr(tokenizer, "chat_template", None):
-        raise CheckpointError(target, "the tokenizer has no chat_template: the server would refuse chat requests")
+        raise NoChatTemplate(target, "the tokenizer has no chat_template: the server would refuse chat requests")
     return tokenizer
 
 
 def render(tokenizer: Any, conversation: Conversation, generation_prompt: bool = True) -> list[int]:
-    """Token ids of ``conversation`` as the server renders it (template text, then tokenized without specials)."""
-    try:
-        text = tokenizer.apply_chat_template(conversation, add_generation_prompt=generation_prompt, tokenize=False)
-    except Exception as exc:  # jinja's TemplateError and the template's own raise_exception: one line
-        raise UsageError(f"the chat template refuses the conversation ({type(exc).__name__}: {str(exc)[:120]})") \
-            from None
+    """Token ids of ``conversation`` as the server renders it (template text, then tokenized without specials);
+    the template runs within a bound on time and size (``chat_template.render_chat``)."""
+    from ..chat_template import render_chat
+
+    text = render_chat(tokenizer, conversation, add_generation_prompt=generation_prompt)
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
+def _longest_token(tokenizer: Any) -> int:
+    """Characters of the tokenizer's longest vocabulary entry (a token covers at most that many, plus spaces)."""
+    return max((len(t) for t in tokenizer.get_vocab()), default=1) or 1
+
+
 def chat_samples(draft: Any, target: Any, chat: str | Path, engine: Any = None, new_tokens: int = 32,
-                 device: str = "cpu", device_map: str | None = None, limit: int | None = None) -> tuple[list, Any]:
+                 device: str = "cpu", device_map: str | None = None, limit: int | None = None,
+                 progress: Progress | None = None) -> tuple[list, Any]:
     """``live_samples`` over chat conversations: each rendered with the served template, continued greedily by
-    the target, the aux layers the draft and ``engine`` need captured; returns the samples and the target."""
+    the target, the aux layers the draft and ``engine`` need captured; returns the samples and the target.
+
+    A conversation longer than the target's positions is refused (naming its line) before it is rendered: its
+    content holds more non-space characters than that many of the tokenizer's longest tokens could."""
     import torch
 
+    from ..checkpoint import as_checkpoint
     from .acceptance import needed_layers
     from .data import capture_samples
     from .wiring import find_decoder_layers, load_target
 
     tokenizer = load_tokenizer(target)
-    prompts = [torch.tensor(render(tokenizer, c), dtype=torch.long) for c in read_chat(chat)[:limit]]
+    positions = max_positions(as_checkpoint(target).config)
+    widest = _longest_token(tokenizer)
+    lines = read_chat_lines(chat)[:limit]
+    for n, conversation in lines:
+        chars = sum(len(m["content"]) - sum(c.isspace() for c in m["content"]) for m in conversation)
+        if positions is not None and chars > positions * widest:
+            raise CheckpointError(chat, f"line {n}: {chars} characters of content, more than the target's "
+                                        f"max_position_embeddings {positions} tokens can hold (its longest token "
+                                        f"has {widest}): the target cannot run it")
+    prompts = []
+    rendering = Counter(progress, len(lines), "rendering the chat")
+    for n, conversation in lines:
+        ids = render(tokenizer, conversation)
+        check_length(len(ids) + new_tokens, positions, chat, what=f"line {n} with {new_tokens} new tokens")
+        prompts.append(torch.tensor(ids, dtype=torch.long))
+        rendering.add(1)
     model = load_target(target, device if device_map is None else "cpu", device_map=device_map)
     layers = needed_layers(draft, len(find_decoder_layers(model)[1]), engine)
     stop = [getattr(tokenizer, "eos_token_id", None)]  # the server stops at the tokenizer's eos too
-    return list(capture_samples(model, prompts, layers, new_tokens=new_tokens, stop=stop)), model
+    capturing = Counter(progress, len(prompts), "capturing the target's states")
+    samples = []
+    for sample in capture_samples(model, prompts, layers, new_tokens=new_tokens, source=chat, stop=stop):
+        samples.append(sample)
+        capturing.add(1)
+    return samples, model
 
 
 # -- the dump against the served template ----------------------------------------------------------------
@@ -210,7 +256,7 @@ def served_template_check(data: str | Path, target: str | Path, chat: str | Path
     target without a tokenizer, or a base model served without chat)."""
     try:
         load_tokenizer(target)
-    except CheckpointError:
+    except NoChatTemplate:
         if chat is not None:
             raise
         return None

@@ -37,8 +37,11 @@ from typing import IO, Any, cast
 import torch
 from torch import nn
 
+from ..checkpoint import _inside
 from ..errors import CheckpointError, UsageError
 from ..io.dumps import MANIFEST, named_dump, sample_format, sample_order
+from ..hf_load import TOKENIZER_FILES
+from ..io.textsafe import clip
 from .limits import MIN_TOKENS, check_length, check_token_ids, max_positions
 
 FORMAT_NAME = "eagle3lens-hidden-states"
@@ -48,7 +51,6 @@ MAX_GZIP_RATIO = 16  # a .ckpt.gz sample may expand to 16x its size (float hidde
 MIN_GZIP_CAP = 64 << 20
 FORMATS = ("speculators", "specforge", "eagle3lens")
 MAX_AUX_LAYERS = 64
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "vocab.json", "spiece.model")
 _ID_LINE = re.compile(r"[\s,]*[-+]?\d+(?:[\s,]+[-+]?\d+)*[\s,]*", re.ASCII)
 
 
@@ -97,12 +99,20 @@ def dump_files(path: str | Path) -> tuple[str, tuple[Path, ...]]:
         return _format_of(root), (root,)
     named = named_dump(root)
     if named:
-        return named
+        fmt, files = named
+        if fmt == "eagle3lens":
+            _inside(root, root / MANIFEST, what=MANIFEST)
+        return fmt, _contained(root, files)
     ckpts = sorted([*root.rglob("*.ckpt"), *root.rglob("*.ckpt.gz")], key=lambda p: (str(p.parent), sample_order(p)))
     if ckpts:
-        return "specforge", tuple(ckpts)
+        return "specforge", _contained(root, ckpts)
     raise CheckpointError(root, "not a hidden-state dump: no hs_*.safetensors (speculators), *.ckpt (SpecForge) "
                                 f"or {MANIFEST} (eagle3lens) inside")
+
+
+def _contained(root: Path, files: list[Path]) -> tuple[Path, ...]:
+    """The dump's sample files, each a regular file inside ``root`` (a symlink may not lead out of the dump)."""
+    return tuple(_inside(root, f, what="hidden-state sample") for f in files)
 
 
 def iter_samples(path: str | Path, limit: int | None = None) -> Iterator[Sample]:
@@ -351,16 +361,14 @@ def _tokenize(file: Path, lines: list[str], tokenizer_dir: str | Path | None) ->
     root = Path(tokenizer_dir)
     if not any((root / name).is_file() for name in TOKENIZER_FILES):
         raise UsageError(f"{file}: the target has no tokenizer ({root}): give one line of token ids per prompt")
-    try:
-        from transformers import AutoTokenizer
+    from ..hf_load import load_tokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(str(root))
+    tokenizer = load_tokenizer(root)
+    try:
         encoded = [tokenizer(line)["input_ids"] for line in lines]
     except Exception as exc:  # noqa: BLE001  # any failure of a third-party tokenizer on a user's files
-        problem = " ".join(str(exc).split())
-        problem = problem if len(problem) <= 160 else problem[:160].rsplit(" ", 1)[0] + " …"
-        raise CheckpointError(root, f"the target's tokenizer does not load ({type(exc).__name__}: {problem}): give "
-                                    "one line of token ids per prompt") from None
+        raise CheckpointError(file, f"the target's tokenizer cannot encode it ({type(exc).__name__}: "
+                                    f"{clip(exc, 160)}): give one line of token ids per prompt") from None
     empty = [n for n, ids in enumerate(encoded, 1) if not ids]
     if empty:
         raise CheckpointError(file, f"prompt {empty[0]} encodes to no tokens")

@@ -72,7 +72,9 @@ PRESETS = {
 def build_target(preset: Preset, arch: str = "llama", num_layers: int | None = None, device: str = "meta",
                  dtype: torch.dtype = torch.bfloat16):
     """The preset's target as an HF causal LM (on meta: shapes only)."""
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoConfig
+
+    from ..hf_load import causal_lm_from_config
 
     layers = num_layers or preset.layers
     common = dict(hidden_size=preset.hidden, num_hidden_layers=layers, intermediate_size=preset.intermediate,
@@ -89,7 +91,7 @@ def build_target(preset: Preset, arch: str = "llama", num_layers: int | None = N
     torch.set_default_dtype(dtype)  # MoE grouped matmuls on meta accept bf16 only
     try:
         with torch.device(device):
-            return AutoModelForCausalLM.from_config(config).eval()
+            return causal_lm_from_config(config).eval()
     finally:
         torch.set_default_dtype(previous)
 

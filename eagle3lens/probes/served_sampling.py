@@ -33,7 +33,8 @@ from typing import Any
 from packaging.version import Version
 
 from ..engines.versions import parse_version
-from ..errors import UsageError
+from ..checkpoint import _inside
+from ..errors import CheckpointError, UsageError
 from ..io.jsonio import bounded_int, read_json
 from ..io.textsafe import clean_text
 from .traffic_result import Sampling
@@ -130,13 +131,19 @@ def _json_option(value: Any, flag: str) -> Mapping[str, Any]:
     return parsed
 
 
-def _generation_config(directory: Path | None) -> dict[str, Any]:
+def _model_json(directory: Path | None, name: str) -> Any:
+    """The model directory's JSON file ``name`` (None when absent); a link leading out of the directory is refused
+    as for the weights."""
     if directory is None:
-        return {}
-    path = directory / "generation_config.json"
-    if not path.is_file():
-        return {}
-    value = read_json(path, "generation_config.json")
+        return None
+    path = directory / name
+    if not path.exists() and not path.is_symlink():
+        return None
+    return read_json(_inside(directory, path, what=name), name, CheckpointError)
+
+
+def _generation_config(directory: Path | None) -> dict[str, Any]:
+    value = _model_json(directory, "generation_config.json")
     return value if isinstance(value, dict) else {}
 
 
@@ -144,9 +151,9 @@ def _model_generation_defaults(target: Path | None) -> dict[str, Any]:
     """vLLM's ``try_get_generation_config``: the model's generation_config.json, else config.json's generation
     fields (``GenerationConfig.from_model_config``)."""
     config = _generation_config(target)
-    if config or target is None or not (target / "config.json").is_file():
+    if config:
         return config
-    model = read_json(target / "config.json", "config.json")
+    model = _model_json(target, "config.json")
     return {k: model[k] for k in (*MODELLED, *NOT_MODELLED) if isinstance(model, dict) and k in model}
 
 

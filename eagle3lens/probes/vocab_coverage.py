@@ -85,12 +85,9 @@ def load_token_counts(source: Any, vocab_size: int | None) -> tuple[torch.Tensor
 def _tokenizer(tokenizer: Any) -> Any:
     if tokenizer is None or not isinstance(tokenizer, (str, Path)):
         return tokenizer
-    from transformers import AutoTokenizer
+    from ..hf_load import load_tokenizer
 
-    try:
-        return AutoTokenizer.from_pretrained(str(tokenizer), local_files_only=True)
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"{tokenizer}: cannot load a tokenizer from this directory ({str(exc).splitlines()[0][:160]})") from None
+    return load_tokenizer(tokenizer)
 
 
 def measure_coverage(kept_ids: torch.Tensor, vocab_size: int | None, tokenizer: Any = None, token_counts: Any = None,

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..checkpoint import Checkpoint, CheckpointLike, DraftSpec, as_checkpoint, build_spec
+from ..checkpoint import Checkpoint, CheckpointLike, DraftSpec, _inside, as_checkpoint, build_spec
 from ..draft import Eagle3Draft, canonical_key, map_to_target
 from ..engines import EngineProfile, own_loader, resolve
 from ..errors import CheckpointError, MetaTraceUnsupported, UsageError
@@ -132,7 +132,8 @@ def build_on_meta(config: Any, dtype: torch.dtype | str = "auto") -> nn.Module:
     matmuls on meta accept bf16 only, and float32, the CLI default, would only double nothing on meta.
     """
     import transformers
-    from transformers import AutoModelForCausalLM
+
+    from ..hf_load import causal_lm_from_config
 
     stored = getattr(config, "dtype", None) if hasattr(config, "dtype") else getattr(config, "torch_dtype", None)
     stored = getattr(torch, stored, None) if isinstance(stored, str) else stored
@@ -142,7 +143,7 @@ def build_on_meta(config: Any, dtype: torch.dtype | str = "auto") -> nn.Module:
     try:
         with torch.device("meta"):
             try:
-                return AutoModelForCausalLM.from_config(config).eval()
+                return causal_lm_from_config(config).eval()
             except ValueError:  # not mapped to a causal LM: the architecture the config names
                 names = [a for a in getattr(config, "architectures", None) or [] if isinstance(a, str)]
                 cls = getattr(transformers, names[0], None) if names and names[0].isidentifier() else None
@@ -153,7 +154,7 @@ def build_on_meta(config: Any, dtype: torch.dtype | str = "auto") -> nn.Module:
                 text = config.get_text_config() if hasattr(config, "get_text_config") else config
                 if text is config:
                     raise
-                return AutoModelForCausalLM.from_config(text).eval()
+                return causal_lm_from_config(text).eval()
     finally:
         torch.set_default_dtype(previous)
 
@@ -166,7 +167,7 @@ def config_only(path: Path) -> bool:
 
 def config_spec(path: Path) -> DraftSpec:
     """The normalised spec of a config-only model directory, or of its config.json given as a file (no tensors)."""
-    file = path if path.is_file() else path / "config.json"
+    file = path if path.is_file() else _inside(path, path / "config.json", what="config.json")
     config = read_json(file, "config JSON", CheckpointError)
     if not isinstance(config, dict):
         raise CheckpointError(file, "config must be a JSON object")
@@ -175,13 +176,13 @@ def config_spec(path: Path) -> DraftSpec:
 
 def _from_pretrained(path: Path, device: str, device_map: str | dict[str, Any] | None,
                      dtype: torch.dtype | str) -> nn.Module:
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from ..hf_load import load_causal_lm, load_config
 
     dtype = dtype if isinstance(dtype, torch.dtype) or dtype == "auto" else getattr(torch, str(dtype))
     if device == "meta":
         if device_map is not None:
             raise UsageError("--device meta traces shapes only: drop --device-map")
-        return build_on_meta(AutoConfig.from_pretrained(path), dtype)
+        return build_on_meta(load_config(path), dtype)
     from transformers.utils import logging as hf_logging
 
     bar_was_on, verbosity = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
@@ -189,9 +190,9 @@ def _from_pretrained(path: Path, device: str, device_map: str | dict[str, Any] |
     hf_logging.set_verbosity_error()  # so is a load report printed before the error we turn into one line
     try:
         if device_map is not None:
-            return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, device_map=device_map).eval()
+            return load_causal_lm(path, dtype=dtype, device_map=device_map).eval()
         # transformers wraps PreTrainedModel.to with functools.wraps, whose stub takes ``device`` for ``self``
-        return AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()  # type: ignore[arg-type]
+        return load_causal_lm(path, dtype=dtype).to(device).eval()
     finally:
         hf_logging.set_verbosity(verbosity)
         if bar_was_on:
