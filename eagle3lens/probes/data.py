@@ -102,7 +102,7 @@ def dump_files(path: str | Path) -> tuple[str, tuple[Path, ...]]:
         fmt, files = named
         if fmt == "eagle3lens":
             _inside(root, root / MANIFEST, what=MANIFEST)
-        return fmt, _contained(root, files)
+        return fmt, _contained(root, list(files))
     ckpts = sorted([*root.rglob("*.ckpt"), *root.rglob("*.ckpt.gz")], key=lambda p: (str(p.parent), sample_order(p)))
     if ckpts:
         return "specforge", _contained(root, ckpts)
