@@ -479,7 +479,7 @@ def _unreadable_preflight(info: Any) -> str | None:
             return f"lacks {key!r}"
         value = info[key]
         if not isinstance(value, types) or isinstance(value, bool) or (
-                key == "gpu" and value is not None and not all(isinstance(g, str) for g in value)):
+                isinstance(value, list) and not all(isinstance(g, str) for g in value)):
             want = " or ".join("null" if t is type(None) else "a list of names" if t is list else t.__name__
                                for t in types)
             return f"has {key!r} = {printable(clip(json.dumps(value), 80))}, not {want}"
