@@ -82,7 +82,7 @@ def convert(ckpt_path: str | Path, to: str | None, out: str | Path | None, in_pl
     ``aux_layers``: the HF ``hidden_states`` indices the draft was trained on, written as ids in ``to``'s convention
     (without ``to``: in every place and convention the config already writes them); default: the layers the source
     config's ids mean in its trainer's convention."""
-    recovered = _recover_source(Path(ckpt_path))
+    recovered = recover_source(Path(ckpt_path))
     ckpt = Checkpoint.open(ckpt_path)
     overrides = dict(tensor_overrides or {})
     if to is None and not overrides and aux_layers is None:
@@ -138,9 +138,10 @@ def convert(ckpt_path: str | Path, to: str | None, out: str | Path | None, in_pl
                          findings=forced, notes=tuple(plan.notes) + tuple(side_notes))
 
 
-def _recover_source(path: Path) -> list[str]:
+def recover_source(path: Path) -> list[str]:
     """Finish what killed runs left beside the source, whatever this run is (an --in-place run killed between
-    its renames left CKPT as CKPT.orig: rolled back first; their temporary directories and journals go)."""
+    its renames left CKPT as CKPT.orig: rolled back first; their temporary directories and journals go). Runs
+    before anything reads the source: a repair or data check of a half-swapped CKPT would judge the wrong copy."""
     src = path.expanduser().resolve()  # as replace_dir names an --in-place target (a link: its target)
     root = src.parent if src.name in INDEX_NAMES or src.is_file() or src.suffix == ".safetensors" else src
     notes = recover(root)
@@ -192,6 +193,9 @@ def _check_out(ckpt: Checkpoint, out: Path, single_file: bool) -> None:
     src, dst = ckpt.root.resolve(), out.expanduser().resolve()
     if dst == src or dst == ckpt.path.resolve() or (not single_file and src in dst.parents):
         raise UsageError(f"{out}: OUT must be outside the source checkpoint {ckpt.root} (convert never writes into its source)")
+    parent = next((p for p in dst.parents if p.exists()), None)  # the deepest folder OUT's parents already reach
+    if parent is not None and not parent.is_dir():
+        raise UsageError(f"{out}: OUT's parent {parent} is not a directory")
 
 
 # -- planning ---------------------------------------------------------------------------------

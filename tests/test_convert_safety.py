@@ -170,3 +170,81 @@ def test_a_byte_that_differs_after_the_write_is_caught_while_writing(draft, tmp_
         convert(draft, "sglang==0.5.11", out)
     assert ".tmp-" not in str(info.value)
     assert not out.exists() and hidden(tmp_path) == []
+
+
+def test_a_kill_between_the_in_place_renames_is_recovered_before_repair_d2t_reads_the_source(demo_dir, tmp_path,
+                                                                                             capsys):
+    """Killed between its two renames, `convert CKPT --in-place --repair-d2t` left CKPT.orig, the journal and the
+    converted temp dir; the rerun rolls that back first, then repairs (not "no such directory", nor "already
+    valid" read from a half-swapped source)."""
+    import shutil
+
+    from eagle3lens.commands.convert import _repair_tensors
+    from eagle3lens.io.safewrite import backup_path
+
+    for step in range(1, 12):
+        parent = tmp_path / f"step{step}"
+        src = parent / "ck"
+        shutil.copytree(demo_dir / "broken-d2t-double-subtracted", src)
+        code = _killed_at(step, lambda src=src: convert(src, None, None, in_place=True,
+                                                        tensor_overrides=_repair_tensors(str(src), None)))
+        assert code == 9, "the run ended before its second rename"
+        if not src.exists():
+            break
+    assert backup_path(src).is_dir() and journal_path(src).is_file() and any(".ck.tmp-" in n for n in hidden(parent))
+    assert main(["convert", str(src), "--in-place", "--repair-d2t", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert any("was rolled back" in n for n in report["notes"]), report["notes"]
+    assert hidden(parent) == [] and backup_path(src).is_dir()
+    assert "vocab/d2t-double-subtracted" not in main_codes(["vocab", str(src), "--json"], capsys)
+
+
+def main_codes(args: list[str], capsys) -> list[str]:
+    main(args)
+    return [f["code"] for f in json.loads(capsys.readouterr().out)["findings"]]
+
+
+def test_out_below_a_regular_file_says_so(draft, tmp_path, capsys):
+    (tmp_path / "somefile").write_text("not a folder")
+    for out in (tmp_path / "somefile" / "out", tmp_path / "somefile" / "a" / "b"):
+        assert main(["convert", str(draft), "--to", "sglang==0.5.11", str(out)]) == 2
+        assert capsys.readouterr().err == (f"eagle3lens: error: {out}: OUT's parent {tmp_path / 'somefile'} is not "
+                                           "a directory\n")
+
+
+def test_a_config_with_a_985_deep_key_is_refused_up_front_naming_it(draft, tmp_path, capsys):
+    config = draft / "config.json"
+    config.write_text(config.read_text().rstrip().removesuffix("}") + ', "junk": '
+                      + '{"k": ' * 984 + "{}" + "}" * 984 + "}")
+    assert main(["convert", str(draft), "--to", "sglang==0.5.11", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err == (f"eagle3lens: error: {config}: config JSON is nested too deeply (more than "
+                                       "64 levels)\n")
+    assert not (tmp_path / "out").exists() and hidden(tmp_path) == []
+
+
+def test_in_place_aux_layers_prints_nothing_on_stderr_on_a_terminal(draft):
+    """stderr is a terminal, so a bar may show; a small checkpoint's write is over before one helps."""
+    import pty
+    import sys
+
+    leader, follower = pty.openpty()
+    try:
+        done = subprocess.run([sys.executable, "-m", "eagle3lens", "convert", str(draft), "--in-place",
+                               "--aux-layers", "2,5,7"], stdout=subprocess.PIPE, stderr=follower, timeout=300)
+        os.close(follower)
+        follower = -1
+        err = b""
+        while True:
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:  # EIO: the writing side is closed and drained
+                break
+            if not chunk:
+                break
+            err += chunk
+    finally:
+        os.close(leader)
+        if follower >= 0:
+            os.close(follower)
+    assert done.returncode == 0 and err == b"", err
+    assert b"convert" in done.stdout  # the report went to stdout

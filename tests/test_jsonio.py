@@ -3,6 +3,7 @@ CLI options that read JSON (--params-file, --counts, checkpoint configs) exit 2 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -59,3 +60,37 @@ def test_deeply_nested_counts_exits_2_with_one_line(tmp_path: Path, capsys) -> N
     assert main(["vocab", str(draft), "--counts", str(deep)]) == 2
     err = capsys.readouterr().err.strip()
     assert "counts.json" in err and "nested too deeply" in err and len(err.splitlines()) == 1
+
+
+def _nested_keys(depth: int) -> str:
+    """``depth`` objects nested by key, as JSON text (written out: json.dumps itself recurses)."""
+    return '{"k": ' * (depth - 1) + "{}" + "}" * (depth - 1)
+
+
+@pytest.mark.parametrize("depth, refused", [(64, False), (65, True), (985, True)])
+def test_nesting_is_bounded_after_parsing(tmp_path: Path, depth: int, refused: bool) -> None:
+    """985 levels parse at the top of the stack, then a copy or write deeper in the call chain overflows it."""
+    from eagle3lens.io.jsonio import MAX_JSON_DEPTH
+
+    path = tmp_path / "f.json"
+    path.write_text(_nested_keys(depth))
+    if not refused:
+        assert json.dumps(read_json(path, "thing")) == _nested_keys(depth)
+        return
+    with pytest.raises(UsageError, match=rf"f\.json: thing is nested too deeply \(more than {MAX_JSON_DEPTH} levels\)"):
+        read_json(path, "thing")
+
+
+@pytest.mark.parametrize("junk", ["[" * 100_000 + "]" * 100_000, _nested_keys(985)], ids=["100k", "985"])
+@pytest.mark.parametrize("which", ["draft", "target"])
+def test_doctor_on_a_deeply_nested_config_is_one_line(tmp_path: Path, capsys, junk: str, which: str) -> None:
+    from _builders import draft_tensors, speculators_config, write, write_target
+
+    draft = write(tmp_path / "draft", draft_tensors("layers.0."), speculators_config())
+    target = tmp_path / "target"
+    write_target(target, 200)
+    config = (draft if which == "draft" else target) / "config.json"
+    config.write_text(config.read_text().rstrip().removesuffix("}") + ', "junk": ' + junk + "}")
+    code = main(["doctor", str(draft), "--engine", "sglang==0.5.11", "--target", str(target)])
+    err = capsys.readouterr().err
+    assert code == 2 and err == f"eagle3lens: error: {config}: config JSON is nested too deeply (more than 64 levels)\n"

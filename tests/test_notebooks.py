@@ -514,3 +514,21 @@ def test_large_parameter_is_passed_by_file_not_embedded(tmp_path):
     from eagle3lens.notebook.runner import split_parameters
 
     assert split_parameters({"blob": blob, "small": 7}) == ({"small": 7}, {"blob": blob})
+
+
+@pytest.mark.parametrize("host", [[], ["--host", "e3l-nowhere.invalid"]], ids=["local", "host"])
+@pytest.mark.parametrize("name,value,problem", [
+    ("chat", "it's \"quoted\"\n$(touch {mark})", "holds a control character (a newline, a tab, ...): refused"),
+    ("temperature", "__import__('os').system('touch {mark}')", "08_low_acceptance takes a number there (default 0.7)"),
+])
+def test_a_value_the_notebook_cannot_take_is_one_line_before_any_kernel_or_host(tmp_path, capsys, host, name, value,
+                                                                                problem):
+    from eagle3lens.commands.notebook import check_parameters
+
+    mark = tmp_path / "ran"
+    code_ = cli.main(["notebook", "08_low_acceptance", "-p", name, value.format(mark=mark), *host,
+                      "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code_ == 2 and err.count("\n") == 1 and err.startswith(f"eagle3lens: error: -p {name}: ") and problem in err
+    assert not mark.exists() and not (tmp_path / "out").exists()
+    check_parameters(resolve("08_low_acceptance"), {"temperature": 0.5, "chat": "it's \"quoted\" $(x)", "top_p": 1})

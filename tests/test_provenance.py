@@ -165,3 +165,55 @@ def test_doctor_with_data_and_target_runs_provenance(demo_dir):
     causes = report.results["doctor"].causes
     assert "data/aux-layers-mismatch" in [c.finding.code for c in causes]
     assert not [c for c in causes if c.explains == "zero acceptance"]
+
+
+def _sparse_sample(dump: Path, tokens: int, hidden: int) -> Path:
+    """A speculators sample whose header claims ``tokens`` tokens over a sparse file (no byte of it written)."""
+    import struct
+
+    ids, states = tokens * 8, tokens * 4 * hidden * 4
+    header = {"token_ids": {"dtype": "I64", "shape": [tokens], "data_offsets": [0, ids]},
+              "hidden_states": {"dtype": "F32", "shape": [tokens, 4, hidden], "data_offsets": [ids, ids + states]}}
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)
+    dump.mkdir()
+    with open(dump / "hs_0.safetensors", "wb") as fh:
+        fh.write(struct.pack("<Q", len(raw)) + raw)
+        fh.truncate(8 + len(raw) + ids + states)
+    return dump / "hs_0.safetensors"
+
+
+def _run(args: list[str], capsys) -> tuple[int, str]:
+    from eagle3lens.cli import main
+
+    code = main(args)
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["acceptance", "provenance"])
+def test_a_dump_header_claiming_2_to_the_23_tokens_is_refused_before_reading(demo_dir, tmp_path, capsys, command):
+    """8M tokens of 4 x 64 float32 states: an 8 GiB sparse file whose bytes are never read."""
+    from eagle3lens.probes.data import MAX_SAMPLE_TOKENS
+
+    sample = _sparse_sample(tmp_path / "dump", 1 << 23, 64)
+    draft = ["acceptance", str(demo_dir / "speculators")] if command == "acceptance" else ["provenance"]
+    code, err = _run([*draft, "--data", str(sample.parent), "--target", str(demo_dir / "target")], capsys)
+    assert code == 2 and err == (f"eagle3lens: error: {sample}: tensor 'token_ids' claims {1 << 23} tokens, more "
+                                 f"than the {MAX_SAMPLE_TOKENS} a hidden-state sample may hold\n")
+
+
+@pytest.mark.parametrize("command", ["acceptance", "provenance"])
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2], ids=str)
+def test_a_float8_dump_is_a_named_refusal(demo_dir, tmp_path, capsys, command, dtype):
+    from safetensors.torch import load_file, save_file
+
+    dump = tmp_path / "dump"
+    dump.mkdir()
+    for i in range(2):
+        data = load_file(demo_dir / "hidden-states" / f"hs_{i}.safetensors")
+        save_file({**data, "hidden_states": data["hidden_states"].to(dtype)}, dump / f"hs_{i}.safetensors")
+    draft = ["acceptance", str(demo_dir / "speculators")] if command == "acceptance" else ["provenance"]
+    code, err = _run([*draft, "--data", str(dump), "--target", str(demo_dir / "target")], capsys)
+    name = str(dtype).removeprefix("torch.")
+    assert code == 2 and err == (f"eagle3lens: error: {dump / 'hs_0.safetensors'}: hidden states in {name}: "
+                                 "eagle3lens reads them in float16, bfloat16, float32 or float64 (convert the dump)\n")

@@ -476,3 +476,52 @@ def test_triage_walkthrough_on_demo(lab: Lab, tmp_path: Path, demo_dir: Path) ->
     assert list(host.findings) == collect_findings(out / "00_triage.ipynb")  # what the notebook recorded
     assert "keys/dropped" in {f.code for f in host.findings}  # the demo incident: SGLang drops layers.0.*
     assert result.exit_code("critical") == 1
+
+
+def _fake_python(path: Path, body: str) -> Path:
+    """A remote "python" that runs ``body`` (sh) for the calls a test forges and the real one for the rest."""
+    path.write_text(f"#!/bin/sh\n{body}\nexec {PY} \"$@\"\n")
+    path.chmod(0o755)
+    return path
+
+
+@pytest.mark.parametrize("record,problem", [
+    ("{}", "its pre-flight record lacks 'python'"),
+    ("[1, 2]", "its pre-flight record is a JSON list, not an object"),
+    ('{"python": "3.11", "executable": "/x", "workdir": "/tmp", "eagle3lens": null, "papermill": null, '
+     '"gpu": [1], "gpu_source": null, "free_bytes": 5}', "its pre-flight record has 'gpu' = [1], not a list of names"),
+    ('{"python": "3.11", "executable": "/x", "workdir": "/tmp", "eagle3lens": null, "papermill": null, '
+     '"gpu": null, "gpu_source": null, "free_bytes": "lots"}', "has 'free_bytes' = \"lots\", not int or null"),
+    ("not json \x1b[31m", "failed the pre-flight check (exit 0): not json \\x1b[31m"),
+])
+def test_a_preflight_record_that_is_not_json_or_lacks_keys_is_one_line(lab: Lab, tmp_path: Path, capsys, record: str,
+                                                                       problem: str) -> None:
+    from eagle3lens import cli
+
+    fake = _fake_python(tmp_path / "python", f"printf '%s\\n' '{record}'; exit 0")
+    notebook = write_notebook(tmp_path / "nb.ipynb", [code("x = 1", tags=["parameters"])])
+    rc = cli.main(["notebook", str(notebook), "--host", "e3l-target", "--remote-python", str(fake),
+                   "--ssh-config", str(lab.ssh_config), "--known-hosts", str(lab.known_hosts),
+                   "--out", str(tmp_path / "out"), "--json"])
+    captured = capsys.readouterr()
+    (host,) = json.loads(captured.out)["hosts"]
+    assert rc == 2 and host["status"] == "refused" and problem in host["error"], host["error"]
+    assert captured.err.count("\n") == 1 and captured.err.startswith("eagle3lens: error: e3l-target: remote python")
+    assert "Error" not in host["error"] and "\x1b" not in captured.err
+
+
+@pytest.mark.parametrize("line", ["eagle3lens-execution {not json", 'eagle3lens-execution {"root": "x"}',
+                                  "eagle3lens-execution [1]"])
+def test_an_execute_record_that_is_not_json_or_lacks_keys_is_one_line(lab: Lab, tmp_path: Path, line: str) -> None:
+    from _builders import draft_tensors, speculators_config, write
+
+    from eagle3lens.checkpoint import Checkpoint
+    from eagle3lens.engines.execute_remote import execute_on_host
+    from eagle3lens.errors import UsageError
+
+    fake = _fake_python(tmp_path / "python", f'[ "$1" = "-m" ] && {{ printf "%s\\n" \'{line}\'; exit 0; }}')
+    ckpt = Checkpoint.open(write(tmp_path / "ckpt", draft_tensors("layers.0."), speculators_config()))
+    with pytest.raises(UsageError, match=r"^e3l-target: its --execute record is unreadable \(") as info:
+        execute_on_host(ckpt, "e3l-target", fallback_class=None, python=str(fake), ssh_config=lab.ssh_config,
+                        known_hosts=lab.known_hosts)
+    assert "\n" not in str(info.value)

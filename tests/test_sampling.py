@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,8 @@ from eagle3lens.errors import UsageError
 from eagle3lens.probes.acceptance import estimate_acceptance, needed_layers
 from eagle3lens.probes.aux_layers import trained_with
 from eagle3lens.probes.data import capture_samples
-from eagle3lens.probes.sampling import RowStats, accept_probability, chain_token_probs, token_probs, warp
+from eagle3lens.probes.sampling import (RowStats, accept_probability, chain_token_probs, head_logits, token_probs,
+                                        warp)
 from eagle3lens.probes.traffic_result import Sampling
 from eagle3lens.probes.wiring import load_draft_as, load_target
 
@@ -227,3 +229,44 @@ def test_greedy_per_round_is_the_engines_walk_over_the_targets_own_tokens(demo_d
     assert view.accept_len == pytest.approx((accepted + rounds) / rounds, abs=1e-9)
     assert view.per_start is not None and view.per_start.accept_len == pytest.approx(1 + start_accepted / starts)
     assert view.accept_len != pytest.approx(view.per_start.accept_len, abs=0.01)  # the two counts differ here
+
+
+@pytest.mark.parametrize("config,key", [({"logit_scale": 1e308}, "logit_scale 1e+308"),
+                                        ({"logits_scaling": 1e-308}, "logits_scaling 1e-308"),
+                                        ({"text_config": {"logit_scale": 1e39}}, "logit_scale 1e+39")])
+def test_a_logit_transform_past_float32_is_refused_naming_the_key(config: dict, key: str) -> None:
+    with pytest.raises(UsageError, match=rf"^the target config.s {re.escape(key)} scales its logits by 1e\+\d+, past float32"):
+        Sampling(0.7).for_target(config)
+    assert Sampling(0.7).for_target({"logit_scale": 1e30}).logit_scale == 1e30  # large, still finite in float32
+
+
+@pytest.mark.parametrize("sampling", [Sampling(1e-5, logit_scale=1e36), Sampling(1e-40), Sampling(1e-37, logit_scale=100.0),
+                                      Sampling(0.7, 0.9, 5, logit_scale=1e38)])
+def test_logits_that_overflow_after_the_transform_are_one_line(sampling: Sampling) -> None:
+    """Every sampled probability would be nan: each path that scales the logits refuses instead."""
+    gen = torch.Generator().manual_seed(5)
+    rows, head = torch.randn(8, 16, generator=gen), torch.randn(50, 16, generator=gen) * 4.0
+    wanted = [(0, torch.zeros(8, dtype=torch.long))]
+    for run in (lambda: RowStats(sampling).add(rows @ head.T), lambda: token_probs(rows, head, sampling, wanted),
+                lambda: warp(head_logits(rows @ head.T, sampling), sampling)):
+        with pytest.raises(UsageError, match=r"the target's logits are not finite after its logit transform") as info:
+            run()
+        assert "\n" not in str(info.value) and sampling.label() in str(info.value)
+
+
+def test_cli_target_logit_scale_past_float32_is_one_line(demo_dir: Path, tmp_path: Path, capsys) -> None:
+    import json
+    import shutil
+
+    from eagle3lens.cli import main
+
+    target = tmp_path / "target"
+    shutil.copytree(demo_dir / "target", target)
+    config = json.loads((target / "config.json").read_text())
+    (target / "config.json").write_text(json.dumps({**config, "logits_scaling": 1e-308}))
+    code = main(["acceptance", str(demo_dir / "speculators"), "--target", str(target), "--data",
+                 str(demo_dir / "hidden-states"), "--limit", "2", "--no-fixed", "--engine", "sglang==0.5.11",
+                 "--temperature", "0.7"])
+    assert code == 2 and capsys.readouterr().err == (
+        "eagle3lens: error: the target config's logits_scaling 1e-308 scales its logits by 1e+308, past float32's "
+        "largest value 3.40282e+38: every sampled figure would be nan\n")

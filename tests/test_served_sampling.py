@@ -279,3 +279,30 @@ def test_cli_top_k_minus_one_is_off_and_the_banner_names_the_release(demo_dir: P
     request = write_request(tmp_path, {"messages": [], "temperature": 0.7})
     out = _acceptance(demo_dir, capsys, "--engine", "vllm", "--request", str(request), "--log", str(log))
     assert any(n.startswith("served sampling (vllm==0.10.2, chat request)") for n in out["notes"]), out["notes"]
+
+
+@pytest.mark.parametrize("engine,temperature,served", [("vllm", 1e-320, 0.01), ("vllm", 0.005, 0.01),
+                                                       ("vllm", 5e-6, 0.01), ("sglang", 1e-320, 0.0),
+                                                       ("sglang", 5e-7, 0.0), ("sglang", 5e-6, 5e-6),
+                                                       ("vllm", 0.7, 0.7), ("sglang", 0.0, 0.0)])
+def test_served_temperature_is_each_engines_rule(engine: str, temperature: float, served: float) -> None:
+    from eagle3lens.probes.served_sampling import served_temperature
+
+    value, remark = served_temperature(engine, temperature)
+    assert value == served and (remark is None) is (value == temperature)
+
+
+@pytest.mark.parametrize("engine", ["sglang==0.5.11", "vllm==0.10.2"])
+def test_cli_temperature_below_the_engines_threshold_follows_the_engine(demo_dir: Path, capsys, engine: str) -> None:
+    """--temperature 1e-320 had every sampled view print nan: SGLang serves it greedily, vLLM raises it to 0.01."""
+    out = _acceptance(demo_dir, capsys, "--engine", engine, "--temperature", "1e-320")
+    sampled = out["results"]["acceptance"]["traffic"]["sampled"]
+    if engine.startswith("sglang"):
+        assert sampled == {}
+        assert "--temperature: sglang serves temperature 9.99989e-321 greedily (below its _SAMPLING_EPS 1e-06)" \
+            in out["notes"]
+        assert not any("without a temperature in the request" in n for n in out["notes"])
+    else:
+        assert sampled and all(v["temperature"] == 0.01 and v["accept_len"] == v["accept_len"]  # not nan
+                               for v in sampled.values())
+        assert "--temperature: vLLM raises temperature 9.99989e-321 to 0.01 (SamplingParams)" in out["notes"]

@@ -335,3 +335,65 @@ def test_config_only_target_needs_meta(tmp_path):
     target = _config_only_llama(tmp_path / "target")
     with pytest.raises(CheckpointError, match="holds only config.json, no weights: add --device meta"):
         check_wiring(speculators_draft(tmp_path / "draft"), target=target, engine="sglang==0.5.11", device="cpu")
+
+
+def _trace_meta(target: Path, draft: Path, capsys) -> tuple[int, str]:
+    from eagle3lens.cli import main
+
+    code = main(["trace", "--target", str(target), "--draft", str(draft), "--engine", "sglang==0.5.11",
+                 "--device", "meta", "--json"])
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("nesting", ["text_config in text_config", "text_config on llama", "kimi text_config twice"])
+def test_meta_trace_of_a_text_config_transformers_cannot_build_is_one_line(nesting, tmp_path, capsys):
+    """A text config nested where the model type has none (or twice) is raw JSON to transformers: one line
+    naming the target, not an internal error."""
+    from _builders import kimi_target_config, llama_fields, speculators_draft
+
+    target = tmp_path / "target"
+    llama = {**llama_fields(10), "architectures": ["LlamaForCausalLM"]}
+    if nesting == "kimi text_config twice":
+        kimi_target_config(target)
+        config = json.loads((target / "config.json").read_text())
+        config["text_config"]["text_config"] = dict(config["text_config"])
+    else:
+        target.mkdir()
+        config = {**llama, "text_config": {"text_config": llama} if nesting.startswith("text_config in") else llama}
+    (target / "config.json").write_text(json.dumps(config))
+    code, err = _trace_meta(target, speculators_draft(tmp_path / "draft"), capsys)
+    assert code == 2 and err.count("\n") == 1 and "internal error" not in err, err
+    assert err.startswith(f"eagle3lens: error: {target}: not an HF target model") and "no text sub-config" in err
+
+
+@pytest.mark.parametrize("architectures", [["LlamaForCausalLM"], ["BertModel"], ["PreTrainedModel"],
+                                           ["Qwen2VLForConditionalGeneration"], ["A" * 300] * 1000,
+                                           [1, None, ["x"], {"a": 1}], [[["KimiK25ForConditionalGeneration"]]]])
+def test_meta_trace_of_a_kimi_config_with_hostile_architectures(architectures, tmp_path, capsys):
+    """Classes made for other model types fall back to the text config (as the remote-code wrapper does);
+    entries that are no class names are one line naming the target's config.json."""
+    from _builders import kimi_target_config, sparse_eagle3_draft
+
+    target = kimi_target_config(tmp_path / "target")
+    config = json.loads((target / "config.json").read_text())
+    config["architectures"] = architectures
+    (target / "config.json").write_text(json.dumps(config))
+    code, err = _trace_meta(target, sparse_eagle3_draft(tmp_path / "draft"), capsys)
+    assert "internal error" not in err, err
+    if all(isinstance(a, str) for a in architectures):
+        assert code in (0, 1), err
+    else:
+        assert code == 2 and err.count("\n") == 1
+        assert err.startswith(f"eagle3lens: error: {target / 'config.json'}: architectures must be a list of class")
+
+
+def test_a_bad_target_config_is_named_by_its_full_path(tmp_path, capsys):
+    """Draft and target both have a config.json: the error says which one."""
+    from _builders import speculators_draft
+
+    target = _config_only_llama(tmp_path / "target")
+    config = json.loads((target / "config.json").read_text())
+    (target / "config.json").write_text(json.dumps({**config, "num_hidden_layers": -1}))
+    code, err = _trace_meta(target, speculators_draft(tmp_path / "draft"), capsys)
+    assert code == 2 and err == (f"eagle3lens: error: {target / 'config.json'}: num_hidden_layers must be an integer "
+                                 "from 1 to 4096, got -1\n")

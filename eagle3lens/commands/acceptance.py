@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
         from ._measure import measured_engine
 
         args.engine = measured_engine(args)
-    sampling, served_sampling = _sampling(args)
+    sampling, served_sampling, remark = _sampling(args)
     draft = Checkpoint.open(args.draft).require_draft()
     log, steps, steps_note, served_k = _served_k(args)
     target: Any = args.target
@@ -77,7 +77,9 @@ def run(args: argparse.Namespace) -> int:
 
     if served_sampling is not None:
         report.notes.append(served_sampling.note())
-    if served_sampling is None or sampling is not None:  # a request served greedily needs no default named
+    if remark is not None:
+        report.notes.append(f"--temperature: {remark}")
+    if sampling is not None or (served_sampling is None and remark is None):  # served greedily: no default named
         report.notes.extend(sampling_notes(result, sampling, args.engine))
     if steps_note is not None:
         report.notes.append(steps_note)
@@ -137,21 +139,29 @@ def _served_k(args: argparse.Namespace) -> tuple[Any, int | None, str | None, in
     return log, check_steps(served, f"K from {source}"), note, served
 
 
-def _sampling(args: argparse.Namespace) -> tuple[Any, Any]:
-    """The sampling to score (None: greedy only) and, from --request / --launch, how the server resolved it."""
+def _sampling(args: argparse.Namespace) -> tuple[Any, Any, str | None]:
+    """The sampling to score (None: greedy only); from --request / --launch, how the server resolved it; for
+    --temperature, what the serving engine does to that temperature (raised, or served greedily), if anything."""
+    from ..engines.versions import spec_parts
+    from ..probes.served_sampling import served_temperature
     from ..probes.traffic_result import Sampling
 
     if args.temperature is not None:
         top_k = 0 if args.top_k in (None, -1) else args.top_k  # -1: off, as both engines write it
-        return Sampling(args.temperature, 1.0 if args.top_p is None else args.top_p, top_k), None
+        temperature, remark = args.temperature, None
+        engine = spec_parts(args.engine)[0] if args.engine else None
+        if engine in ("sglang", "vllm") and temperature > 0:  # the engine's own rule, as --request gets it
+            temperature, remark = served_temperature(engine, temperature)
+            if temperature == 0:
+                return None, None, remark
+        return Sampling(temperature, 1.0 if args.top_p is None else args.top_p, top_k), None, remark
     if args.request is None and args.launch is None:
-        return None, None
+        return None, None, None
     from ..launch import launch_from_log, parse_launch
     from ..probes.served_sampling import read_request, resolve_sampling
 
     launch = parse_launch(args.launch) if args.launch is not None else \
         launch_from_log(args.log) if args.log is not None else None
-    from ..engines.versions import spec_parts
 
     engine, release, _ = spec_parts(args.engine) if args.engine else (
         launch.engine if launch is not None else None, None, None)
@@ -165,7 +175,7 @@ def _sampling(args: argparse.Namespace) -> tuple[Any, Any]:
     served = resolve_sampling(engine, request=request, options=launch.options if launch is not None else None,
                               target=args.target, endpoint="chat" if args.chat is not None else "completions",
                               release=_release(release) if release else _banner_release(banner))
-    return served.sampling, served
+    return served.sampling, served, None
 
 
 def _release(release: str) -> str:

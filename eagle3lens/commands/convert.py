@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from ..checkpoint import Checkpoint
@@ -20,7 +21,7 @@ def _repair_tensors(path: str, target: str | None) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..convert import convert
+    from ..convert import convert, recover_source
 
     if len(args.paths) > 2:
         raise UsageError("convert takes CKPT and OUT only")
@@ -32,6 +33,7 @@ def run(args: argparse.Namespace) -> int:
                          "norm and lm_head are the teacher)")
     if args.data and not (args.to and args.target):
         raise UsageError("--data verifies acceptance as engine E serves the output: it needs --to E and --target T")
+    recovered = recover_source(Path(args.checkpoint))  # a killed run's swap is undone before the source is read
     if args.data:  # a dump that does not fit stops here, before anything is written
         from ..probes.acceptance import check_data
 
@@ -42,9 +44,10 @@ def run(args: argparse.Namespace) -> int:
         layers, layers_note = _data_layers(args)
     result = convert(args.checkpoint, args.to, None if args.in_place else args.out, in_place=args.in_place,
                      force=args.force, tensor_overrides=overrides,
-                     progress=bars(not args.json and sys.stderr.isatty(), min_total=0), aux_layers=layers)
+                     progress=bars(not args.json and sys.stderr.isatty()), aux_layers=layers)
     report = Report(checkpoint=Checkpoint.open(result.out).summary(), engine=result.engine)
     report.add("convert", result)
+    report.notes.extend(recovered)
     if result.load is not None:
         report.add("keys", result.load)
     if layers_note:

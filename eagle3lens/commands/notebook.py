@@ -15,7 +15,7 @@ from ..errors import CheckpointError, UsageError
 from ..findings import Report, Severity
 from ..io.inputs import MiB, open_regular
 from ..io.jsonio import read_json
-from ..io.textsafe import printable
+from ..io.textsafe import clip, is_printable, printable
 from . import add_output_options, example_epilog, finish
 
 MAX_PARAMS_BYTES = 16 * MiB  # a parameters file is a small JSON object
@@ -79,6 +79,41 @@ def absolute_paths(parameters: dict[str, Any], base: Path) -> dict[str, Any]:
         return os.path.abspath(os.path.join(base, os.path.expanduser(value)))
 
     return {key: resolved(key, value) for key, value in parameters.items()}
+
+
+def parameter_defaults(notebook: Path) -> dict[str, Any]:
+    """The literal defaults a notebook's ``parameters`` cell assigns (names assigned anything else are left out)."""
+    import ast
+
+    from ..notebook.runner import read_notebook
+
+    cell = next((c for c in read_notebook(notebook).cells if "parameters" in c.metadata.get("tags", [])), None)
+    try:
+        body = ast.parse(cell.source).body if cell is not None else []
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return {}  # the runner names what is wrong with the cell
+    defaults: dict[str, Any] = {}
+    for node in body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            try:
+                defaults[node.targets[0].id] = ast.literal_eval(node.value)
+            except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
+                continue
+    return defaults
+
+
+def check_parameters(notebook: Path, parameters: Mapping[str, Any]) -> None:
+    """Refuse in one line, before a kernel starts or a host is reached, a value the notebook cannot take: text
+    where its default is a number, or a path holding a control character (a newline, ...)."""
+    defaults = parameter_defaults(notebook)
+    for name, value in parameters.items():
+        default = defaults.get(name)
+        if isinstance(default, (int, float)) and not isinstance(default, bool) and isinstance(value, str):
+            raise UsageError(f"-p {name}: {notebook.stem} takes a number there (default {default!r}), not "
+                             f"{clip(repr(value), 80)}")
+        if is_path_parameter(name) and isinstance(value, str) and not is_printable(value):
+            raise UsageError(f"-p {name}: the path {clip(repr(value), 120)} holds a control character (a newline, "
+                             "a tab, ...): refused")
 
 
 def list_walkthroughs(as_json: bool = False) -> int:
@@ -158,6 +193,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("give a walkthrough NAME or path (see `eagle3lens notebook --list`)")
     parameters = read_params_file(args.params_file) if args.params_file else {}
     parameters.update({key: parse_value(value) for key, value in args.parameter})
+    from ..notebook.runner import resolve
+
+    check_parameters(resolve(args.name), parameters)
     if args.host:
         return run_from_args(args, args.name, parameters)
     if args.timeout is not None:

@@ -123,7 +123,7 @@ def detect_remote(host: str, table: Table | None = None, *, python: str = "pytho
         raise UsageError(f"{host}: engine detection failed (exit {status}): {last[0][:200]!r}")
     try:
         raw = json.loads(output.strip().splitlines()[-1])
-    except (ValueError, IndexError):
+    except (ValueError, IndexError, RecursionError):
         raise UsageError(f"{host}: engine detection printed no JSON") from None
     if not isinstance(raw, dict):
         raise UsageError(f"{host}: engine detection printed {type(raw).__name__}, not an object")

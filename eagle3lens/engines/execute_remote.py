@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..checkpoint import Checkpoint
 from ..errors import UsageError
+from ..io.textsafe import clip
 from .execute import LINE, Execution
 from .execute_headers import MAX_SPEC_BYTES, header_spec
 
@@ -48,7 +49,11 @@ def execute_on_host(ckpt: Checkpoint, host: str, *, fallback_class: str | None, 
     if status != 0 or not lines:
         tail = output.strip().splitlines()[-1:] or ["no output"]
         raise UsageError(f"{host}: --execute failed there (exit {status}): {tail[0][:300]!r}")
-    return Execution.from_dict(json.loads(lines[-1][len(LINE):]))
+    try:
+        return Execution.from_dict(json.loads(lines[-1][len(LINE):]))
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
+        raise UsageError(f"{host}: its --execute record is unreadable ({type(exc).__name__}: {clip(exc, 160)})") \
+            from None
 
 
 _MKDTEMP = "import tempfile; print(tempfile.mkdtemp(prefix='eagle3lens-execute-'))"

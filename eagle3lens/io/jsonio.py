@@ -16,6 +16,10 @@ MAX_INT_DIGITS = 100
 """Longest integer a JSON file may hold: far above any size or id, far below Python's 4,300-digit limit for
 ``int()`` (past which ``json.loads`` raises a bare ValueError)."""
 
+MAX_JSON_DEPTH = 64
+"""Deepest nesting a JSON file may hold: configs nest a handful of levels; past a few hundred, copying or writing
+one back (``json.dumps`` recurses) exhausts Python's stack wherever the call already is."""
+
 
 class _LongInteger(ValueError):
     pass
@@ -37,7 +41,10 @@ def read_json(path: str | Path, what: str, error: type[Eagle3LensError] = UsageE
     try:
         if not Path(path).exists():  # said as before: "cannot read <what> (No such file or directory)"
             raise FileNotFoundError(2, "No such file or directory", str(path))
-        return json.loads(read_regular(path, max_bytes, what).decode("utf-8"), parse_int=bounded_int)
+        value = json.loads(read_regular(path, max_bytes, what).decode("utf-8"), parse_int=bounded_int)
+        if too_deep(value):
+            raise RecursionError
+        return value
     except FileNotFoundError as exc:
         problem = f"cannot read {what} ({exc.strerror or exc})"
     except CheckpointError as exc:  # not a regular file, too large or unreadable
@@ -51,7 +58,21 @@ def read_json(path: str | Path, what: str, error: type[Eagle3LensError] = UsageE
     except json.JSONDecodeError as exc:
         problem = f"invalid {what}: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
     except RecursionError:
-        problem = f"{what} is nested too deeply"
+        problem = f"{what} is nested too deeply (more than {MAX_JSON_DEPTH} levels)"
     if issubclass(error, CheckpointError):
         raise error(path, problem)
     raise error(f"{path}: {problem}")
+
+
+def too_deep(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether parsed JSON nests objects/arrays more than ``limit`` levels (iterative: no recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False

@@ -51,6 +51,10 @@ MAX_GZIP_RATIO = 16  # a .ckpt.gz sample may expand to 16x its size (float hidde
 MIN_GZIP_CAP = 64 << 20
 FORMATS = ("speculators", "specforge", "eagle3lens")
 MAX_AUX_LAYERS = 64
+# A sample's tensors are read whole, so its token count is bounded before its bytes are read: 2M tokens of the
+# smallest EAGLE-3 target's states (4 x 1024 wide in bf16: 8 KiB a token) already fill MAX_SAMPLE_BYTES.
+MAX_SAMPLE_TOKENS = 1 << 21
+HIDDEN_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)  # the dtypes torch's math runs in
 _ID_LINE = re.compile(r"[\s,]*[-+]?\d+(?:[\s,]+[-+]?\d+)*[\s,]*", re.ASCII)
 
 
@@ -115,14 +119,15 @@ def _contained(root: Path, files: list[Path]) -> tuple[Path, ...]:
     return tuple(_inside(root, f, what="hidden-state sample") for f in files)
 
 
-def iter_samples(path: str | Path, limit: int | None = None) -> Iterator[Sample]:
-    """Stream the samples of a dump one by one (at most ``limit``)."""
+def iter_samples(path: str | Path, limit: int | None = None, max_tokens: int | None = None) -> Iterator[Sample]:
+    """Stream the samples of a dump one by one (at most ``limit``; a safetensors sample longer than
+    ``max_tokens``, the target's max_position_embeddings, refused from its header)."""
     fmt, files = dump_files(path)
     manifest = _manifest(Path(path)) if fmt == "eagle3lens" and Path(path).is_dir() else {}
     for n, file in enumerate(files):
         if limit is not None and n >= limit:
             return
-        yield read_sample(file, fmt, manifest)
+        yield read_sample(file, fmt, manifest, max_tokens)
 
 
 def describe_dump(path: str | Path) -> DumpInfo:
@@ -137,9 +142,13 @@ def describe_dump(path: str | Path) -> DumpInfo:
                     has_mask)
 
 
-def read_sample(file: Path, fmt: str, manifest: dict[str, Any] | None = None) -> Sample:
-    """One sample file of a dump in format ``fmt``."""
+def read_sample(file: Path, fmt: str, manifest: dict[str, Any] | None = None,
+                max_tokens: int | None = None) -> Sample:
+    """One sample file of a dump in format ``fmt`` (a safetensors one refused from its header when it claims more
+    than ``max_tokens`` or MAX_SAMPLE_TOKENS tokens)."""
     _check_file(file, MAX_SAMPLE_BYTES)
+    if fmt != "specforge":
+        _check_claimed_tokens(file, max_tokens)
     if fmt == "speculators":
         data = _safetensors(file)
         hs, ids = _need(data, file, "hidden_states"), _need(data, file, "token_ids")
@@ -167,6 +176,10 @@ def manifest_layers(manifest: dict[str, Any]) -> tuple[int, ...] | None:
 
 def _sample(file: Path, ids: torch.Tensor, aux: torch.Tensor, last: torch.Tensor | None, mask: torch.Tensor | None,
             last_normed: bool, layers: tuple[int, ...] | None = None) -> Sample:
+    for states in (aux, last):
+        if states is not None and states.dtype not in HIDDEN_DTYPES:
+            raise CheckpointError(file, f"hidden states in {str(states.dtype).removeprefix('torch.')}: eagle3lens "
+                                        "reads them in float16, bfloat16, float32 or float64 (convert the dump)")
     ids = ids.reshape(-1).long()
     T = ids.shape[0]
     if T < MIN_TOKENS:
@@ -180,6 +193,20 @@ def _sample(file: Path, ids: torch.Tensor, aux: torch.Tensor, last: torch.Tensor
     if mask.shape[0] != T:
         raise CheckpointError(file, f"loss_mask has {mask.shape[0]} entries for {T} tokens")
     return Sample(ids, aux, last, mask, last_normed, str(file), layers)
+
+
+def _check_claimed_tokens(file: Path, max_tokens: int | None) -> None:
+    """Refuse a safetensors sample whose header claims more tokens (any tensor's first dimension) than the
+    target takes or MAX_SAMPLE_TOKENS, before any of its bytes are read."""
+    from ..io.safetensors_header import read_header
+
+    longest = max((e for e in read_header(file).entries if e.shape), key=lambda e: e.shape[0], default=None)
+    if longest is None:
+        return
+    check_length(longest.shape[0], max_tokens, file)
+    if longest.shape[0] > MAX_SAMPLE_TOKENS:
+        raise CheckpointError(file, f"tensor {longest.name!r} claims {longest.shape[0]} tokens, more than the "
+                                    f"{MAX_SAMPLE_TOKENS} a hidden-state sample may hold")
 
 
 def _squeeze(t: torch.Tensor) -> torch.Tensor:

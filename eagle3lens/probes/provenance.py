@@ -172,7 +172,7 @@ def trace_provenance(data: str | Path, target: str | Path | Checkpoint | nn.Modu
     findings: list[Finding] = []
     counts = {"out_of_vocab": 0, "empty_mask": 0, "non_finite": 0, "sequences": 0}
     has_last, dtype = False, "unknown"
-    for sample in iter_samples(data):
+    for sample in iter_samples(data, max_tokens=positions):
         if acc_aux.positions >= samples:
             break
         check_length(len(sample), positions, sample.source)

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..errors import UsageError
 from .rounds import per_round, round_counts
 from .traffic_result import PerStart, SampledView, Sampling
 
@@ -52,6 +53,16 @@ def head_logits(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
     return x
 
 
+def finite(scaled: torch.Tensor, sampling: Sampling) -> torch.Tensor:
+    """``scaled`` (the target's logits after its transform and ``/ T``), refused when the scaling overflowed:
+    a NaN or +inf there would make every sampled probability nan."""
+    if scaled.numel() and not bool(scaled.amax() < float("inf")):  # amax propagates NaN
+        raise UsageError(f"sampling at {sampling.label()}: the target's logits are not finite after its logit "
+                         "transform and the temperature (float32 overflow): give a higher --temperature, or check "
+                         "the target config's logit_scale, logits_scaling and final_logit_softcapping")
+    return scaled
+
+
 def warp(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
     """The target's sampling distribution over the last dimension: ``logits / T``, then top-k, then top-p over what
     top-k kept, then softmax.
@@ -61,7 +72,7 @@ def warp(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
     it: the smallest set of the most likely tokens whose mass reaches p (a token is kept when the mass of the
     tokens above it is below p).
     """
-    scaled = logits.float() / sampling.temperature
+    scaled = finite(logits.float() / sampling.temperature, sampling)
     if 0 < sampling.top_k < scaled.shape[-1]:
         kth = torch.topk(scaled, sampling.top_k, dim=-1).values[..., -1:]
         scaled = scaled.masked_fill(scaled < kth, float("-inf"))
@@ -114,7 +125,7 @@ class RowStats:
 
     def add(self, logits: torch.Tensor) -> None:
         """One block of the teacher's head output (``rows @ lm_head.T``)."""
-        scaled = head_logits(logits, self.sampling) / self.sampling.temperature
+        scaled = finite(head_logits(logits, self.sampling) / self.sampling.temperature, self.sampling)
         lse = torch.logsumexp(scaled, dim=-1)
         vals, ids = torch.topk(scaled, min(TOP_KEPT, scaled.shape[-1]), dim=-1)  # descending
         self.top_vals.append(vals)
@@ -138,8 +149,8 @@ class RowStats:
         for k, tokens in wanted:
             n = min(tokens.shape[0], rows.shape[0] - k)
             r = torch.arange(k, k + n, device=rows.device)
-            dot = head_logits((rows[r].float() * lm_head[tokens[:n]].float()).sum(-1),
-                              self.sampling) / self.sampling.temperature
+            dot = finite(head_logits((rows[r].float() * lm_head[tokens[:n]].float()).sum(-1),
+                                     self.sampling) / self.sampling.temperature, self.sampling)
             hit = top_ids[r] == tokens[:n, None].to(top_ids.device)
             scaled = torch.where(hit.any(-1), (top_vals[r] * hit).sum(-1), dot)
             slack = torch.where(hit.any(-1), 0.0, 1e-4 * (cut[r].abs() + 1.0))  # a dot rounds otherwise

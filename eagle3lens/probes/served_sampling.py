@@ -240,22 +240,33 @@ def resolve_sampling(engine: str, *, request: Request | None = None, options: Ma
                          "temperature")
     if not 0 < values["top_p"] <= 1:
         raise UsageError(f"top_p {values['top_p']:g} ({sources['top_p']}): the server refuses a top_p outside (0, 1]")
-    remarks: list[str] = []
-    if engine == "vllm" and 0 < temperature < VLLM_LEAST_TEMPERATURE:
-        remarks.append(f"vLLM raises temperature {temperature:g} to {VLLM_LEAST_TEMPERATURE} (SamplingParams)")
-        temperature = VLLM_LEAST_TEMPERATURE
+    temperature, remark = served_temperature(engine, temperature)
+    remarks = [remark] if remark else []
     remarks += _sampled_draft(engine, options or {})
     if engine == "vllm" and "top_k" not in given and defaults.get("top_k", (None, ""))[0] == 50 \
             and "--override" not in defaults["top_k"][1]:
         remarks.append("vLLM keeps only the model's values that differ from transformers' GenerationConfig defaults "
                        "(to_diff_dict): under transformers 4.x, whose default top_k is 50, this top-k 50 is dropped "
                        "and top-k is off")
-    greedy = temperature < GREEDY_BELOW[engine] or top_k == 1
+    greedy = temperature == 0 or top_k == 1
     if top_k == 1:
         remarks.append("top-k 1: the target's argmax, verified as greedy")
     sampling = None if greedy else Sampling(temperature, values["top_p"], top_k)
     return ServedSampling(engine, endpoint, sampling, sources["temperature"], sources["top_p"], unmodelled,
                           sources["top_k"], str(version) if version else None, tuple(remarks))
+
+
+def served_temperature(engine: str, temperature: float) -> tuple[float, str | None]:
+    """The temperature ``engine`` ("sglang" or "vllm") samples at when asked for ``temperature`` (>= 0; 0.0:
+    greedy) and, when that differs, the remark saying why: vLLM raises one in (0, 0.01) to 0.01; below each
+    sampler's _SAMPLING_EPS it is served greedily."""
+    if engine == "vllm" and 0 < temperature < VLLM_LEAST_TEMPERATURE:
+        return VLLM_LEAST_TEMPERATURE, (f"vLLM raises temperature {temperature:g} to {VLLM_LEAST_TEMPERATURE} "
+                                        "(SamplingParams)")
+    if 0 < temperature < GREEDY_BELOW[engine]:
+        return 0.0, (f"{engine} serves temperature {temperature:g} greedily (below its _SAMPLING_EPS "
+                     f"{GREEDY_BELOW[engine]:g})")
+    return temperature, None
 
 
 def _sampled_draft(engine: str, options: Mapping[str, Any]) -> list[str]:

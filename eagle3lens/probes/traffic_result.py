@@ -9,6 +9,9 @@ from typing import Any
 from ..errors import UsageError
 from ..findings import to_jsonable
 
+FLOAT32_MAX = 3.4028234663852886e38  # torch.finfo(torch.float32).max: the logits are scaled in float32
+
+
 @dataclass(frozen=True)
 class Sampling:
     """How the server samples: temperature (> 0), top-k (0 = off) and top-p (0 < p <= 1; 1 = off), applied to the
@@ -42,6 +45,9 @@ class Sampling:
             value = config.get(key)
             if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0:
                 scale = scale / value if invert else scale * value
+                if not scale <= FLOAT32_MAX:
+                    raise UsageError(f"the target config's {key} {value:g} scales its logits by {scale:g}, past "
+                                     f"float32's largest value {FLOAT32_MAX:g}: every sampled figure would be nan")
         cap = config.get("final_logit_softcapping")
         cap = float(cap) if isinstance(cap, (int, float)) and not isinstance(cap, bool) and cap > 0 else None
         return replace(self, logit_scale=scale, softcap=cap)

@@ -119,7 +119,7 @@ def load_target(target: Any, device: str = "cpu", device_map: str | dict[str, An
         return _from_pretrained(path, device, device_map, dtype)
     except torch.OutOfMemoryError:
         raise
-    except (ValueError, KeyError, TypeError, OSError, RuntimeError) as exc:  # transformers refusing the directory
+    except (ValueError, KeyError, TypeError, OSError, RuntimeError, AttributeError) as exc:  # transformers refusing it
         problem = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         raise CheckpointError(path, f"not an HF target model: {type(exc).__name__}: {problem}"[:300]) from exc
 
@@ -142,21 +142,37 @@ def build_on_meta(config: Any, dtype: torch.dtype | str = "auto") -> nn.Module:
     torch.set_default_dtype(chosen if isinstance(chosen, torch.dtype) and chosen.is_floating_point else torch.bfloat16)
     try:
         with torch.device("meta"):
+            _buildable(config)
             try:
                 return causal_lm_from_config(config).eval()
             except ValueError:  # not mapped to a causal LM: the architecture the config names
                 names = [a for a in getattr(config, "architectures", None) or [] if isinstance(a, str)]
                 cls = getattr(transformers, names[0], None) if names and names[0].isidentifier() else None
-                if isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel):
+                if isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel) \
+                        and isinstance(cls.config_class, type) and isinstance(config, cls.config_class):
                     return cls(config).eval()
-                # a wrapper transformers cannot build (Kimi-K2.5's remote-code KimiK25ForConditionalGeneration):
-                # its language model, whose layers the aux states come from (a DeepSeek-V3 text_config)
+                # a wrapper transformers cannot build for this config (Kimi-K2.5's remote-code
+                # KimiK25ForConditionalGeneration, or a class made for another model type): its language model,
+                # whose layers the aux states come from (a DeepSeek-V3 text_config)
                 text = config.get_text_config() if hasattr(config, "get_text_config") else config
                 if text is config:
                     raise
-                return causal_lm_from_config(text).eval()
+                return causal_lm_from_config(_buildable(text)).eval()
     finally:
         torch.set_default_dtype(previous)
+
+
+def _buildable(config: Any) -> Any:
+    """``config`` when transformers can build a model from it: its text config (``text_config``, ``decoder``, ...)
+    is a config object, not raw JSON left on a model type that declares none, nor one nested in another."""
+    from transformers import PretrainedConfig
+
+    for decoder in (None, True):
+        text = config.get_text_config(decoder=decoder)
+        if not isinstance(text, PretrainedConfig) or (text is not config and _buildable(text) is not text):
+            raise ValueError(f"model_type {config.model_type!r} has no text sub-config, yet its config holds one "
+                             f"(a JSON {type(text).__name__} transformers cannot build from)")
+    return config
 
 
 def config_only(path: Path) -> bool:
@@ -171,7 +187,7 @@ def config_spec(path: Path) -> DraftSpec:
     config = read_json(file, "config JSON", CheckpointError)
     if not isinstance(config, dict):
         raise CheckpointError(file, "config must be a JSON object")
-    return build_spec(config, {})
+    return build_spec(config, {}, file)
 
 
 def _from_pretrained(path: Path, device: str, device_map: str | dict[str, Any] | None,

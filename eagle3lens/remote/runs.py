@@ -35,6 +35,7 @@ from .files import EXEC_FILES, RemoteFiles
 from .ssh import SshConnection, SshTarget, connect, load_ssh_config, resolve_host
 from .supervisor import EXIT_KILLED, EXIT_TIMEOUT
 from ..io.safewrite import replacing, write_text_atomic
+from ..io.textsafe import clip, printable
 
 Progress = Callable[[str, str], None]
 
@@ -238,11 +239,15 @@ class _HostWorker:
         where = f"{self.host}: remote python {self.python!r}"
         if code == 127:
             return Preflight(problems=(f"{where} not found: pass --remote-python PATH (a python or venv/bin/python)",))
+        last = output.strip().splitlines()[-1:] or ["no output"]
         try:
-            info = json.loads(output.strip().splitlines()[-1])
-        except (ValueError, IndexError):
-            first = output.strip().splitlines()[-1:] or ["no output"]
-            return Preflight(problems=(f"{where} failed the pre-flight check (exit {code}): {first[0][:200]}",))
+            info = json.loads(last[0])
+        except (ValueError, RecursionError):
+            return Preflight(problems=(f"{where} failed the pre-flight check (exit {code}): "
+                                       f"{printable(clip(last[0], 200))}",))
+        unreadable = _unreadable_preflight(info)
+        if unreadable:
+            return Preflight(problems=(f"{where}: its pre-flight record {unreadable}",))
         problems, notes = [], []
         pip = f"{info['executable']} -m pip install 'eagle3lens[notebook,remote]=={__version__}'"
         if not info["eagle3lens"]:
@@ -453,6 +458,32 @@ class _HostWorker:
         return HostRun(host=self.host, status=status, out_dir=self.out, files=files, findings=findings,
                        remote_dir=self.run_dir, remote_dir_removed=self.cleaned,
                        seconds=time.monotonic() - started, **kw)
+
+
+# the pre-flight record's fields (remote/preflight.py) and the types each may take
+_PREFLIGHT_FIELDS: dict[str, tuple[type, ...]] = {
+    "python": (str,), "executable": (str,), "workdir": (str,), "eagle3lens": (str, type(None)),
+    "papermill": (str, type(None)), "gpu": (list, type(None)), "gpu_source": (str, type(None)),
+    "free_bytes": (int, type(None)), "run_dir": (str, type(None)), "workdir_error": (str, type(None))}
+_PREFLIGHT_OPTIONAL = ("run_dir", "workdir_error")
+
+
+def _unreadable_preflight(info: Any) -> str | None:
+    """What is wrong with a pre-flight record read back from a host (None when it is as preflight.py writes it)."""
+    if not isinstance(info, dict):
+        return f"is a JSON {type(info).__name__}, not an object"
+    for key, types in _PREFLIGHT_FIELDS.items():
+        if key not in info:
+            if key in _PREFLIGHT_OPTIONAL:
+                continue
+            return f"lacks {key!r}"
+        value = info[key]
+        if not isinstance(value, types) or isinstance(value, bool) or (
+                isinstance(value, list) and not all(isinstance(g, str) for g in value)):
+            want = " or ".join("null" if t is type(None) else "a list of names" if t is list else t.__name__
+                               for t in types)
+            return f"has {key!r} = {printable(clip(json.dumps(value), 80))}, not {want}"
+    return None
 
 
 def _safe_name(name: str) -> str:
