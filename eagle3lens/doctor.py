@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from . import catalogue
 from .checkpoint import Checkpoint, CheckpointLike, as_checkpoint
@@ -157,6 +157,7 @@ def diagnose(
     engine_root: str | Path | None = None,
     execution: Any = None,
     steps: int | None = None,
+    measure: Callable[[Any, Any, Any], Any] | None = None,
 ) -> Report:
     """Run the applicable probes on a draft and return a Report whose findings are ranked causes first.
 
@@ -172,6 +173,8 @@ def diagnose(
     ``chat`` (served conversations, JSONL) with ``target``: without ``data``, the live acceptance estimate over
     them as the server renders them; with ``data``, the dump's template is checked against them.
     ``steps``: K the acceptance estimate drafts (default: the K the launch or log states, else the draft's config).
+    ``measure``: ``(result, samples, teacher) -> result`` puts the real engine's count on the same samples beside
+    the estimate (``--measure``).
     """
     from .probes.logs import ENGINES as LOG_ENGINES
     from .probes.logs import parse_log
@@ -280,7 +283,8 @@ def diagnose(
         result, note = doctor_acceptance(ckpt, tgt, profile, data=data, prompts=prompts, logged_accept_len=logged,
                                          log_path=str(log) if log is not None else None, scenario=scenario,
                                          chat=_chat_samples(ckpt, tgt, chat, profile) if data is None and chat
-                                         is not None else None, steps=steps or served_k, log_steps=served_k)
+                                         is not None else None, steps=steps or served_k, log_steps=served_k,
+                                         measure=measure)
         run("acceptance", lambda: result)
         if note:
             report.notes.append(note)
@@ -342,7 +346,9 @@ def _chat_samples(ckpt: Checkpoint, target: Checkpoint, chat: str | Path, profil
 
 def _measured(report: Report) -> tuple[float, float] | None:
     """(as served, as trained) from the acceptance probe; the aux-layer mismatch of provenance, priced by it: at
-    warning with both figures when the engine's layers cost nothing measurable, critical beyond noise."""
+    warning with both figures when the engine's layers cost nothing measurable, critical beyond noise; every other
+    cause priced by its fix's estimate (``probes.priced``)."""
+    from .probes.priced import price
     from .probes.provenance import priced_mismatch
 
     acceptance = report.results.get("acceptance")
@@ -352,8 +358,8 @@ def _measured(report: Report) -> tuple[float, float] | None:
     if served is None or trained is None:
         return None
     with_data_layers = acceptance.toggles.get("aux-ids")
-    report.findings = [priced_mismatch(f, served, with_data_layers if with_data_layers is not None else trained)
-                       if f.code == "data/aux-layers-mismatch" else f for f in report.findings]
+    report.findings = price([priced_mismatch(f, served, with_data_layers if with_data_layers is not None else trained)
+                             if f.code == "data/aux-layers-mismatch" else f for f in report.findings], acceptance)
     return served, trained
 
 

@@ -261,3 +261,24 @@ def test_sglang_statistics_summed_as_rounds_and_positions() -> None:
                {"meta_info": {"spec_verify_ct": 2, "completion_tokens": 3}}]  # an older release: no drafts count
     totals = _sglang_counters(outputs, 3)
     assert totals == {"drafts": 6, "draft_tokens": 18, "accepted": 6, "accepted_per_pos": [3, 2, 1]}
+
+
+@pytest.mark.engine
+@needs_engine
+def test_doctor_measure_puts_the_engines_count_beside_the_estimate(demo_dir: Path, tmp_path: Path) -> None:
+    prompts = _prompts(tmp_path / "prompts.txt", n=4)
+    done = subprocess.run([*CLI, "doctor", str(demo_dir / "eagle"), "--engine", "installed", "--measure", "--target",
+                           str(demo_dir / "target"), "--prompts", str(prompts), "--no-weights", "--json"],
+                          capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode in (0, 1), done.stderr
+    out = json.loads(done.stdout)
+    acc = out["results"]["acceptance"]
+    assert out["engine"] == "vllm==0.32.0:v1" and acc["measured"]["drafts"] > 0
+    assert acc["as_served"]["accept_len"] == pytest.approx(acc["measured"]["accept_len"], abs=0.02)
+    assert not [f for f in out["findings"] if f["code"] == "engine/served-disagrees"]
+
+
+def test_doctor_measure_needs_samples_to_serve(demo_dir: Path) -> None:
+    done = subprocess.run([*CLI, "doctor", str(demo_dir / "eagle"), "--engine", "installed", "--measure"],
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and "--measure serves the samples" in done.stderr

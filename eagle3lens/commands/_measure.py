@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
@@ -61,6 +62,8 @@ def measure_samples(args: argparse.Namespace, samples: Sequence[Any], teacher: A
                     sampling: Any) -> tuple[Any, list[list[int]]]:
     """Serve the prompts of ``samples`` (each sample's tokens before its first scored one) with the real engine,
     each for as many tokens as the estimate scored after it; returns the measurement and those continuations."""
+    import torch
+
     from ..engines.measure import measure
     from ..probes.data import stop_ids
 
@@ -75,12 +78,50 @@ def measure_samples(args: argparse.Namespace, samples: Sequence[Any], teacher: A
         continuations.append(ids[start:])
     if not prompts:
         raise UsageError("--measure: no sample has a prompt followed by scored tokens to serve")
-    stops = stop_ids(teacher) if hasattr(teacher, "config") else frozenset()
+    stops = stop_ids(teacher) if isinstance(teacher, torch.nn.Module) else _checkpoint_stop_ids(teacher)
     temperature = 0.0 if sampling is None else float(sampling.temperature)
     top_p = 1.0 if sampling is None else float(sampling.top_p)
     top_k = -1 if sampling is None or not sampling.top_k else int(sampling.top_k)
-    measurement = measure(args.target, args.draft, prompts, k=steps, max_tokens=[len(c) for c in continuations],
+    measurement = measure(args.target, getattr(args, "draft", None) or args.checkpoint, prompts, k=steps, max_tokens=[len(c) for c in continuations],
                           stop_token_ids=sorted(stops), temperature=temperature, top_p=top_p, top_k=top_k,
                           engine=(args.engine or "vllm").split("==")[0], python=args.engine_python,
                           timeout_s=timeout_s(args))
     return measurement, continuations
+
+
+def with_measurement(args: argparse.Namespace, result: Any, data: Any, teacher: Any, sampling: Any = None) -> Any:
+    """``result`` with the real engine's count on the same samples beside it (``data``: the samples, or the dump
+    they were read from), judged against the estimate; a measurement that could not be made is a note."""
+    from dataclasses import replace
+
+    from ..engines.measure import MeasureFailed
+    from ..io.textsafe import printable
+    from ..probes.data import iter_samples
+    from ..probes.measured import judge
+
+    samples = list(iter_samples(Path(data), limit=getattr(args, "limit", None))) if isinstance(
+        data, (str, os.PathLike)) else list(data)
+    try:
+        measurement, continuations = measure_samples(args, samples, teacher, result.steps, sampling)
+    except MeasureFailed as exc:
+        return replace(result, notes=(*result.notes, f"not measured: {printable(exc)}"))
+    findings, notes = judge(result, measurement, continuations)
+    return replace(result, measured=measurement, findings=(*result.findings, *findings),
+                   notes=(*result.notes, *notes))
+
+
+def _checkpoint_stop_ids(target: Any) -> frozenset[int]:
+    """The eos ids of a target checkpoint's config.json and generation_config.json (an id or a list), read as the
+    engine reads them, where no model was loaded (``--data``: only the head was read)."""
+    from ..checkpoint import Checkpoint, _inside
+    from ..io.jsonio import read_json
+
+    ckpt = target if isinstance(target, Checkpoint) else Checkpoint.open(target)
+    configs: list[Any] = [ckpt.config or {}]
+    generation = ckpt.root / "generation_config.json"
+    if generation.exists():
+        _inside(ckpt.root, generation, what="generation_config.json")
+        configs.append(read_json(generation, "generation config", UsageError))
+    values = [c.get("eos_token_id") for c in configs if isinstance(c, dict)]
+    items = [i for v in values for i in (v if isinstance(v, list) else [v])]
+    return frozenset(i for i in items if isinstance(i, int) and not isinstance(i, bool))

@@ -69,7 +69,9 @@ def run(args: argparse.Namespace) -> int:
 
         result, agreement = held_against_log(result, log.summary.mean_accept_len, args.log, served_k)
     if args.measure:
-        result = _measured(args, result, data, target, sampling)
+        from ._measure import with_measurement
+
+        result = with_measurement(args, result, data, target, sampling)
     report = Report(checkpoint=draft.summary(), engine=result.engine)
     report.add("acceptance", result)
     report.notes.extend(result.notes)
@@ -95,26 +97,6 @@ def run(args: argparse.Namespace) -> int:
             report.add("chain", comparison)
             report.notes.append(chain_note(comparison))
     return finish(report, args)
-
-
-def _measured(args: argparse.Namespace, result: Any, data: Any, teacher: Any, sampling: Any) -> Any:
-    """``result`` with the real engine's count on the same prompts beside it, judged against the estimate."""
-    from dataclasses import replace
-
-    from ..engines.measure import MeasureFailed
-    from ..probes.data import iter_samples
-    from ..probes.measured import judge
-    from ._measure import measure_samples
-
-    samples = list(iter_samples(data, limit=args.limit)) if isinstance(data, (str, bytes)) or hasattr(
-        data, "__fspath__") else list(data)
-    try:
-        measurement, continuations = measure_samples(args, samples, teacher, result.steps, sampling)
-    except MeasureFailed as exc:
-        return replace(result, notes=(*result.notes, f"not measured: {printable(exc)}"))
-    findings, notes = judge(result, measurement, continuations)
-    return replace(result, measured=measurement, findings=(*result.findings, *findings),
-                   notes=(*result.notes, *notes))
 
 
 def _served_k(args: argparse.Namespace) -> tuple[Any, int | None, str | None, int | None]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from ..doctor import diagnose
 from ..errors import UsageError
@@ -14,6 +15,7 @@ from ..io.textsafe import printable
 from ..checkpoint import Checkpoint
 from . import add_output_options, example_epilog, finish, positive_float, positive_int
 from ._execute import add_execute_options, executing, host_execution, local_root
+from ._measure import add_measure_options, measured_engine, with_measurement
 from .trace import DTYPE_NAMES, SCENARIO_NAMES
 
 
@@ -27,13 +29,24 @@ def write_html(out: Path, page: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    measure = None
+    if args.measure:
+        if args.target is None or (args.data is None and args.prompts is None and args.chat is None):
+            raise UsageError("--measure serves the samples the acceptance estimate scores: give --target T and "
+                             "--data D, --prompts F or --chat FILE.jsonl")
+        if args.execute:
+            raise UsageError("--measure names the engine it serves with (--engine installed); run --execute apart")
+        args.engine = measured_engine(args)
+
+        def measure(result: Any, samples: Any, teacher: Any) -> Any:
+            return with_measurement(args, result, samples, teacher)
     execution = host_execution(Checkpoint.open(args.checkpoint).require_draft(), args) if executing(args) else None
     report = diagnose(args.checkpoint, engine=args.engine, target=args.target, log=args.log,
                       baseline_tps=args.baseline_tps, num_draft_tokens=args.num_draft_tokens,
                       scenario=args.scenario, weights=not args.no_weights, device_map=args.device_map,
                       dtype=args.dtype, progress=bars(not args.json), launch=args.launch,
                       data=args.data, prompts=args.prompts, execute=args.execute, chat=args.chat,
-                      engine_root=local_root(args), execution=execution, steps=args.steps)
+                      engine_root=local_root(args), execution=execution, steps=args.steps, measure=measure)
     if args.html:
         write_html(Path(args.html), render_report_html(report, title=f"eagle3lens doctor: {args.checkpoint}"))
     code = finish(report, args)
@@ -84,5 +97,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "else the draft config's speculative tokens, else 3)")
     p.add_argument("--no-weights", action="store_true", help="skip weight statistics (reads every tensor byte)")
     p.add_argument("--html", metavar="OUT", help="also write a self-contained offline HTML report")
+    add_measure_options(p)
     add_output_options(p)
     p.set_defaults(func=run)

@@ -1142,7 +1142,8 @@ def doctor_acceptance(draft: Checkpoint, target: Any, engine: str | EngineProfil
                       data: str | Path | None = None, prompts: str | Path | None = None,
                       logged_accept_len: float | None = None, log_path: str | None = None,
                       scenario: str | None = None, chat: tuple[list[Sample], Any] | None = None,
-                      steps: int | None = None, log_steps: int | None = None
+                      steps: int | None = None, log_steps: int | None = None,
+                      measure: Callable[[AcceptanceResult, Any, Any], AcceptanceResult] | None = None
                       ) -> tuple[AcceptanceResult, str | None]:
     """The acceptance probe as the doctor runs it, at ``steps`` (the K the server drafts, where the log or launch
     says): as served held against the logged accept len (:func:`log_comparison`).
@@ -1162,6 +1163,8 @@ def doctor_acceptance(draft: Checkpoint, target: Any, engine: str | EngineProfil
                                  scenario=scenario if scenario == "aux-off" else None,
                                  served_vocab=data is None, traffic="dump" if data is not None else
                                  "chat" if chat is not None else "prompts")
+    if measure is not None:
+        result = measure(result, samples, teacher)
     if logged_accept_len is None or engine is None:
         return result, None
     return held_against_log(result, logged_accept_len, log_path or "log", log_steps)
