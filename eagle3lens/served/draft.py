@@ -155,7 +155,9 @@ def serve_draft(draft: CheckpointLike, *, engine: str | EngineProfile, target: s
             f"The {launch.source} names no speculative algorithm, so the draft is never loaded.",
             evidence={"launch": launch.to_dict()}))
     stop = _stop(profile, spec, load, shape, capture and algorithm is not None or launch is None, algorithm, notes)
-    if stop is not None and profile.kind == "serving" and (stop.stage != "class-absent" or launch is not None):
+    # without a launch, a class the engine never resolves is the load's own finding (config/unrecognized)
+    resolved_elsewhere = stop is not None and (stop.stage == "class-absent" or "rewritten_to" in stop.details)
+    if stop is not None and profile.kind == "serving" and (not resolved_elsewhere or launch is not None):
         findings.append(_stop_finding(profile, stop, shape, launch))
     H_t = shape.hidden_size if shape is not None else spec.target_hidden_size
     aux = resolve_aux_layers(spec, L, profile, checkpoint=ckpt.path) if capture else None
@@ -290,16 +292,20 @@ def _vocab(profile: EngineProfile, load: LoadResult, ckpt: Checkpoint, vocab_siz
                    f"{profile.d2t_range_use}")
 
 
+_INT_DTYPES = {"I64": "<i8", "I32": "<i4", "I16": "<i2", "I8": "i1", "U8": "u1"}
+
+
 def _past_vocab(ckpt: Checkpoint, key: str, vocab_size: int) -> int | None:
-    """The first target id ``i + d2t[i]`` (in draft-id order) outside [-V, V), the index the engine trips on."""
-    import torch
+    """The first target id ``i + d2t[i]`` (in draft-id order) outside [-V, V), the index the engine trips on (the
+    table's safetensors bytes read as integers: no torch here)."""
+    import numpy as np
 
     info = ckpt.info(key)
-    if len(info.shape) != 1 or not info.shape[0] or info.dtype not in ("I64", "I32", "I16", "I8", "U8"):
+    if len(info.shape) != 1 or not info.shape[0] or info.dtype not in _INT_DTYPES or info.begin is None:
         return None
-    ids = torch.arange(info.shape[0], dtype=torch.int64) + ckpt.read(key).to(torch.int64)
-    bad = ((ids >= vocab_size) | (ids < -vocab_size)).nonzero().flatten()
-    return int(ids[bad[0]]) if bad.numel() else None
+    ids = np.arange(info.shape[0], dtype=np.int64) + np.frombuffer(ckpt.read_bytes(key), _INT_DTYPES[info.dtype])
+    bad = np.flatnonzero((ids >= vocab_size) | (ids < -vocab_size))
+    return int(ids[bad[0]]) if bad.size else None
 
 
 # -- findings -----------------------------------------------------------------------------------
