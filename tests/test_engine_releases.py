@@ -316,3 +316,23 @@ def test_num_aux_hidden_states_and_use_aux_norm(tmp_path):
     vllm = simulate_load(ckpt, "vllm==0.33.0")  # counts num_aux_hidden_states, but reads fc_norm only
     assert "keys/shape-mismatch" not in codes(vllm)
     assert next(f for f in vllm.findings if f.code == "config/flag-ignored").evidence["flag"] == "fc_norm"
+
+
+@pytest.mark.parametrize("top, layer, loaded", [
+    (None, True, {"0.18.0": True, "0.20.0": False, "0.25.0": False}),   # only the layer says it
+    (True, True, {"0.18.0": True, "0.20.0": True, "0.25.0": True}),     # both
+    (True, None, {"0.18.0": False, "0.20.0": True, "0.25.0": True}),    # only the top level
+])
+def test_vllm_speculators_adapter_builds_on_the_layer_config(tmp_path, top, layer, loaded):
+    """vLLM's speculators adapter builds the draft config from transformer_layer_config and writes the forwarded
+    fields over it (speculators/base.py, algos.py): 0.18.0 does not forward norm_before_fc, so the layer's own flag
+    creates input_norm and loads the tensor; from 0.19.0 the top-level value (default False) replaces it."""
+    cfg = speculators_config(**({} if top is None else {"norm_before_fc": top}))
+    if layer is not None:
+        cfg["transformer_layer_config"]["norm_before_fc"] = layer
+    tensors = draft_tensors("layers.0.", extra={"input_norm.weight": torch.ones(3 * H, dtype=torch.bfloat16)})
+    ckpt = Checkpoint.open(write(tmp_path, tensors, cfg))
+    for release, expected in loaded.items():
+        result = simulate_load(ckpt, f"vllm=={release}")
+        assert (fates(result)["input_norm.weight"] == "loaded") is expected, release
+        assert ("config/flag-ignored" in codes(result)) is not expected, release

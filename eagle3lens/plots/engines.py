@@ -66,7 +66,8 @@ def detection_rich(result: Detection) -> Any:
     table.add_column("sha256[:12]", no_wrap=True)
     table.add_column("matches", overflow="fold")
     for e in result.engines:
-        label = f"{markup(e.name)} {markup(e.version)}\n[dim]--engine {markup(e.profile or 'none')}[/]"
+        build = f" ({markup(e.distribution)}: {markup(e.build)} build)" if e.build else ""
+        label = f"{markup(e.name)} {markup(e.version)}{build}\n[dim]--engine {markup(e.profile or 'none')}[/]"
         for i, f in enumerate(e.files):
             if f.sha12 is None:
                 match = f"[yellow]not read[/] ({markup(f.problem)})" if f.problem else "[dim]absent[/]"

@@ -24,7 +24,7 @@ from ..errors import UsageError
 from ..findings import Finding, Severity, fix_command, to_jsonable
 from ..engines.construct import ROPE_INCOMPLETE, config_rope_error, construct_error, layers_error
 from ..engines.shard_order import SHARD_LISTING, listing_note, loader_order
-from ..engines.stops import ServerStop, class_absent
+from ..engines.stops import ServerStop, class_absent, config_rewrite
 
 CRITICAL_ROLES = ("decoder", "fc", "norm", "lm_head")
 FATE_ORDER = ("raises", "dropped", "loaded-shard", "loaded", "converted", "skipped", "not-reached")
@@ -204,7 +204,8 @@ def simulate_load(draft: CheckpointLike, engine: EngineProfile | str | None = No
     written: dict[str, list[tuple[str, str | None]]] = {}
     refused = construct_error(profile, ckpt.config) or layers_error(profile, spec)
     at_config = config_rope_error(ckpt.config) is not None  # transformers reads config.json before the class
-    absent = None if at_config else class_absent(profile, spec)  # the config is read before the class is resolved
+    # the config is read (and vLLM may rewrite its architecture) before the class is resolved
+    absent = None if at_config else config_rewrite(profile, spec) or class_absent(profile, spec)
     stopped = ("transformers refused config.json before the draft class was built" if at_config else
                "the draft class's constructor raised before load_weights" if refused else "")
     # a server that stops before the class exists has no parameter to fill; a class the release does not ship is
@@ -274,12 +275,22 @@ def _refused(ckpt: Checkpoint, profile: EngineProfile, error: str, stage: str) -
 def _class_absent(profile: EngineProfile, spec: DraftSpec, stop: ServerStop) -> Finding:
     """The release does not ship the draft's class: the server stops, nothing is loaded (what would be dropped or
     left at init is moot, and no key renaming fixes it)."""
-    arch = spec.architectures[0]
+    arch = spec.architectures[0] if spec.architectures else None
+    evidence = {"architectures": list(spec.architectures), "error": stop.error, "stage": stop.stage,
+                "accepted": sorted(profile.all_architectures())}
+    if "rewritten_to" in stop.details:
+        return Finding(
+            "config/unrecognized", Severity.CRITICAL,
+            f"{profile.spec} rewrites the draft's {stop.details['model_type']} config to {stop.details['resolved']}: "
+            "the server stops at start",
+            f"The speculative config rewrites a draft of model_type {stop.details['model_type']!r} to "
+            f"{stop.details['rewritten_to']} (whatever architecture it names: {arch}), the EAGLE-3 method prefixes "
+            f"it, and the release has no such class: {stop.error}",
+            evidence={**evidence, **stop.details}, fix=stop.remedy)
     return Finding(
         "config/unrecognized", Severity.CRITICAL, f"{profile.spec} does not ship the draft class {arch}: the server "
         "stops at start", f"The draft worker resolves config.architectures and stops: {stop.error}",
-        evidence={"architectures": list(spec.architectures), "error": stop.error, "stage": stop.stage,
-                  "accepted": sorted(profile.all_architectures())}, fix=stop.remedy)
+        evidence=evidence, fix=stop.remedy)
 
 
 def _release_notes(profile: EngineProfile) -> tuple[str, ...]:

@@ -17,6 +17,7 @@ from .vocab_mapping import (CANDIDATES, SHOW, CandidateCheck, MappingReader, inv
 # what each engine family (its newest profile) does with a d2t, and without one
 _NEWEST = {p.name: resolve(p.name) for p in all_profiles()}
 ENGINE_USE = {name: p.d2t_use for name, p in _NEWEST.items() if p.d2t_use}
+PAST_VOCAB = {name: (p.d2t_range_error, p.d2t_range_use) for name, p in _NEWEST.items() if p.d2t_range_use}
 NO_D2T_USE = {name: p.missing_d2t_use for name, p in _NEWEST.items() if p.missing_d2t_use}
 
 
@@ -41,14 +42,27 @@ class FindingProse(MappingReader):
         lo, hi = int(ids.min()), int(ids.max())
         out_of_range = lo < 0 or (self.v is not None and hi >= self.v)
         rng = f"target ids in [{lo}, {hi}]" + (f", outside [0, {self.v})" if out_of_range else "")
+        past = self._past_vocab(ids)
         return {
             "sglang": f"{ENGINE_USE['sglang']}: proposes {rng}"
-                      + ("; out-of-range ids reach the verifier (wrong tokens or an index error)" if out_of_range
+                      + (f"; {PAST_VOCAB['sglang'][1]}" if past is not None else
+                         "; negative ids reach the verifier (wrong tokens or an index error)" if out_of_range
                          else "; wrong but plausible tokens, rejected by the target"),
-            "vllm": f"{ENGINE_USE['vllm']}: " + ("an index out of [0, V) makes the scatter fail" if out_of_range
-                                                  else "logits land on the wrong target columns"),
+            "vllm": self._vllm_crash(past) if past is not None else f"{ENGINE_USE['vllm']}: " + (
+                "negative indices wrap to the end of the row" if out_of_range else "logits land on the wrong target columns"),
             "eagle": f"{ENGINE_USE['eagle']}: {rng}",
         }
+
+    def _past_vocab(self, ids: Any) -> int | None:
+        """The first target id (in draft-id order) outside [-V, V): where vLLM's scatter trips."""
+        if self.v is None:
+            return None
+        bad = ((ids >= self.v) | (ids < -self.v)).nonzero().flatten()
+        return int(ids[bad[0]]) if bad.numel() else None
+
+    def _vllm_crash(self, past: int) -> str:
+        error, use = PAST_VOCAB["vllm"]
+        return f"vLLM: {use}: {error.format(index=past, size=self.v)}"
 
     def _fix(self, proof: CandidateCheck | None = None) -> str:
         """The repair command; names the target when only its lm_head proves the repair."""
@@ -91,6 +105,13 @@ class FindingProse(MappingReader):
             title = f"{self.d2t_key} holds absolute target ids, not offsets"
             detail = (f"d2t - arange(N) is the valid mapping, confirmed by {proof}. "
                       "Engines add arange again, so draft id i is proposed as target id ids[i] + i.")
+        past = self._past_vocab(target_ids(stored.d2t))
+        if past is not None:  # not a silent shift under vLLM: the server dies on its first decode
+            detail += (f" Some of those ids are past the target vocabulary (first: {past}, V = {self.v}): under vLLM "
+                       f"this is no silent shift, the server crashes on the first decode "
+                       f"({PAST_VOCAB['vllm'][0].format(index=past, size=self.v)}, then EngineDeadError: every "
+                       "request fails); under SGLang such proposals are never accepted (at TP 1 the first one crashes the server).")
+            evidence["first_decode_error"] = {"vllm": PAST_VOCAB["vllm"][0].format(index=past, size=self.v)}
         self.findings.append(Finding(code, Severity.CRITICAL, title, detail=detail, evidence=evidence, fix=self._fix(right)))
         if t2d_default:
             self._finding_t2d_default(self.t2d_sum)

@@ -1,4 +1,5 @@
-"""serve_draft: one derivation of what an engine release runs for a draft (headers and configs, no torch).
+"""serve_draft: one derivation of what an engine release runs for a draft (headers and configs; of tensor data only
+the loaded d2t's N ids, to see whether the engine's mapping leaves the target vocabulary).
 
     served = serve_draft("demo/mismatched-ids", engine="sglang==0.5.11", target="demo/target")
     served.stops, served.captured, served.fc, served.loaded_keys
@@ -8,7 +9,8 @@ selects SGLang's eager path); the class the release builds for the config, or wh
 that release, a config-time gate on the target, a target class that cannot capture aux states, a loader that
 raises); every parameter's source (a checkpoint key, the target's embed / head, or the init the engine leaves);
 whether aux capture is on (the speculative algorithm) and which HF ``hidden_states`` it captures; what fc does with
-the width it receives; the vocabulary mapping. Every probe that needs one of these facts reads them from here.
+the width it receives; the vocabulary mapping (a d2t mapping past the target vocabulary fails vLLM's first decode).
+Every probe that needs one of these facts reads them from here.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from ..findings import Finding, Severity, to_jsonable
 from ..launch import Launch
 from ..probes.aux_layers import AuxResolution, resolve_aux_layers, trained_with
 from ..probes.keys import LoadResult, simulate_load, with_convert_fix
-from ..engines.stops import ServerStop, class_absent, config_gate, target_capture
+from ..engines.stops import ServerStop, class_absent, config_gate, config_rewrite, target_capture
 from ..engines.target_shape import TargetShape, read_target_shape
 
 FcOutcome = Literal["runs", "bypassed", "asserts", "fails", "unknown"]
@@ -76,6 +78,8 @@ class ServedDraft:
     eagle_mode_vocab: str | None  # capture off on SGLang: "full" / "first-n" rows of the installed target head
     findings: tuple[Finding, ...] = ()  # serving findings (server stops, fc); the load's own are in ``load``
     notes: tuple[str, ...] = field(default=())
+    # the engine's error on the first decode when arange(N) + d2t reaches past the target vocabulary (vLLM)
+    vocab_error: str | None = None
 
     @property
     def captured(self) -> tuple[int, ...]:
@@ -85,7 +89,7 @@ class ServedDraft:
     @property
     def runs(self) -> bool:
         """The server starts and the draft proposes tokens."""
-        return self.stops is None and self.fc not in ("asserts", "fails")
+        return self.stops is None and self.fc not in ("asserts", "fails") and self.vocab_error is None
 
     @property
     def loaded_keys(self) -> tuple[str, ...]:
@@ -98,13 +102,13 @@ class ServedDraft:
             return "no-speculation"
         if self.stops is not None:
             return "fails-at-start"
-        if self.fc in ("asserts", "fails"):
+        if self.fc in ("asserts", "fails") or self.vocab_error is not None:
             return "fails-at-first-decode"
         return "fc-bypassed" if self.fc == "bypassed" else "wired"
 
     @property
     def error(self) -> str | None:
-        return self.stops.error if self.stops is not None else self.fc_error
+        return self.stops.error if self.stops is not None else self.fc_error or self.vocab_error
 
     def to_dict(self) -> dict[str, Any]:
         return to_jsonable({
@@ -116,7 +120,8 @@ class ServedDraft:
             "trained_hf": list(self.trained_layers), "trained_source": self.trained_source,
             "target": self.target.to_dict() if self.target else None, "received_width": self.received_width,
             "hidden_size": self.hidden_size, "fc_in_features": self.fc_in_features,
-            "fc": self.fc, "fc_error": self.fc_error, "vocab": self.vocab, "eagle_mode_vocab": self.eagle_mode_vocab,
+            "fc": self.fc, "fc_error": self.fc_error, "vocab": self.vocab, "vocab_error": self.vocab_error,
+            "eagle_mode_vocab": self.eagle_mode_vocab,
             "findings": [f.to_dict() for f in self.findings], "notes": list(self.notes)})
 
 
@@ -150,7 +155,9 @@ def serve_draft(draft: CheckpointLike, *, engine: str | EngineProfile, target: s
             f"The {launch.source} names no speculative algorithm, so the draft is never loaded.",
             evidence={"launch": launch.to_dict()}))
     stop = _stop(profile, spec, load, shape, capture and algorithm is not None or launch is None, algorithm, notes)
-    if stop is not None and profile.kind == "serving" and (stop.stage != "class-absent" or launch is not None):
+    # without a launch, a class the engine never resolves is the load's own finding (config/unrecognized)
+    resolved_elsewhere = stop is not None and (stop.stage == "class-absent" or "rewritten_to" in stop.details)
+    if stop is not None and profile.kind == "serving" and (not resolved_elsewhere or launch is not None):
         findings.append(_stop_finding(profile, stop, shape, launch))
     H_t = shape.hidden_size if shape is not None else spec.target_hidden_size
     aux = resolve_aux_layers(spec, L, profile, checkpoint=ckpt.path) if capture else None
@@ -173,11 +180,12 @@ def serve_draft(draft: CheckpointLike, *, engine: str | EngineProfile, target: s
         notes.append("the launch disables CUDA graphs (eager decode)"
                      + (": aux layers as the eager path captures them" if profile.path == "eager" else ""))
     trained, trained_source = trained_with(spec, L)
+    vocab_error, vocab_text = _vocab(profile, load, ckpt, spec.vocab_size if capture else None)
     return ServedDraft(
         str(ckpt.path), profile.spec, profile.release, profile.path, None if stop else load.draft_class, stop, load,
         _params(load), algorithm, launch is not None, capture, aux, tuple(trained), trained_source,
-        shape, received, spec.hidden_size, spec.fc_in_features, fc, fc_error, _vocab(profile, load), profile.eagle_mode_vocab if not capture else None,
-        tuple(findings), tuple(notes))
+        shape, received, spec.hidden_size, spec.fc_in_features, fc, fc_error, vocab_text,
+        profile.eagle_mode_vocab if not capture else None, tuple(findings), tuple(notes), vocab_error)
 
 
 # -- the steps ----------------------------------------------------------------------------------
@@ -190,7 +198,9 @@ def _stop(profile: EngineProfile, spec: Any, load: LoadResult, shape: TargetShap
                                          "for now.")
     # in the order a server meets them: the speculative config is validated at start-up, the target loads (and is
     # asked to capture aux states), then the draft worker resolves the draft's class and loads it
-    stop = config_gate(profile, shape) if shape is not None and capture else None
+    stop = config_rewrite(profile, spec) if capture else None  # the draft's config, as the speculative config reads it
+    if stop is None and shape is not None and capture:
+        stop = config_gate(profile, shape)
     if stop is None and shape is not None and capture:
         stop = target_capture(profile, shape, notes)
     if stop is None and load.refused_at == "config":  # transformers reads config.json before the class is resolved
@@ -266,8 +276,36 @@ def _params(load: LoadResult) -> tuple[ServedParam, ...]:
                  for s in load.params)
 
 
-def _vocab(profile: EngineProfile, load: LoadResult) -> str:
-    return load.missing_d2t or profile.d2t_use or "draft ids index the target vocabulary directly"
+def _vocab(profile: EngineProfile, load: LoadResult, ckpt: Checkpoint, vocab_size: int | None) -> tuple[str | None, str]:
+    """(the engine's first-decode error, or None; how draft ids become target ids, in words). The one place the
+    served draft reads tensor data: the loaded d2t's N ids, to see whether ``arange(N) + d2t`` leaves the target
+    vocabulary (vLLM's scatter then fails on every first decode; SGLang proposes ids the target never accepts)."""
+    words = load.missing_d2t or profile.d2t_use or "draft ids index the target vocabulary directly"
+    key = next((k for k in load.mapping if k.rsplit(".", 1)[-1] == "d2t"), None)
+    if key is None or vocab_size is None or not (profile.d2t_range_error or profile.d2t_range_use):
+        return None, words
+    past = _past_vocab(ckpt, key, vocab_size)
+    if past is None:
+        return None, words
+    error = profile.d2t_range_error.format(index=past, size=vocab_size) or None
+    return error, (f"{words}; {key} maps draft ids past the target vocabulary (target id {past}, V = {vocab_size}): "
+                   f"{profile.d2t_range_use}")
+
+
+_INT_DTYPES = {"I64": "<i8", "I32": "<i4", "I16": "<i2", "I8": "i1", "U8": "u1"}
+
+
+def _past_vocab(ckpt: Checkpoint, key: str, vocab_size: int) -> int | None:
+    """The first target id ``i + d2t[i]`` (in draft-id order) outside [-V, V), the index the engine trips on (the
+    table's safetensors bytes read as integers: no torch here)."""
+    import numpy as np
+
+    info = ckpt.info(key)
+    if len(info.shape) != 1 or not info.shape[0] or info.dtype not in _INT_DTYPES or info.begin is None:
+        return None
+    ids = np.arange(info.shape[0], dtype=np.int64) + np.frombuffer(ckpt.read_bytes(key), _INT_DTYPES[info.dtype])
+    bad = np.flatnonzero((ids >= vocab_size) | (ids < -vocab_size))
+    return int(ids[bad[0]]) if bad.size else None
 
 
 # -- findings -----------------------------------------------------------------------------------
@@ -277,7 +315,8 @@ def _stop_finding(profile: EngineProfile, stop: ServerStop, shape: TargetShape |
             "config-gate": "the release refuses EAGLE-3 for this target at config validation",
             "target-capture": "the target class cannot capture EAGLE-3 aux states",
             "load": "the loader raises", "construct": "the draft class's constructor raises",
-            "config": "transformers refuses the draft's config.json"}[stop.stage]
+            "config": ("the engine resolves the draft's config to a class it does not have" if "rewritten_to"
+                       in stop.details else "transformers refuses the draft's config.json")}[stop.stage]
     return Finding(
         "launch/server-fails", Severity.CRITICAL, f"{'predicted: ' if launch else ''}the server stops at start: {what}",
         f"{profile.spec} stops before the draft runs: {stop.error}",
