@@ -174,7 +174,7 @@ def _independent(demo: Path, draft: str, prompts: list[list[int]], max_tokens: l
 def test_measure_equals_an_independent_engine_run_and_the_estimate(demo_dir: Path, tmp_path: Path) -> None:
     prompts = _prompts(tmp_path / "prompts.txt")
     out = _acceptance(demo_dir, "speculators", prompts)
-    assert out["engine"] == "vllm==0.32.0:v1"  # the CPU build runs the V1 model runner
+    assert out["engine"] == "vllm==0.32.0+cpu"  # the CPU build runs the V1 model runner
     acc = out["results"]["acceptance"]
     measured = acc["measured"]
     assert (measured["engine"], measured["build"], measured["k"]) == ("vllm==0.32.0", "cpu", 3)
@@ -185,6 +185,7 @@ def test_measure_equals_an_independent_engine_run_and_the_estimate(demo_dir: Pat
     assert measured["accepted"] == counters["vllm:spec_decode_num_accepted_tokens"]
     assert measured["accepted_per_pos"] == counters["vllm:spec_decode_num_accepted_tokens_per_pos"]
     assert acc["as_served"]["accept_len"] == pytest.approx(measured["accept_len"], abs=0.02)
+    assert acc["as_served"]["full_acc"] == pytest.approx(measured["per_position"], abs=0.02)
     assert not [f for f in out["findings"] if f["code"] == "engine/served-disagrees"]
 
 
@@ -273,7 +274,7 @@ def test_doctor_measure_puts_the_engines_count_beside_the_estimate(demo_dir: Pat
     assert done.returncode in (0, 1), done.stderr
     out = json.loads(done.stdout)
     acc = out["results"]["acceptance"]
-    assert out["engine"] == "vllm==0.32.0:v1" and acc["measured"]["drafts"] > 0
+    assert out["engine"] == "vllm==0.32.0+cpu" and acc["measured"]["drafts"] > 0
     assert acc["as_served"]["accept_len"] == pytest.approx(acc["measured"]["accept_len"], abs=0.02)
     assert not [f for f in out["findings"] if f["code"] == "engine/served-disagrees"]
 
@@ -282,3 +283,26 @@ def test_doctor_measure_needs_samples_to_serve(demo_dir: Path) -> None:
     done = subprocess.run([*CLI, "doctor", str(demo_dir / "eagle"), "--engine", "installed", "--measure"],
                           capture_output=True, text=True)
     assert done.returncode == 2 and "--measure serves the samples" in done.stderr
+
+
+# every other demo variant the CPU build serves (speculators is held against an independent run above)
+SERVED_VARIANTS = ("eagle", "mismatched-ids", "broken-d2t-double-subtracted", "broken-d2t-missing", "broken-untrained",
+                   "broken-lm-head-nan")
+
+
+@pytest.fixture(scope="module")
+def engine_prompts(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _prompts(tmp_path_factory.mktemp("engine-prompts") / "prompts.txt")
+
+
+@pytest.mark.engine
+@needs_engine
+@pytest.mark.parametrize("variant", SERVED_VARIANTS)
+def test_every_variant_the_engine_serves_is_estimated_within_two_hundredths(demo_dir: Path, engine_prompts: Path,
+                                                                             variant: str) -> None:
+    out = _acceptance(demo_dir, variant, engine_prompts)
+    acc = out["results"]["acceptance"]
+    measured = acc["measured"]
+    assert "stop" not in measured and measured["drafts"] > 0
+    assert acc["as_served"]["accept_len"] == pytest.approx(measured["accept_len"], abs=0.02)
+    assert acc["as_served"]["full_acc"] == pytest.approx(measured["per_position"], abs=0.02)

