@@ -159,6 +159,10 @@ CODES: tuple[Code, ...] = (
     Code("engine/simulation-disagrees", owner="keys", severity="warning", rank=240,
          meaning="`keys --execute`: the engine's own loader, run on meta tensors, did otherwise than the profile "
                  "simulates (both outcomes in `evidence`)"),
+    Code("engine/not-executed", owner="keys", severity="warning", rank=240,
+         meaning="`--execute`: the engine's own loader gave no verdict (its process exited, was interrupted, killed "
+                 "or timed out, printed terminal control sequences, or the execution harness failed the same way on "
+                 "a known-good draft): the simulated result stands"),
     Code("engine/patched-source", owner="detect", severity="warning", rank=240,
          meaning="an installed engine's loader file matches no released wheel (source checkout or patch)"),
     Code("engine/mixed-release", owner="detect", severity="warning", rank=240,
