@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Sequence
@@ -34,6 +35,7 @@ DEFAULT_TIMEOUT_S = 300.0
 OUTPUT_LIMIT = 64 * 1024  # bytes of each stream the engine printed that are kept (the rest counted)
 RECORD_LIMIT = 1 << 30  # bytes of record lines kept (a record of 100 000 tensors is tens of MB)
 CHUNK = 1 << 16
+POLL_S = 0.05
 PROTOCOL = b"eagle3lens-"  # the worker's own lines start so (LINE, PHASE)
 WHERE = {"import": "before the engine was imported", "construct": "while importing the engine and building the draft",
          "load": "inside load_weights", "done": "after load_weights returned"}
@@ -110,20 +112,22 @@ def run_worker(cmd: Sequence[str], env: dict[str, str], timeout: float) -> Finis
     out, err = _Reader(proc.stdout, protocol=True), _Reader(proc.stderr, protocol=False)
     out.start()
     err.start()
-    timed_out = False
+    deadline = time.monotonic() + timeout
     try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-    finally:
-        if proc.returncode is None:  # still running (timed out, or we were interrupted): the leader is not reaped yet
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait()
+        # wait for the worker to end without reaping it: while it is unreaped its process group id stays its own, so
+        # killing the group afterwards reaches only what the engine left running, never a stranger
+        while os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT | os.WNOHANG) is None \
+                and time.monotonic() < deadline:
+            time.sleep(POLL_S)
+        timed_out = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT | os.WNOHANG) is None
+    finally:  # also when this process is interrupted: the worker and whatever the engine started go with it
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
     for reader in (out, err):
-        reader.join(timeout=10)  # a process the engine started in a session of its own may hold the pipe: not waited
+        reader.join(timeout=10)  # a process the engine started in a session of its own may hold the pipe
     text = (bytes(out.text) + bytes(err.text)).decode("utf-8", "replace")
     lines = tuple(ln.decode("utf-8", "replace").rstrip("\n") for ln in out.lines)
     return Finished(proc.returncode, timed_out, lines, text, out.dropped + err.dropped)
@@ -177,6 +181,7 @@ def execute_many_isolated(drafts: Sequence[tuple[str | Path, str | None]], root:
         cmd += [str(draft), "--class", fallback or ""]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(Path(__file__).resolve().parents[2])] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
+    name, version = engine_at(root)
     done = run_worker(cmd, env, limit)
     output = printable(done.output, newlines=True) + (f"\n[{done.dropped} more bytes]" if done.dropped else "")
     records: dict[int, Execution] = {}
@@ -193,7 +198,6 @@ def execute_many_isolated(drafts: Sequence[tuple[str | Path, str | None]], root:
                 unreadable = f"gave a record that cannot be read ({type(exc).__name__})"
                 break
     withheld = printed_controls(done.output)
-    name, version = engine_at(root)
     out: list[Execution] = []
     for index in range(len(drafts)):
         ex = records.get(index)

@@ -67,9 +67,9 @@ def unexecuted_result(ckpt: Checkpoint, ex: Execution, *, num_target_layers: int
     profile = release_profile(ex.engine, ex.version, ckpt.config)
     sim = K.simulate_load(ckpt, profile, num_target_layers=num_target_layers)
     release = f"{ex.engine}=={ex.version}" if ex.version else ex.engine
+    what = re.split(r"[:(]", ex.not_executed, maxsplit=1)[0].strip()  # the reason's first clause
     finding = Finding(
-        "engine/not-executed", Severity.WARNING,
-        f"{release}'s own loader gave no verdict: it {clip(re.split(r'[:(]', ex.not_executed, maxsplit=1)[0].strip(), 120)}",
+        "engine/not-executed", Severity.WARNING, f"{release}'s own loader gave no verdict: it {clip(what, 120)}",
         f"The engine at {ex.root} {ex.not_executed}. Its code did not judge this checkpoint, so the simulated result "
         f"of {profile.spec} stands" + (" (what it printed is in the record: -v shows it)" if ex.output.strip() else "")
         + ".", evidence={"reason": ex.not_executed, "phase": ex.phase, "root": ex.root, "error": ex.error})
@@ -191,14 +191,15 @@ def logs_by_key(logs: Sequence[dict[str, Any]], keys: set[str]) -> dict[str, lis
     odd = [k for k in keys if not _NAME.fullmatch(k)]  # names with other characters: looked for as they are
     for entry in logs:
         message = str(entry.get("message", ""))
-        named = ({entry.get("key")} & keys) | {k for k in odd if k in message}
+        flight = entry.get("key")
+        named = {k for k in odd if k in message} | ({flight} if isinstance(flight, str) and flight in keys else set())
         for word in _NAME.findall(message):
             parts = word.split(".")
             if len(parts) > 64:
                 continue
             named.update(k for i in range(len(parts)) for j in range(i + 1, len(parts) + 1)
                          if (k := ".".join(parts[i:j])) in keys)
-        for key in sorted(named, key=str):
+        for key in sorted(named):
             out.setdefault(key, []).append(message)
     return out
 
