@@ -158,6 +158,7 @@ def diagnose(
     execution: Any = None,
     steps: int | None = None,
     measure: Callable[[Any, Any, Any], Any] | None = None,
+    execute_timeout: float | None = None,
 ) -> Report:
     """Run the applicable probes on a draft and return a Report whose findings are ranked causes first.
 
@@ -169,7 +170,8 @@ def diagnose(
     ``prompts`` with ``target`` add the offline acceptance estimate, held against the log's accept len.
     ``execute``: the keys fate is the installed engine's own loader run on meta tensors (``keys --execute``), or
     the engine package in ``engine_root``, or an ``execution`` already recorded elsewhere (``--host``); the other
-    probes then judge as the release that ran.
+    probes then judge as the release that ran. The engine runs in a child process stopped after
+    ``execute_timeout`` seconds (default: ``$EAGLE3LENS_EXECUTE_TIMEOUT``, else 300).
     ``chat`` (served conversations, JSONL) with ``target``: without ``data``, the live acceptance estimate over
     them as the server renders them; with ``data``, the dump's template is checked against them.
     ``steps``: K the acceptance estimate drafts (default: the K the launch or log states, else the draft's config).
@@ -203,7 +205,8 @@ def diagnose(
         if not isinstance(engine, (str, type(None))) or (engine or "installed").strip().lower() != "installed":
             raise UsageError(f"execute runs the installed engine's own loader: engine='installed', not {engine!r}")
         if ckpt.config is not None:
-            executed = execute_load(ckpt, root=engine_root, num_target_layers=num_target_layers, execution=execution)
+            executed = execute_load(ckpt, root=engine_root, num_target_layers=num_target_layers, execution=execution,
+                                    timeout=execute_timeout)
         profile = as_profile(executed.engine if executed is not None else engine or "installed")
     else:
         profile = as_profile(engine or None)

@@ -14,138 +14,17 @@ import pytest
 import torch
 
 from _builders import BIAS, HEADS, INTER, KV, H, draft_tensors, sglang_config, two_shards_with_bias, write
+from _mini_engine import DRAFT, write_engine
 from eagle3lens.checkpoint import Checkpoint
 from eagle3lens.engines.execute import Execution, record_execution
 from eagle3lens.engines.executed_result import execute_load
 from eagle3lens.engines.standins import forget_modules
 
-DRAFT = '''
-import logging
-import torch
-from torch import nn
-import sgl_kernel                      # a compiled extension: stood in
-from sgl_kernel import fused_rmsnorm    # noqa: F401
-from sglang.srt.distributed.parallel_state import get_tensor_model_parallel_world_size
-
-logger = logging.getLogger(__name__)
-
-
-def default_weight_loader(param, loaded_weight):
-    assert param.size() == loaded_weight.size(), (param.size(), loaded_weight.size())
-    param.data.copy_(loaded_weight)
-
-
-class Stacked(nn.Module):
-    def __init__(self, sizes, cols):
-        super().__init__()
-        self.sizes = sizes
-        tp = get_tensor_model_parallel_world_size()
-        self.weight = nn.Parameter(torch.empty(sum(sizes.values()) // tp, cols))
-        self.weight.weight_loader = self.weight_loader
-
-    def weight_loader(self, param, loaded_weight, shard_id):
-        start = 0
-        for name, rows in self.sizes.items():
-            if name == shard_id:
-                break
-            start += rows
-        param.data.narrow(0, start, self.sizes[shard_id]).copy_(loaded_weight)
-
-
-class Layer(nn.Module):
-    def __init__(self, h, heads, kv, inter):
-        super().__init__()
-        d = h // heads
-        self.self_attn = nn.Module()
-        self.self_attn.qkv_proj = Stacked({"q": heads * d, "k": kv * d, "v": kv * d}, 2 * h)
-        self.self_attn.o_proj = nn.Linear(heads * d, h, bias=False)
-        self.mlp = nn.Module()
-        self.mlp.gate_up_proj = Stacked({0: inter, 1: inter}, h)
-        self.mlp.down_proj = nn.Linear(inter, h, bias=False)
-        for n in ("input_layernorm", "hidden_norm", "post_attention_layernorm"):
-            m = nn.Module()
-            m.weight = nn.Parameter(torch.ones(h))
-            setattr(self, n, m)
-
-
-class LlamaForCausalLMEagle3(nn.Module):
-    def __init__(self, config, quant_config=None, prefix=""):
-        super().__init__()
-        if config.num_hidden_layers != 1:  # as sglang 0.4.4.post2 to 0.5.11 refuse
-            raise ValueError("EAGLE3 currently only supports 1 layer")
-        h, v = config.hidden_size, config.vocab_size
-        self.model = nn.Module()
-        self.model.embed_tokens = nn.Embedding(v, h)
-        self.model.fc = nn.Linear(3 * h, h, bias=False)
-        self.model.midlayer = Layer(h, config.num_attention_heads, config.num_key_value_heads,
-                                    config.intermediate_size)
-        self.model.norm = nn.Module()
-        self.model.norm.weight = nn.Parameter(torch.ones(h))
-        self.lm_head = nn.Linear(h, config.draft_vocab_size, bias=False)
-        self.hot_token_id = None
-
-    def load_weights(self, weights):
-        params = dict(self.named_parameters())
-        stacked = [(".qkv_proj", ".q_proj", "q"), (".qkv_proj", ".k_proj", "k"), (".qkv_proj", ".v_proj", "v"),
-                   (".gate_up_proj", ".gate_proj", 0), (".gate_up_proj", ".up_proj", 1)]
-        for name, w in weights:
-            if "d2t" in name:
-                self.hot_token_id = w + torch.arange(w.shape[0])
-                continue
-            if "t2d" in name:
-                continue
-            name = name.replace("layers.0.", "midlayer.")       # renames where the simulated 0.5.11 drops
-            for pname, wname, shard in stacked:
-                if wname not in name:
-                    continue
-                name = "model." + name.replace(wname, pname)
-                param = params[name]                           # KeyError on an unknown stacked key
-                param.weight_loader(param, w, shard)
-                break
-            else:
-                pname = name if name in params else "model." + name
-                if pname not in params:
-                    logger.warning("Parameter %s not found in params_dict", name)
-                    continue
-                default_weight_loader(params[pname], w)
-
-
-EntryClass = [LlamaForCausalLMEagle3]
-'''
-
-PARALLEL = '''
-_TP = None
-
-
-def get_tp_group():
-    assert _TP is not None, "tensor model parallel group is not initialized"
-    return _TP
-
-
-def get_tensor_model_parallel_world_size():
-    return get_tp_group().world_size
-'''
-
 
 @pytest.fixture
 def engine(tmp_path: Path):
     """A miniature sglang 0.5.11 in tmp_path: its package, dist-info and a compiled extension that cannot load."""
-    root = tmp_path / "site"
-    files = {
-        "sglang/__init__.py": "",
-        "sglang/srt/__init__.py": "",
-        "sglang/srt/models/__init__.py": "",
-        "sglang/srt/models/llama_eagle3.py": DRAFT,
-        "sglang/srt/distributed/__init__.py": "",
-        "sglang/srt/distributed/parallel_state.py": PARALLEL,
-        "sglang-0.5.11.dist-info/METADATA": "Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.11\n",
-        # what a CUDA build looks like on a machine without the driver
-        "sgl_kernel/__init__.py": "raise ImportError('libcuda.so.1: cannot open shared object file')\n",
-    }
-    for rel, text in files.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(textwrap.dedent(text))
-    yield root
+    yield write_engine(tmp_path / "site")
     forget_modules(("sglang", "sgl_kernel"))
 
 
@@ -180,7 +59,7 @@ def test_stand_ins_cover_the_extension_and_the_parallel_group(engine: Path, tmp_
 
 def test_a_loader_that_renames_disagrees_with_the_simulated_drop(engine: Path, tmp_path: Path) -> None:
     draft = _eagle(tmp_path, prefix="layers.0.")
-    result = execute_load(draft, root=engine)
+    result = execute_load(draft, root=engine, isolate=False)
     assert result.origin == "executed" and result.to_dict()["origin"] == "executed"
     fates = {f.key: f for f in result.fates}
     assert fates["layers.0.self_attn.q_proj.weight"].fate == "loaded-shard"
@@ -195,14 +74,14 @@ def test_a_loader_that_renames_disagrees_with_the_simulated_drop(engine: Path, t
 
 
 def test_the_same_rules_executed_agree_with_the_simulation(engine: Path, tmp_path: Path) -> None:
-    result = execute_load(_eagle(tmp_path), root=engine)
+    result = execute_load(_eagle(tmp_path), root=engine, isolate=False)
     assert not [f for f in result.findings if f.code == "engine/simulation-disagrees"]
     assert {p.param.name: p.status for p in result.params}["model.embed_tokens.weight"] == "by-design"
 
 
 def test_a_raise_is_recorded_with_its_key_and_place(engine: Path, tmp_path: Path) -> None:
     extra = {"midlayer.self_attn.q_proj.bias": torch.zeros(H), "zz.unknown.weight": torch.zeros(2)}
-    result = execute_load(_eagle(tmp_path, extra=extra), root=engine)
+    result = execute_load(_eagle(tmp_path, extra=extra), root=engine, isolate=False)
     fates = {f.key: f.fate for f in result.fates}
     assert fates["midlayer.self_attn.q_proj.bias"] == "raises"
     assert fates["norm.weight"] == "not-reached" and fates["zz.unknown.weight"] == "not-reached"
@@ -224,7 +103,7 @@ def test_a_constructor_that_raises_is_the_executed_refusal(engine: Path, tmp_pat
 
     tensors = {k: v for k, v in draft_tensors("midlayer.").items() if not k.startswith("embed_tokens")}
     draft = write(tmp_path / "draft", tensors, {**sglang_config(), "num_hidden_layers": 2})
-    result = execute_load(draft, root=engine)
+    result = execute_load(draft, root=engine, isolate=False)
     assert result.execution["phase"] == "construct" and result.refused_at == "construct"
     assert result.refused.startswith(result.execution["error"]["type"])
     assert {f.fate for f in result.fates} == {"not-reached"}
@@ -237,7 +116,7 @@ def test_the_executed_loader_is_fed_in_the_releases_shard_order(engine: Path, tm
     """The model loader around load_weights is the release's order (sglang 0.5.11 sorts the shard paths): model-10
     before model-2, so the raise in model-10 leaves model-2 unread."""
     ckpt = two_shards_with_bias(tmp_path / "draft", sglang_config())
-    result = execute_load(ckpt, root=engine)
+    result = execute_load(ckpt, root=engine, isolate=False)
     fates = {f.key: f.fate for f in result.fates}
     assert fates[BIAS] == "raises"
     in_2 = [n for n, i in ckpt.tensors.items() if i.file.name == "model-2.safetensors"]
@@ -268,7 +147,7 @@ def test_the_strict_check_judges_what_the_execution_wrote(engine: Path, tmp_path
 
 
 def test_a_logged_skip_is_a_drop_with_its_warning(engine: Path, tmp_path: Path) -> None:
-    result = execute_load(_eagle(tmp_path, extra={"zz.unknown.weight": torch.zeros(2)}), root=engine)
+    result = execute_load(_eagle(tmp_path, extra={"zz.unknown.weight": torch.zeros(2)}), root=engine, isolate=False)
     f = next(f for f in result.fates if f.key == "zz.unknown.weight")
     assert f.fate == "dropped" and "not found in params_dict" in f.log
     assert result.execution["logs"][0]["key"] == "zz.unknown.weight"
@@ -339,7 +218,7 @@ def test_a_loader_that_gathers_first_raises_on_the_key_its_frame_holds(engine: P
     draft_file = engine / "sglang/srt/models/llama_eagle3.py"
     draft_file.write_text(textwrap.dedent(DRAFT).replace("for name, w in weights:", "for name, w in list(weights):"))
     extra = {"midlayer.self_attn.q_proj.bias": torch.zeros(H), "zz.unknown.weight": torch.zeros(2)}
-    result = execute_load(_eagle(tmp_path, extra=extra), root=engine)
+    result = execute_load(_eagle(tmp_path, extra=extra), root=engine, isolate=False)
     assert result.execution["error"]["key"] == "midlayer.self_attn.q_proj.bias"
     fates = {f.key: f for f in result.fates}
     assert fates["midlayer.self_attn.q_proj.bias"].fate == "raises"
@@ -438,3 +317,24 @@ def test_keys_execute_on_a_loopback_host_ships_only_headers(engine: Path, tmp_pa
         assert set(Path("/tmp").glob("eagle3lens-execute-*")) == before
     finally:
         server.stop()
+
+
+def test_each_logged_warning_lands_on_its_key_among_thousands(engine: Path, tmp_path: Path) -> None:
+    """2 000 extra zero-size tensors the loader logs and skips: each is a drop carrying its own warning, each
+    warning recorded once (the tap sits on two loggers)."""
+    extra = {f"zz.{i}.weight": torch.zeros(0) for i in range(2000)}
+    result = execute_load(_eagle(tmp_path, extra=extra), root=engine, isolate=False)
+    fates = {f.key: f for f in result.fates}
+    assert all(fates[k].fate == "dropped" and fates[k].log == f"Parameter {k} not found in params_dict" for k in extra)
+    assert len(result.execution["logs"]) == len(extra)
+
+
+def test_logs_name_keys_by_dotted_words_or_the_key_in_flight() -> None:
+    from eagle3lens.engines.executed_result import logs_by_key
+
+    keys = {"norm.weight", "fc.weight", "odd key/x", "lm_head.weight"}
+    logs = [{"message": "Parameter model.norm.weight not found", "key": "fc.weight"},
+            {"message": "found odd key/x here", "key": None},
+            {"message": "xnorm.weight and lm_head.weights are other names", "key": None}]
+    assert logs_by_key(logs, keys) == {"norm.weight": [logs[0]["message"]], "fc.weight": [logs[0]["message"]],
+                                       "odd key/x": [logs[1]["message"]]}

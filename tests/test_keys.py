@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -246,3 +247,20 @@ def test_keys_refuses_the_target_given_as_the_draft(demo_dir, capsys):
     assert main(["keys", str(demo_dir / "target"), "--engine", "sglang==0.5.11"]) == 2
     err = capsys.readouterr().err.strip()
     assert "not an EAGLE-3 draft" in err and len(err.splitlines()) == 1
+
+
+def test_the_terminal_table_is_bounded_and_json_lists_every_tensor(tmp_path, capsys):
+    """A draft with many extra zero-size tensors: the terminal shows MAX_ROWS fates (the dropped first) and counts
+    the rest by fate; --json has every one."""
+    from eagle3lens.plots.style import MAX_ROWS
+
+    extra = {f"extra.{i}.weight": torch.zeros(0) for i in range(MAX_ROWS + 50)}
+    ckpt = write(tmp_path / "d", draft_tensors("midlayer.", extra=extra), sglang_config())
+    main(["keys", str(ckpt), "--engine", "sglang==0.5.11"])
+    out = capsys.readouterr().out
+    rows = re.findall(r"^│ (raises|dropped|loaded-shard|loaded|converted|skipped|not-reached) ", out, re.M)
+    assert rows == ["dropped"] * MAX_ROWS
+    total = len(Checkpoint.open(ckpt).tensors)
+    assert f"... and {total - MAX_ROWS} more tensors (50 dropped, " in out and "--json lists every one" in out
+    main(["keys", str(ckpt), "--engine", "sglang==0.5.11", "--json"])
+    assert len(json.loads(capsys.readouterr().out)["results"]["keys"]["tensors"]) == total

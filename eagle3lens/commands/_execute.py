@@ -7,6 +7,9 @@ from typing import Any
 
 from ..checkpoint import Checkpoint
 from ..errors import UsageError
+from . import positive_float
+
+SHOWN_LINES = 40  # lines of the engine's output and log -v shows (all of them are in --json)
 
 
 def add_execute_options(p: argparse.ArgumentParser, what: str) -> None:
@@ -19,6 +22,11 @@ def add_execute_options(p: argparse.ArgumentParser, what: str) -> None:
                                                "the headers travel; --engine-root is then a directory there)")
     p.add_argument("--python", default="python3", help="the Python on --host (with eagle3lens and the engine)")
     p.add_argument("--ssh-config", metavar="FILE", help="ssh config file for --host (default ~/.ssh/config)")
+    p.add_argument("--execute-timeout", type=positive_float, metavar="S", default=None,
+                   help="with --execute: stop the engine's process after S seconds (default: $EAGLE3LENS_EXECUTE_TIMEOUT, "
+                        "else 300); it is then engine/not-executed")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="with --execute: show what the engine printed and logged (escaped; always in --json)")
 
 
 def executing(args: argparse.Namespace) -> bool:
@@ -52,4 +60,20 @@ def executed_load(ckpt: Checkpoint, args: argparse.Namespace, num_target_layers:
     from ..engines.executed_result import execute_load
 
     return execute_load(ckpt, root=local_root(args), num_target_layers=num_target_layers,
-                        execution=host_execution(ckpt, args))
+                        execution=host_execution(ckpt, args), timeout=args.execute_timeout)
+
+
+def engine_output_notes(result: Any, verbose: bool) -> list[str]:
+    """The engine's own output and warnings as report notes: each line with ``verbose`` (up to
+    :data:`SHOWN_LINES`), else one line saying how many there are and that ``-v`` shows them."""
+    execution = result.execution or {}
+    logs = [f"engine log ({e.get('level')}, {e.get('logger')}): {e.get('message')}" for e in execution.get("logs", ())]
+    printed = [f"engine output: {line}" for line in str(execution.get("output") or "").splitlines() if line.strip()]
+    lines = logs + printed
+    if not lines:
+        return []
+    if not verbose:
+        return [f"the engine logged {len(logs)} warning(s) and printed {len(printed)} line(s): -v shows them"]
+    more = len(lines) - SHOWN_LINES
+    return lines[:SHOWN_LINES] + ([f"... {more} more lines of the engine's output in --json "
+                                   "(results.keys.execution)"] if more > 0 else [])

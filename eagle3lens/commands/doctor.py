@@ -14,7 +14,7 @@ from ..io.safewrite import write_text_atomic
 from ..io.textsafe import printable
 from ..checkpoint import Checkpoint
 from . import add_output_options, example_epilog, finish, positive_float, positive_int
-from ._execute import add_execute_options, executing, host_execution, local_root
+from ._execute import add_execute_options, engine_output_notes, executing, host_execution, local_root
 from ._measure import add_measure_options, measured_engine, with_measurement
 from .trace import DTYPE_NAMES, SCENARIO_NAMES
 
@@ -46,7 +46,10 @@ def run(args: argparse.Namespace) -> int:
                       scenario=args.scenario, weights=not args.no_weights, device_map=args.device_map,
                       dtype=args.dtype, progress=bars(not args.json), launch=args.launch,
                       data=args.data, prompts=args.prompts, execute=args.execute, chat=args.chat,
-                      engine_root=local_root(args), execution=execution, steps=args.steps, measure=measure)
+                      engine_root=local_root(args), execution=execution, execute_timeout=args.execute_timeout,
+                      steps=args.steps, measure=measure)
+    if "keys" in report.results and report.results["keys"].execution is not None:
+        report.notes.extend(engine_output_notes(report.results["keys"], args.verbose))
     if args.html:
         write_html(Path(args.html), render_report_html(report, title=f"eagle3lens doctor: {args.checkpoint}"))
     code = finish(report, args)

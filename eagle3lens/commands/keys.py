@@ -7,7 +7,7 @@ import argparse
 from ..checkpoint import Checkpoint
 from ..findings import Report
 from . import add_output_options, example_epilog, finish
-from ._execute import add_execute_options, executed_load, executing
+from ._execute import add_execute_options, engine_output_notes, executed_load, executing
 
 
 def run(args: argparse.Namespace) -> int:
@@ -22,6 +22,7 @@ def run(args: argparse.Namespace) -> int:
         report = Report(checkpoint=ckpt.summary(), engine=result.engine)
         report.notes.append(stand_ins_note(result))
         report.notes.extend(result.report_notes)
+        report.notes.extend(engine_output_notes(result, args.verbose))
         report.add("keys", result)
         return finish(report, args)
     profile = resolve(args.engine)

@@ -20,7 +20,9 @@ from ..checkpoint import Checkpoint
 from ..errors import UsageError
 from ..io.textsafe import clip, printable
 from .audit_drafts import build_drafts
-from .execute import engine_at, execute_many_isolated, simulated_class
+from .execute import engine_at, simulated_class
+from .execute_child import execute_isolated, execute_many_isolated
+from .execute_verdict import judged
 from .executed_result import executed_result
 from .versions import is_release, parse_version, spec_parts
 
@@ -69,6 +71,9 @@ def audit_release(root: Path, drafts: Sequence[str] | None = None) -> ReleaseAud
         ckpts = {n: Checkpoint.open(p) for n, p in built.items()}
         runs = execute_many_isolated([(p, simulated_class(ckpts[n], root)) for n, p in built.items()], root)
         for (draft, ckpt), ex in zip(ckpts.items(), runs, strict=True):
+            ex = judged(ckpt, ex, lambda path, cls: execute_isolated(path, root, fallback_class=cls))
+            if ex.not_executed:
+                notes.append(f"{draft}: not executed: the engine {ex.not_executed}")
             result = executed_result(ckpt, ex)
             rows += [Disagreement(release, draft, f.evidence["what"], str(f.evidence["simulated"]),
                                   str(f.evidence["executed"]))

@@ -9,8 +9,8 @@ warning it logged, the exception it raised and where. What the import chain need
 stood in (:mod:`.standins`), and listed.
 
 :mod:`.executed_result` turns the record into a LoadResult (``origin="executed"``) held against the simulation of
-the same release. :func:`execute_isolated` runs the execution in a fresh interpreter (one engine copy per process);
-``python -m eagle3lens.engines.execute --root DIR CKPT...`` is that worker: one JSON record line per checkpoint.
+the same release. ``python -m eagle3lens.engines.execute --root DIR CKPT...`` is the worker that runs it in a child
+process (:mod:`.execute_child`): one JSON record line per checkpoint, and a line as it enters each phase.
 """
 
 from __future__ import annotations
@@ -18,13 +18,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from ..checkpoint import Checkpoint, CheckpointLike, as_checkpoint
 from ..errors import UsageError
@@ -35,7 +34,6 @@ from .profile import EngineProfile
 from .shard_order import loader_order, relative
 from .standins import StandIn, StandIns, forget_modules
 
-WORKER_TIMEOUT_S = 600
 # libraries that probe optional packages (triton, torchvision, PIL) when first imported: imported before any stand-in
 # exists, so they see this machine as it is and not the engine's stand-ins
 PRELOAD = ("torch._dynamo", "torch._inductor.runtime.hints", "torch._dynamo.repro.after_dynamo", "torch._inductor.codecache",
@@ -65,6 +63,10 @@ class Execution:
     notes: tuple[str, ...] = ()
     seconds: float = 0.0
     files: tuple[str, ...] = ()  # the shard files in the order the loader was fed them (relative paths)
+    # why the engine's code gave no verdict on the checkpoint (its process exited, was killed or timed out, printed
+    # terminal control sequences, or the harness failed): the simulation stands; "" when it did
+    not_executed: str = ""
+    output: str = ""  # what the engine's process printed (stdout, then stderr), escaped and bounded
 
     def to_dict(self) -> dict[str, Any]:
         return {"engine": self.engine, "version": self.version, "root": self.root, "module": self.module,
@@ -72,7 +74,8 @@ class Execution:
                 "error": self.error, "processed": list(self.processed), "writes": list(self.writes),
                 "converted": self.converted, "logs": list(self.logs), "params": self.params,
                 "params_after": list(self.params_after), "stand_ins": [s.to_dict() for s in self.stand_ins],
-                "notes": list(self.notes), "seconds": self.seconds, "files": list(self.files)}
+                "notes": list(self.notes), "seconds": self.seconds, "files": list(self.files),
+                "not_executed": self.not_executed, "output": self.output}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Execution":
@@ -81,7 +84,8 @@ class Execution:
                    tuple(d.get("processed", ())), tuple(d.get("writes", ())), dict(d.get("converted", {})),
                    tuple(d.get("logs", ())), dict(d.get("params", {})), tuple(d.get("params_after", ())),
                    tuple(StandIn.from_dict(s) for s in d.get("stand_ins", ())), tuple(d.get("notes", ())),
-                   float(d.get("seconds", 0.0)), tuple(str(f) for f in d.get("files", ())))
+                   float(d.get("seconds", 0.0)), tuple(str(f) for f in d.get("files", ())),
+                   str(d.get("not_executed") or ""), str(d.get("output") or ""))
 
 
 # -- finding the engine ----------------------------------------------------------------------
@@ -141,8 +145,10 @@ _LOADED: dict[str, str] = {}  # engine name -> the root its modules were importe
 _IMPORTED_WITH: dict[str, list[StandIn]] = {}
 
 
-def record_execution(draft: CheckpointLike, root: str | Path, *, fallback_class: str | None = None) -> Execution:
-    """Import, build and load ``draft`` with the engine at ``root``, in this process; what its code did."""
+def record_execution(draft: CheckpointLike, root: str | Path, *, fallback_class: str | None = None,
+                     on_phase: Callable[[str], None] | None = None) -> Execution:
+    """Import, build and load ``draft`` with the engine at ``root``, in this process; what its code did.
+    ``on_phase`` is told each phase as it starts (the worker prints it: a process that never returns is placed)."""
     import torch
 
     ckpt = as_checkpoint(draft)
@@ -160,6 +166,8 @@ def record_execution(draft: CheckpointLike, root: str | Path, *, fallback_class:
     start = time.perf_counter()
     _preload()
     phase, built, params, after = "import", None, {}, ()
+    enter = on_phase or (lambda _phase: None)
+    enter(phase)
     profile = release_profile(name, version, ckpt.config)
     order = loader_order(ckpt, profile.shard_order, profile.tensor_order)  # as the release's model loader yields
     stand = StandIns(adapter.packages, dirs, adapter.state)
@@ -167,9 +175,11 @@ def record_execution(draft: CheckpointLike, root: str | Path, *, fallback_class:
         with stand, LogTap(record, adapter.loggers):
             tolerant_registries(stand)
             phase = "construct"
+            enter(phase)
             built = adapter.build(ckpt.root, fallback_class or "LlamaForCausalLMEagle3", stand)
             params = {n: list(p.shape) for n, p in built.model.named_parameters()}
             phase = "load"
+            enter(phase)
             with torch.device("meta"), Provenance(parameter_storages(built.model), record):
                 built.model.load_weights(weights(order, record))
             after = tuple(n for n, _ in built.model.named_parameters())
@@ -203,33 +213,8 @@ def _preload() -> None:
             continue
 
 
-def execute_isolated(draft: str | Path, root: str | Path, *, fallback_class: str | None = None,
-                     timeout: float = WORKER_TIMEOUT_S, python: str | None = None) -> Execution:
-    """:func:`record_execution` in a fresh interpreter (an engine's modules are imported once per process)."""
-    return execute_many_isolated([(draft, fallback_class)], root, timeout=timeout, python=python)[0]
-
-
-def execute_many_isolated(drafts: Sequence[tuple[str | Path, str | None]], root: str | Path, *,
-                          timeout: float = WORKER_TIMEOUT_S, python: str | None = None) -> list[Execution]:
-    """Several checkpoints (each with its fallback class) through one fresh interpreter that imports the engine once;
-    one :class:`Execution` each, in order."""
-    cmd = [python or sys.executable, "-m", "eagle3lens.engines.execute", "--root", str(root)]
-    for draft, fallback in drafts:
-        cmd += [str(draft), "--class", fallback or ""]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(Path(__file__).resolve().parents[2])] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False, env=env)
-    except subprocess.TimeoutExpired:
-        raise UsageError(f"--execute: the engine at {root} did not finish within {timeout:.0f} s") from None
-    lines = [ln for ln in done.stdout.splitlines() if ln.startswith(LINE)]
-    if done.returncode != 0 or len(lines) != len(drafts):
-        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise UsageError(f"--execute: the worker for {root} failed: {tail[0][:300]}")
-    return [Execution.from_dict(json.loads(ln[len(LINE):])) for ln in lines]
-
-
 LINE = "eagle3lens-execution "  # the worker's record lines (an engine may print to stdout too)
+PHASE = "eagle3lens-phase "  # the worker's line as a checkpoint enters a phase: PHASE + "INDEX PHASE"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -256,9 +241,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if len(args.classes) > len(args.checkpoints):
         parser.error("more --class than checkpoints")
     classes = args.classes + [""] * (len(args.checkpoints) - len(args.classes))
-    for path, fallback in zip(args.checkpoints, classes, strict=True):
+    for index, (path, fallback) in enumerate(zip(args.checkpoints, classes, strict=True)):
         ckpt = Checkpoint.open(path)
-        record = record_execution(ckpt, args.root, fallback_class=fallback or simulated_class(ckpt, Path(args.root)))
+
+        def told(phase: str, index: int = index) -> None:
+            sys.stdout.write(f"{PHASE}{index} {phase}\n")
+            sys.stdout.flush()
+
+        record = record_execution(ckpt, args.root, fallback_class=fallback or simulated_class(ckpt, Path(args.root)),
+                                  on_phase=told)
         sys.stdout.write(LINE + json.dumps(record.to_dict()) + "\n")
         sys.stdout.flush()
     return 0
@@ -268,5 +259,4 @@ if __name__ == "__main__":
     raise SystemExit(main())
 
 
-__all__ = ["Execution", "engine_at", "execute_isolated", "execute_many_isolated", "installed_root", "record_execution",
-           "simulated_class"]
+__all__ = ["Execution", "engine_at", "installed_root", "record_execution", "simulated_class"]

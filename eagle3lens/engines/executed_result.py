@@ -4,43 +4,80 @@ Fates come from what the engine's code did: a key whose value reached a paramete
 when it filled part of it), one kept as a module attribute is ``converted``, one the loader pulled and wrote
 nowhere is ``skipped`` where the simulation expects that by design and ``dropped`` otherwise, the key in flight
 when the loader raised ``raises``, and keys it never pulled ``not-reached``. Each difference from the simulated
-profile is an ``engine/simulation-disagrees`` finding.
+profile is an ``engine/simulation-disagrees`` finding. An execution that gave no verdict (``not_executed``: its
+process exited, was killed or timed out, or the harness failed, :mod:`.execute_verdict`) is the simulated result
+with one ``engine/not-executed`` finding saying why.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from ..checkpoint import Checkpoint, CheckpointLike, as_checkpoint
 from ..findings import Finding, Severity
-from .execute import (Execution, execute_isolated, installed_root, record_execution, release_profile,
-                      simulated_class)
+from ..io.textsafe import clip
+from .execute import Execution, installed_root, record_execution, release_profile, simulated_class
+from .execute_child import execute_isolated
 from .params import ParamSpec
 from .shard_order import loader_order
 
 WRITTEN = ("loaded", "loaded-shard", "converted")
 
 
-def execute_load(draft: CheckpointLike, *, root: str | Path | None = None, isolate: bool = False,
-                 num_target_layers: int | None = None, execution: Execution | None = None) -> Any:
+def execute_load(draft: CheckpointLike, *, root: str | Path | None = None, isolate: bool = True,
+                 num_target_layers: int | None = None, execution: Execution | None = None,
+                 timeout: float | None = None) -> Any:
     """The executed load of ``draft`` by the engine at ``root`` (default: the installed one), as a LoadResult with
-    ``origin="executed"``, the simulation of the same release held against it."""
+    ``origin="executed"``, the simulation of the same release held against it. The engine runs in a child process
+    (``isolate``; :mod:`.execute_child`, ``timeout`` seconds at most) or, with ``isolate=False``, in this one; a stop
+    before the load is checked against a known-good draft of the same class (:mod:`.execute_verdict`)."""
+    from .execute_verdict import judged
+
     ckpt = as_checkpoint(draft)
     if execution is None:
         where = Path(root) if root is not None else installed_root()
-        fallback = simulated_class(ckpt, where)
-        execution = (execute_isolated(ckpt.path, where, fallback_class=fallback) if isolate
-                     else record_execution(ckpt, where, fallback_class=fallback))
+
+        def run(path: Path, fallback: str) -> Execution:
+            if isolate:
+                return execute_isolated(path, where, fallback_class=fallback, timeout=timeout)
+            return record_execution(path, where, fallback_class=fallback)
+
+        execution = judged(ckpt, run(ckpt.path, simulated_class(ckpt, where)), run)
     return executed_result(ckpt, execution, num_target_layers=num_target_layers)
 
 
 def stand_ins_note(result: Any) -> str:
-    """The note an executed load carries: what ran, and what replaced modules this machine lacks."""
+    """The note an executed load carries: what ran, and what replaced modules this machine lacks (or, when the
+    engine's code gave no verdict, that the simulation stands)."""
+    if result.origin != "executed":
+        return f"not executed: the simulation of {result.engine} stands (engine/not-executed says why)"
     return ("executed: the engine's own load_weights ran on meta tensors; stand-ins: "
             + (", ".join(s["target"] for s in result.stand_ins) or "none"))
+
+
+def unexecuted_result(ckpt: Checkpoint, ex: Execution, *, num_target_layers: int | None = None) -> Any:
+    """The simulated load of the release at hand, with the one ``engine/not-executed`` finding saying what the
+    engine's process did instead of giving a verdict."""
+    from ..probes import keys as K
+
+    profile = release_profile(ex.engine, ex.version, ckpt.config)
+    sim = K.simulate_load(ckpt, profile, num_target_layers=num_target_layers)
+    release = f"{ex.engine}=={ex.version}" if ex.version else ex.engine
+    what = re.split(r"[:(]", ex.not_executed, maxsplit=1)[0].strip()  # the reason's first clause
+    finding = Finding(
+        "engine/not-executed", Severity.WARNING, f"{release}'s own loader gave no verdict: it {clip(what, 120)}",
+        f"The engine at {ex.root} {ex.not_executed}. Its code did not judge this checkpoint, so the simulated result "
+        f"of {profile.spec} stands" + (" (what it printed is in the record: -v shows it)" if ex.output.strip() else "")
+        + ".", evidence={"reason": ex.not_executed, "phase": ex.phase, "root": ex.root, "error": ex.error})
+    return replace(sim, findings=(finding, *sim.findings),
+                   execution={k: v for k, v in ex.to_dict().items() if k in EXECUTION_KEYS})
+
+
+EXECUTION_KEYS = ("engine", "version", "root", "module", "phase", "error", "logs", "seconds", "not_executed", "output")
 
 
 def disagreement(what: str, simulated: str, executed: str, evidence: dict[str, Any]) -> Finding:
@@ -56,6 +93,8 @@ def disagreement(what: str, simulated: str, executed: str, evidence: dict[str, A
 def executed_result(ckpt: Checkpoint, ex: Execution, *, num_target_layers: int | None = None) -> Any:
     from ..probes import keys as K
 
+    if ex.not_executed:
+        return unexecuted_result(ckpt, ex, num_target_layers=num_target_layers)
     profile = release_profile(ex.engine, ex.version, ckpt.config)
     # the shard files in the order the engine's side fed them (the host listed its own copy)
     sim = K.simulate_load(ckpt, profile, num_target_layers=num_target_layers, shard_files=ex.files)
@@ -71,9 +110,10 @@ def executed_result(ckpt: Checkpoint, ex: Execution, *, num_target_layers: int |
     order = list(ex.processed)
     processed = set(order[:order.index(failing)] if failing in order else order)
     fates = []
+    logged = logs_by_key(ex.logs, set(ckpt.tensors))
     for info in loader_order(ckpt, profile.shard_order, profile.tensor_order, ex.files):  # as fed
         key, sim_f = info.name, sim_fates.get(info.name)
-        logs = [e["message"] for e in ex.logs if e.get("key") == key or key in e.get("message", "")]
+        logs = logged.get(key, [])
         param = shard = None
         expected = None
         if key == failing:
@@ -137,8 +177,31 @@ def executed_result(ckpt: Checkpoint, ex: Execution, *, num_target_layers: int |
                    mapping=mapping, recognised=recognised, draft_class=ex.draft_class or sim.draft_class,
                    refused=refused, refused_at=refused_at,
                    origin="executed", stand_ins=tuple(s.to_dict() for s in ex.stand_ins),
-                   execution={k: v for k, v in ex.to_dict().items() if k in ("engine", "version", "root", "module",
-                                                                             "phase", "error", "logs", "seconds")})
+                   execution={k: v for k, v in ex.to_dict().items() if k in EXECUTION_KEYS})
+
+
+_NAME = re.compile(r"[\w.]+")
+
+
+def logs_by_key(logs: Sequence[dict[str, Any]], keys: set[str]) -> dict[str, list[str]]:
+    """Each key's log messages, in order: those logged while it was in flight, and those naming it (as a dotted
+    part of a word: ``model.norm.weight`` names ``norm.weight``). Linear in the logs' length, whatever the number
+    of keys."""
+    out: dict[str, list[str]] = {}
+    odd = [k for k in keys if not _NAME.fullmatch(k)]  # names with other characters: looked for as they are
+    for entry in logs:
+        message = str(entry.get("message", ""))
+        flight = entry.get("key")
+        named = {k for k in odd if k in message} | ({flight} if isinstance(flight, str) and flight in keys else set())
+        for word in _NAME.findall(message):
+            parts = word.split(".")
+            if len(parts) > 64:
+                continue
+            named.update(k for i in range(len(parts)) for j in range(i + 1, len(parts) + 1)
+                         if (k := ".".join(parts[i:j])) in keys)
+        for key in sorted(named):
+            out.setdefault(key, []).append(message)
+    return out
 
 
 def _refusal(sim: Any, ex: Execution, strict: str | None) -> tuple[str | None, str | None]:

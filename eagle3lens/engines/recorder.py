@@ -155,6 +155,7 @@ class LogTap(logging.Handler):
         super().__init__(logging.WARNING)
         self.record, self.names = record, loggers
         self._saved: list[tuple[logging.Logger, int]] = []
+        self._seen: set[tuple[str, str, str, str | None]] = set()
 
     def emit(self, rec: logging.LogRecord) -> None:
         try:
@@ -162,7 +163,9 @@ class LogTap(logging.Handler):
         except (TypeError, ValueError):
             message = str(rec.msg)
         entry = {"level": rec.levelname.lower(), "logger": rec.name, "message": message, "key": self.record.current}
-        if entry not in self.record.logs:
+        seen = (rec.levelname, rec.name, message, self.record.current)  # tapped on two loggers: each record once
+        if seen not in self._seen:
+            self._seen.add(seen)
             self.record.logs.append(entry)
 
     def __enter__(self) -> "LogTap":

@@ -59,6 +59,13 @@ def clean_text(text: str) -> str:
     return text.translate(_REPLACED)
 
 
+def escape_sequences(text: str) -> list[str]:
+    """The terminal escape sequences in ``text``, in order (CSI, OSC, DCS... and their 8-bit forms)."""
+    if "\x1b" in text or "\x9b" in text or "\x9d" in text or "\x90" in text:
+        return _ESCAPES.findall(text)
+    return []
+
+
 def strip_escapes(text: str) -> str:
     """``text`` without terminal escape sequences (colour codes in a log line), other characters kept."""
     if "\x1b" in text or "\x9b" in text or "\x9d" in text or "\x90" in text:

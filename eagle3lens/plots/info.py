@@ -7,9 +7,7 @@ from typing import Any
 
 from ..commands.info import InfoResult
 from .registry import rich_view
-from .style import markup
-
-MAX_ROWS = 200  # a terminal table of a million tensors helps no one and takes minutes to lay out
+from .style import MAX_ROWS, markup
 
 SPEC_FIELDS = ("flavour", "architectures", "hidden_size", "target_hidden_size", "num_aux", "aux_layer_ids",
                "aux_ids_source", "draft_vocab_size", "vocab_size", "decoder_prefix", "num_decoder_layers",

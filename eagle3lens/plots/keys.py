@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from ..probes.diff import DiffResult
 from ..probes.keys import LoadResult
 from .registry import figures, html_view, rich_view
-from .style import html_text, markup
+from .style import MAX_ROWS, html_text, markup
 
 FATE_STYLE = {"raises": "bold red", "dropped": "bold red", "loaded-shard": "green", "loaded": "green",
               "converted": "cyan", "skipped": "dim", "not-reached": "yellow"}
@@ -36,10 +37,16 @@ def load_rich(result: LoadResult) -> Any:
                         + ("" if result.recognised else "  [bold red](config not recognised)[/]"), expand=False)
     for col in ("fate", "tensor", "shape", "→ parameter / reason"):
         table.add_column(col)
-    for f in _ordered(result):
+    ordered = _ordered(result)
+    for f in ordered[:MAX_ROWS]:
         shape = str(list(f.shape)) + (f" ≠ {list(f.expected_shape)}" if f.shape_mismatch else "")
         table.add_row(f"[{FATE_STYLE[f.fate]}]{f.fate}[/]", markup(f.key), shape, markup(_target(f)))
     parts: list[Any] = [table]
+    if len(ordered) > MAX_ROWS:
+        rest = Counter(f.fate for f in ordered[MAX_ROWS:])
+        parts.append(f"[dim]... and {len(ordered) - MAX_ROWS} more tensors ("
+                     + ", ".join(f"{n} {fate}" for fate, n in sorted(rest.items(), key=lambda i: ORDER.index(i[0])))
+                     + "): --json lists every one[/]")
     if not result.params:
         parts.append("[dim]no engine parameter exists: the server stops before the draft class is built[/]")
     unwritten = [p for p in result.params if p.status != "loaded" or p.source == "target"]
@@ -47,13 +54,15 @@ def load_rich(result: LoadResult) -> Any:
         ptable = Table(title="engine parameters not fully written (or taken from the target)", expand=False)
         for col in ("parameter", "shape", "status", "served from", "holds"):
             ptable.add_column(col)
-        for p in unwritten:
+        for p in unwritten[:MAX_ROWS]:
             style = "bold red" if p.status in ("left-at-init", "partial") else "dim"
             holds = p.by_design if p.status == "by-design" or p.target else f"init: {p.param.init}" + (
                 f" (shards {', '.join(p.missing_shards)})" if p.missing_shards else "")
             ptable.add_row(markup(p.param.name), str(list(p.param.shape)), f"[{style}]{p.status}[/]", p.source,
                            markup(holds or ""))
         parts.append(ptable)
+        if len(unwritten) > MAX_ROWS:
+            parts.append(f"[dim]... and {len(unwritten) - MAX_ROWS} more parameters: --json lists every one[/]")
     return Group(*parts)
 
 

@@ -14,6 +14,7 @@ from rich.markup import escape as _markup_escape
 from ..findings import Severity
 from ..io.textsafe import printable
 
+MAX_ROWS = 200  # rows of a terminal table: one of a million tensors helps no one and takes minutes to lay out
 SEVERITY_STYLE = {Severity.CRITICAL: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 SEVERITY_COLOR = {Severity.CRITICAL: "#c62828", Severity.WARNING: "#b26a00", Severity.INFO: "#1565c0"}
 
