@@ -1,7 +1,7 @@
 """The tests' own, independent run of the real engine (executed by the engine's Python, not imported by pytest).
 
 ``python _engine_llm.py TARGET DRAFT K REQUEST.json``: serves the prompts of REQUEST.json (``prompts``: id lists,
-``max_tokens``: one per prompt, ``stop``: ids) greedily through ``vllm.LLM`` with the draft as EAGLE-3 and prints
+``max_tokens``: one per prompt, ``stop``: ids, ``max_model_len``) greedily through ``vllm.LLM`` with the draft as EAGLE-3 and prints
 one JSON line: the spec-decode counters' deltas and the generated ids. Written apart from eagle3lens's own child on
 purpose: the test holds the two against each other.
 """
@@ -19,7 +19,7 @@ def main() -> None:
     with open(request_path) as f:
         request = json.load(f)
     llm = LLM(model=target, skip_tokenizer_init=True, dtype="float32", enforce_eager=True, disable_log_stats=False,
-              max_model_len=256, speculative_config={"method": "eagle3", "model": draft, "num_speculative_tokens": k})
+              max_model_len=request["max_model_len"], speculative_config={"method": "eagle3", "model": draft, "num_speculative_tokens": k})
 
     def counters() -> dict:
         out: dict = {}

@@ -159,9 +159,10 @@ def _acceptance(demo: Path, draft: str, prompts: Path, *extra: str) -> dict:
     return json.loads(done.stdout)
 
 
-def _independent(demo: Path, draft: str, prompts: list[list[int]], max_tokens: list[int]) -> dict:
+def _independent(demo: Path, draft: str, prompts: list[list[int]], max_tokens: list[int], max_model_len: int) -> dict:
     request = demo.parent / f"independent-{draft}.json"
-    request.write_text(json.dumps({"prompts": prompts, "max_tokens": max_tokens, "stop": [2]}))
+    request.write_text(json.dumps({"prompts": prompts, "max_tokens": max_tokens, "stop": [2],
+                                   "max_model_len": max_model_len}))
     done = subprocess.run([ENGINE_PYTHON, str(Path(__file__).with_name("_engine_llm.py")), str(demo / "target"),
                            str(demo / draft), "3", str(request)], capture_output=True, text=True,
                           env={**os.environ, "OMP_NUM_THREADS": "1", "VLLM_CPU_KVCACHE_SPACE": "1"})
@@ -179,7 +180,7 @@ def test_measure_equals_an_independent_engine_run_and_the_estimate(demo_dir: Pat
     measured = acc["measured"]
     assert (measured["engine"], measured["build"], measured["k"]) == ("vllm==0.32.0", "cpu", 3)
     ids = [[int(t) for t in line.split()] for line in prompts.read_text().splitlines()]
-    own = _independent(demo_dir, "speculators", ids, [16] * len(ids))
+    own = _independent(demo_dir, "speculators", ids, measured["limits"], measured["max_model_len"])
     counters = own["counters"]
     assert measured["drafts"] == counters["vllm:spec_decode_num_drafts"]
     assert measured["accepted"] == counters["vllm:spec_decode_num_accepted_tokens"]
@@ -306,3 +307,92 @@ def test_every_variant_the_engine_serves_is_estimated_within_two_hundredths(demo
     assert "stop" not in measured and measured["drafts"] > 0
     assert acc["as_served"]["accept_len"] == pytest.approx(measured["accept_len"], abs=0.02)
     assert acc["as_served"]["full_acc"] == pytest.approx(measured["per_position"], abs=0.02)
+
+
+@pytest.mark.engine
+@needs_engine
+def test_convert_measure_serves_the_repair_and_the_source(demo_dir: Path, tmp_path: Path) -> None:
+    """The repair the vocab probe proves, served: it restores what the healthy draft is served at."""
+    prompts = _prompts(tmp_path / "prompts.txt", n=4)
+    out = tmp_path / "repaired"
+    done = subprocess.run([*CLI, "convert", str(demo_dir / "broken-d2t-double-subtracted"), "--repair-d2t", str(out),
+                           "--measure", "--target", str(demo_dir / "target"), "--prompts", str(prompts),
+                           "--new-tokens", "16", "--json"], capture_output=True, text=True,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr
+    measured = json.loads(done.stdout)["results"]["measured"]
+    healthy = measure(demo_dir / "target", demo_dir / "speculators",
+                      [[int(t) for t in line.split()] for line in prompts.read_text().splitlines()], k=3,
+                      max_tokens=16, stop_token_ids=[2], python=ENGINE_PYTHON)
+    assert measured["source"]["accept_len"] < measured["output"]["accept_len"]
+    assert measured["output"]["accepted_per_pos"] == list(healthy.counts.accepted_per_pos)  # restored exactly
+
+
+def test_convert_measure_needs_prompts_and_a_target(demo_dir: Path, tmp_path: Path) -> None:
+    done = subprocess.run([*CLI, "convert", str(demo_dir / "broken-d2t-double-subtracted"), "--repair-d2t",
+                           str(tmp_path / "o"), "--measure"], capture_output=True, text=True)
+    assert done.returncode == 2 and "needs --target T and --prompts F" in done.stderr
+
+
+@pytest.mark.engine
+@needs_engine
+def test_refused_and_crashing_drafts_give_the_engines_own_error_as_predicted(demo_dir: Path, tmp_path: Path) -> None:
+    """kimi-mla: vLLM rewrites a deepseek_v3 draft config to its MTP model and refuses Eagle3DeepSeekMTPModel at
+    start; broken-d2t-absolute maps past the target vocabulary and dies on the first decode. eagle3lens's served
+    draft names both stops before any engine runs."""
+    ids = [[1, 40, 41, 42, 43]]
+    refused = measure(demo_dir / "kimi-target", demo_dir / "kimi-mla", ids, k=3, max_tokens=8, stop_token_ids=[2],
+                      python=ENGINE_PYTHON)
+    assert refused.stop is not None and refused.stop.stage == "start"
+    assert "Eagle3DeepSeekMTPModel" in refused.stop.message
+    keys = subprocess.run([*CLI, "keys", str(demo_dir / "kimi-mla"), "--engine", "vllm==0.32.0+cpu", "--json"],
+                          capture_output=True, text=True)
+    predicted = [f for f in json.loads(keys.stdout)["findings"] if "Eagle3DeepSeekMTPModel" in f["detail"]]
+    assert predicted and predicted[0]["severity"] == "critical"
+    crashed = measure(demo_dir / "target", demo_dir / "broken-d2t-absolute", ids, k=3, max_tokens=8,
+                      stop_token_ids=[2], python=ENGINE_PYTHON)
+    assert crashed.stop is not None and crashed.stop.stage == "generate"
+    assert "out of bounds" in crashed.stop.message or "out of bounds" in crashed.stop.text()
+    vocab = subprocess.run([*CLI, "vocab", str(demo_dir / "broken-d2t-absolute"), "--engine", "vllm==0.32.0+cpu",
+                            "--json"], capture_output=True, text=True)
+    (absolute,) = [f for f in json.loads(vocab.stdout)["findings"] if f["code"] == "vocab/d2t-absolute-ids"]
+    assert "first decode" in absolute["detail"]
+
+
+def _served_accepted(demo: Path, draft: Path, prompts: Path) -> ServedCounts:
+    ids = [[int(t) for t in line.split()] for line in prompts.read_text().splitlines()]
+    served = measure(demo / "target", draft, ids, k=3, max_tokens=16, stop_token_ids=[2], python=ENGINE_PYTHON)
+    assert served.counts is not None, served.stop
+    return served.counts
+
+
+@pytest.mark.engine
+@needs_engine
+def test_every_fix_printed_for_the_cpu_build_serves_at_least_as_well(demo_dir: Path, engine_prompts: Path,
+                                                                     tmp_path: Path) -> None:
+    """Each `convert` fix the doctor prints under the CPU build, applied and served: never worse than the draft it
+    fixes; a d2t repair or a layout fix restores what the healthy draft is served at."""
+    import shlex
+
+    healthy = _served_accepted(demo_dir, demo_dir / "speculators", engine_prompts)
+    applied = 0
+    for variant in ("eagle", "mismatched-ids", "broken-d2t-double-subtracted", "broken-d2t-missing"):
+        doctor = subprocess.run([*CLI, "doctor", str(demo_dir / variant), "--engine", "vllm==0.32.0+cpu", "--target",
+                                 str(demo_dir / "target"), "--prompts", str(engine_prompts), "--no-weights", "--json"],
+                                capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        fixes = {f["fix"] for f in json.loads(doctor.stdout)["findings"]
+                 if f.get("fix") and f["fix"].startswith("eagle3lens convert ")}
+        if not fixes:
+            continue
+        before = _served_accepted(demo_dir, demo_dir / variant, engine_prompts)
+        for n, fix in enumerate(sorted(fixes)):
+            out = tmp_path / f"{variant}-{n}"
+            words = [str(out) if w == "OUT" else w for w in shlex.split(fix)[1:]]
+            done = subprocess.run([*CLI, *words], capture_output=True, text=True)
+            assert done.returncode in (0, 1), (fix, done.stderr)
+            after = _served_accepted(demo_dir, out, engine_prompts)
+            applied += 1
+            assert after.accept_len >= before.accept_len - GREEDY_TOLERANCE, (variant, fix)
+            if before.accept_len < healthy.accept_len - GREEDY_TOLERANCE:  # a real defect: restored
+                assert after.accept_len == pytest.approx(healthy.accept_len, abs=GREEDY_TOLERANCE), (variant, fix)
+    assert applied  # the CPU build has something to fix among these

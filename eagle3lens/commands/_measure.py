@@ -31,7 +31,7 @@ def measured_engine(args: argparse.Namespace) -> str:
     from ..engines.registry import resolve_named
     from ..engines.measure import installed_engine
 
-    given = (args.engine or "installed").strip()
+    given = (getattr(args, "engine", None) or "installed").strip()
     spec, build = installed_engine(args.engine_python)
     if given.lower() != "installed":
         if given.split("==")[0].strip().lower() != spec.split("==")[0]:
@@ -121,3 +121,19 @@ def _checkpoint_stop_ids(target: Any) -> frozenset[int]:
     values = [c.get("eos_token_id") for c in configs if isinstance(c, dict)]
     items = [i for v in values for i in (v if isinstance(v, list) else [v])]
     return frozenset(i for i in items if isinstance(i, int) and not isinstance(i, bool))
+
+
+def measure_conversion(args: argparse.Namespace, source: Any, output: Any) -> Any:
+    """``convert --measure``: the source and the output served on ``--prompts`` (each continued for
+    ``--new-tokens``, ending at the target's eos), judged (``probes.measured.judge_conversion``)."""
+    from ..engines.measure import measure
+    from ..probes.data import read_prompts
+    from ..probes.measured import judge_conversion
+
+    prompts = [[int(i) for i in p] for p in read_prompts(args.prompts, tokenizer_dir=args.target)]
+    common: dict[str, Any] = dict(k=args.steps or 3, max_tokens=args.new_tokens,
+                                  stop_token_ids=sorted(_checkpoint_stop_ids(args.target)),
+                                  engine=args.engine.split("==")[0], python=args.engine_python,
+                                  timeout_s=timeout_s(args))
+    return judge_conversion(measure(args.target, source, prompts, **common),
+                            measure(args.target, output, prompts, **common))

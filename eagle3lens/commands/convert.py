@@ -12,6 +12,7 @@ from ..errors import UsageError
 from ..findings import Report
 from ..progress import TqdmBars, bars
 from . import add_output_options, example_epilog, finish, positive_int
+from ._measure import add_measure_options
 
 
 def _repair_tensors(path: str, target: str | None) -> dict:
@@ -28,7 +29,15 @@ def run(args: argparse.Namespace) -> int:
     args.checkpoint, args.out = args.paths[0], (args.paths[1] if len(args.paths) == 2 else None)
     if args.in_place == (args.out is not None):
         raise UsageError("give either OUT or --in-place (exactly one)")
-    if args.target and not (args.repair_d2t or args.data):
+    if args.measure and not (args.target and args.prompts):
+        raise UsageError("--measure serves the source and the output: it needs --target T and --prompts F")
+    if args.prompts and not args.measure:
+        raise UsageError("--prompts serves --measure")
+    if args.measure:
+        from ._measure import measured_engine
+
+        args.engine = measured_engine(args)
+    if args.target and not (args.repair_d2t or args.data or args.measure):
         raise UsageError("--target serves --repair-d2t (its lm_head rows can prove the repair) and --data (its final "
                          "norm and lm_head are the teacher)")
     if args.data and not (args.to and args.target):
@@ -56,6 +65,12 @@ def run(args: argparse.Namespace) -> int:
         verified = _verify(args, result)
         report.add("acceptance", verified)
         report.notes.extend(verified.notes)
+    if args.measure:
+        from ._measure import measure_conversion
+
+        measured = measure_conversion(args, result.backup if args.in_place else args.checkpoint, result.out)
+        report.add("measured", measured)
+        report.notes.extend(measured.notes)
     return finish(report, args)
 
 
@@ -105,7 +120,8 @@ def _intermixed(parser: argparse.ArgumentParser) -> None:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("convert", usage="eagle3lens convert CKPT (OUT | --in-place) [--to E] [--repair-d2t] [--target T] "
-                                        "[--data D [--limit N]] [--aux-layers K,K,K] [--force] [--json] [--fail-on SEVERITY]",
+                                        "[--data D [--limit N]] [--aux-layers K,K,K] [--force] [--measure --target T --prompts F] "
+                                        "[--json] [--fail-on SEVERITY]",
                        help="rename keys / rewrite config for an engine, safely (temp, verify, rename)",
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        epilog=example_epilog("eagle3lens convert demo/speculators --to sglang==0.5.11 fixed/",
@@ -128,6 +144,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="HF hidden_states indices the draft was trained on, written as ids in E's convention "
                         "(default: measured from --data by provenance, else the source config's ids as its trainer "
                         "meant them)")
+    p.add_argument("--prompts", metavar="F", help="with --measure: prompts the engine serves the source and the output "
+                                                  "on (text lines, lines of token ids, or a JSON list of id lists)")
+    p.add_argument("--new-tokens", type=positive_int, default=32, metavar="N",
+                   help="with --measure: tokens generated after each prompt (default 32)")
+    p.add_argument("--steps", type=positive_int, metavar="K", help="with --measure: draft tokens per round (default 3)")
+    add_measure_options(p)
     add_output_options(p)
     p.set_defaults(func=run)
     _intermixed(p)

@@ -85,6 +85,8 @@ class Measurement:
     prompts: int
     max_tokens: int  # the longest continuation asked for
     sampling: Mapping[str, Any]
+    limits: tuple[int, ...] = ()  # each prompt's token limit
+    max_model_len: int = 0
     counts: ServedCounts | None = None
     stop: ServedStop | None = None
     outputs: tuple[tuple[int, ...], ...] = field(default=(), repr=False)
@@ -95,7 +97,8 @@ class Measurement:
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"engine": self.engine, "build": self.build, "k": self.k, "prompts": self.prompts,
-                               "max_tokens": self.max_tokens, "sampling": dict(self.sampling)}
+                               "max_tokens": self.max_tokens, "limits": list(self.limits),
+                               "max_model_len": self.max_model_len, "sampling": dict(self.sampling)}
         out.update(self.counts.to_dict() if self.counts is not None else {"accept_len": None, "per_position": []})
         if self.stop is not None:
             out["stop"] = {"stage": self.stop.stage, "error_type": self.stop.error_type,
@@ -195,7 +198,8 @@ def _measurement(record: Any, request: Mapping[str, Any]) -> Measurement:
     engine = f"{record.get('engine', 'vllm')}=={record.get('version', '')}".rstrip("=")
     common = dict(engine=engine, build=str(record.get("build", "")), k=int(request["k"]),
                   prompts=len(request["prompts"]), max_tokens=max(request["max_tokens"]),
-                  sampling=dict(request["sampling"]))
+                  sampling=dict(request["sampling"]), limits=tuple(request["max_tokens"]),
+                  max_model_len=int(request["max_model_len"]))
     if not record.get("ok"):
         raw = record.get("error")
         error: dict[str, Any] = raw if isinstance(raw, dict) else {}

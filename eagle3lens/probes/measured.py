@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from ..engines.measure import Measurement
 from ..findings import Finding, Severity
@@ -81,3 +83,42 @@ def judge(result: AcceptanceResult, measurement: Measurement,
 
 def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
+
+
+@dataclass(frozen=True)
+class ConversionMeasured:
+    """``convert --measure``: the source and the converted checkpoint, each served by the real engine on the same
+    prompts, and what the difference says about the fix."""
+
+    source: Measurement
+    output: Measurement
+    findings: tuple[Finding, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"source": self.source.to_dict(), "output": self.output.to_dict(), "notes": list(self.notes)}
+
+
+def judge_conversion(source: Measurement, output: Measurement) -> ConversionMeasured:
+    """The fix verified by the engine: the output must serve, and accept at least what the source accepts."""
+    who = f"{output.engine} ({output.build} build)" if output.build else output.engine
+    evidence = {"source": source.to_dict(), "output": output.to_dict()}
+    if output.stop is not None:
+        finding = Finding("acceptance/not-restored", Severity.CRITICAL,
+                          f"served by {who}, the converted checkpoint does not run",
+                          f"{who} stopped at {output.stop.stage}: {output.stop.text()}.", evidence=evidence)
+        return ConversionMeasured(source, output, (finding,))
+    after = output.accept_len
+    if source.stop is not None:
+        note = (f"measured by {who}: the source stops at {source.stop.stage} ({source.stop.text()}); the converted "
+                f"checkpoint serves at accept len {_fmt(after)}")
+        return ConversionMeasured(source, output, (), (note,))
+    before = source.accept_len
+    note = f"measured by {who} on {output.prompts} prompts: accept len {_fmt(before)} before the fix, {_fmt(after)} after"
+    if before is not None and after is not None and after < before - tolerance(output):
+        finding = Finding("acceptance/not-restored", Severity.WARNING,
+                          f"served by {who}, the converted checkpoint accepts less than the source "
+                          f"({after:.3f} < {before:.3f})",
+                          f"{note}: the fix costs acceptance on this engine; keep the source.", evidence=evidence)
+        return ConversionMeasured(source, output, (finding,))
+    return ConversionMeasured(source, output, (), (note,))
