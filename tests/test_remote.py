@@ -7,6 +7,7 @@ break its server; the notebooks are tiny and run through the real ``python -m ea
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import shutil
@@ -408,6 +409,13 @@ def test_host_without_sftp_and_ssh_url_host(lab: Lab, tmp_path: Path) -> None:
     sftp_note = "the host serves no SFTP (no `Subsystem sftp` in its sshd_config); files go over the exec channel"
     assert sftp_note in nosftp.notes and not any("SFTP" in n for n in url.notes)  # kept for the view and JSON
     assert nosftp.to_dict()["notes"] == list(nosftp.notes)
+    from rich.console import Console
+
+    from eagle3lens.plots.remote import remote_rich
+
+    console = Console(width=300, record=True, file=io.StringIO())
+    console.print(remote_rich(result))
+    assert f"e3l-nosftp: note: {sftp_note}" in console.export_text()  # the table's caption: stdout, not stderr
 
 
 def test_failing_cell_reported_with_partial_notebook(lab: Lab, tmp_path: Path) -> None:
