@@ -7,6 +7,7 @@ break its server; the notebooks are tiny and run through the real ``python -m ea
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import shutil
@@ -242,6 +243,67 @@ def test_cli_notebook_host_end_to_end(lab: Lab, tmp_path: Path, capsys) -> None:
     assert "42" in executed.cells[-1].outputs[0]["text"]
 
 
+@pytest.mark.parametrize("name,value,problem", [
+    ("chat", "it's \"quoted\" $(touch {mark}) `touch {mark}`; a", ": no such chat file"),
+    ("temperature", "__import__('os').system('touch {mark}')", "08_low_acceptance takes a number there"),
+])
+def test_a_refused_host_run_is_one_stderr_line_and_no_value_reaches_a_shell(lab: Lab, tmp_path: Path, capsys,
+                                                                            name: str, value: str, problem: str) -> None:
+    """A legal path holding quotes and ``$()`` travels to the host (in the parameters file, never on a shell line)
+    and fails there: one escaped line naming the host and the parameter, no progress (stderr is no terminal), and
+    the marker a shell would make never appears; text where a number goes is refused before the host."""
+    from eagle3lens import cli
+
+    mark = tmp_path / "ran"
+    value = value.format(mark=mark)
+    rc = cli.main(["notebook", "08_low_acceptance", "-p", name, value, "--host", "e3l-target", "--remote-python", PY,
+                   "--ssh-config", str(lab.ssh_config), "--known-hosts", str(lab.known_hosts),
+                   "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and problem in err, err
+    assert not mark.exists()
+    if name == "chat":
+        assert err.startswith("eagle3lens: error: e3l-target: -p chat: code cell ") and value in err
+        assert (tmp_path / "out" / "e3l-target" / "remote.json").exists()  # the run reached the host
+    else:
+        assert err.startswith("eagle3lens: error: -p temperature: ") and not (tmp_path / "out").exists()
+
+
+def test_host_progress_goes_to_a_terminal_and_the_failure_stays_one_line(lab: Lab, tmp_path: Path) -> None:
+    """On a terminal the hosts' progress lines show while the run goes; the remote command's own error line is not
+    among them: the failure is told once, last, as the one summary line."""
+    import pty
+    import subprocess
+
+    notebook = write_notebook(tmp_path / "opens.ipynb", [code("data = 'x'", tags=["parameters"]),
+                                                         code("open(data)")])
+    missing = "no such \"file\" $(x)"
+    controller, terminal = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "eagle3lens", "notebook", str(notebook), "-p", "data", missing, "--host", "e3l-target",
+         "--remote-python", PY, "--ssh-config", str(lab.ssh_config), "--known-hosts", str(lab.known_hosts),
+         "--out", str(tmp_path / "out"), "--json"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=terminal)
+    os.close(terminal)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(controller, 65536)
+        except OSError:  # EIO: every writer closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(controller)
+    out, _ = proc.communicate(timeout=120)
+    lines = b"".join(chunks).decode().splitlines()
+    assert proc.returncode == 2 and json.loads(out)["hosts"][0]["status"] == "failed"
+    assert any(line.startswith("[e3l-target] running opens.ipynb on 127.0.0.1") for line in lines), lines
+    assert lines[-1].startswith("eagle3lens: error: e3l-target: -p data: code cell 2 of 2 `open(data)` failed: "
+                                "FileNotFoundError: ") and missing in lines[-1], lines
+    assert sum("error" in line.lower() for line in lines) == 1, lines
+
+
 def test_changed_host_key_refused_even_with_opt_in(lab: Lab, tmp_path: Path) -> None:
     impostor = tmp_path / "impostor"
     write_ed25519_key(impostor)
@@ -344,6 +406,16 @@ def test_host_without_sftp_and_ssh_url_host(lab: Lab, tmp_path: Path) -> None:
     assert notes == [("note: the host serves no SFTP (no `Subsystem sftp` in its sshd_config); "
                       "files go over the exec channel")]
     assert not any(m.exists() for m in marks)  # nothing in the name was run by a shell
+    sftp_note = "the host serves no SFTP (no `Subsystem sftp` in its sshd_config); files go over the exec channel"
+    assert sftp_note in nosftp.notes and not any("SFTP" in n for n in url.notes)  # kept for the view and JSON
+    assert nosftp.to_dict()["notes"] == list(nosftp.notes)
+    from rich.console import Console
+
+    from eagle3lens.plots.remote import remote_rich
+
+    console = Console(width=300, record=True, file=io.StringIO())
+    console.print(remote_rich(result))
+    assert f"e3l-nosftp: note: {sftp_note}" in console.export_text()  # the table's caption: stdout, not stderr
 
 
 def test_failing_cell_reported_with_partial_notebook(lab: Lab, tmp_path: Path) -> None:

@@ -156,8 +156,19 @@ def add_remote_arguments(parser: argparse.ArgumentParser) -> None:
         group.add_argument(*flags, **kwargs)
 
 
+def host_failure(host: str, error: str, parameters: Mapping[str, Any]) -> str:
+    """The one line a host's failure is told in: the host, the path parameter whose value the error quotes (the
+    longest, so ``-p chat`` and not a shorter value inside it), then the host's error, escaped."""
+    error = error.removeprefix(f"{host}: ")
+    quoted = [(len(value), name) for name, value in parameters.items()
+              if is_path_parameter(name) and isinstance(value, str) and value and value in error]
+    blamed = f"-p {max(quoted)[1]}: " if quoted else ""
+    return printable(f"{host}: {blamed}{error}")
+
+
 def run_from_args(args: argparse.Namespace, notebook_name: str | Path, parameters: Mapping[str, Any]) -> int:
-    """Run ``notebook_name`` on every ``--host`` with the remote options; the hosts' lines reach stderr escaped."""
+    """Run ``notebook_name`` on every ``--host`` with the remote options. The hosts' progress lines reach stderr
+    escaped, on a terminal only (as progress bars do); each failed host is one ``eagle3lens: error:`` line there."""
     from ..remote.runs import run_remote
     from ..render import print_renderable
 
@@ -167,16 +178,16 @@ def run_from_args(args: argparse.Namespace, notebook_name: str | Path, parameter
         with lock:
             print(printable(f"[{host}] {line}"), file=sys.stderr, flush=True)
 
+    progress = sys.stderr.isatty() and not getattr(args, "no_progress", False)
+
     out = Path(getattr(args, "out", None) or f"{Path(notebook_name).stem}-remote")
     result = run_remote(
         notebook_name, parameters, args.host, out, timeout=getattr(args, "timeout", None),
         remote_python=args.remote_python, remote_workdir=args.remote_workdir, known_hosts=args.known_hosts,
-        ssh_config=args.ssh_config, accept_new_host_key=args.accept_new_host_key, progress=show)
+        ssh_config=args.ssh_config, accept_new_host_key=args.accept_new_host_key, progress=show if progress else None)
     for host_run in result.hosts:
         if host_run.error:
-            message = (host_run.error if host_run.error.startswith(host_run.host)
-                       else f"{host_run.host}: {host_run.error}")
-            print(f"eagle3lens: error: {printable(message)}", file=sys.stderr)
+            print(f"eagle3lens: error: {host_failure(host_run.host, host_run.error, parameters)}", file=sys.stderr)
     if getattr(args, "json", False):
         sys.stdout.write(json.dumps(result.to_dict(), indent=2) + "\n")
     else:

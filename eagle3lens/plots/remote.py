@@ -24,4 +24,8 @@ def remote_rich(result: RemoteRun) -> Any:
         status = markup(h.status) if h.ok else f"[red]{markup(h.status)}[/]"
         table.add_row(markup(h.host), status, markup(h.last_cell or "-"), found, markup(gpu),
                       markup(h.out_dir) if h.files else "-")
+    notes = [f"{h.host}: note: {n}" for h in result.hosts for n in h.notes]
+    if notes:
+        table.caption = "\n".join(markup(n) for n in notes)
+        table.caption_justify = "left"
     return table

@@ -87,6 +87,7 @@ class HostRun:
     exit_code: int | None = None
     error: str | None = None
     last_cell: str | None = None
+    notes: tuple[str, ...] = ()  # what the user should know even when the run went well (no GPU, no SFTP, ...)
     files: tuple[str, ...] = ()
     findings: tuple[Finding, ...] = ()
     preflight: Preflight | None = None
@@ -101,7 +102,7 @@ class HostRun:
     def to_dict(self) -> dict[str, Any]:
         return {
             "host": self.host, "status": self.status, "exit_code": self.exit_code, "error": self.error,
-            "last_cell": self.last_cell, "out_dir": str(self.out_dir) if self.out_dir else None,
+            "last_cell": self.last_cell, "notes": list(self.notes), "out_dir": str(self.out_dir) if self.out_dir else None,
             "files": list(self.files), "findings": [f.to_dict() for f in self.findings],
             "preflight": self.preflight.to_dict() if self.preflight else None,
             "remote_dir": self.remote_dir, "remote_dir_removed": self.remote_dir_removed,
@@ -175,11 +176,18 @@ class _HostWorker:
         self.cell: tuple[int, int] | None = None  # (n, N) from the remote progress bar
         self.remote_error: str | None = None  # the remote command's own one-line error, if it printed one
         self.said_no_sftp = False
+        self.notes: list[str] = []
 
     # -- plumbing ------------------------------------------------------------------------------
     def say(self, line: str) -> None:
+        """A progress line (shown while the run goes; the caller decides where, if anywhere)."""
         if self.progress is not None:
             self.progress(self.host, line)
+
+    def note(self, line: str) -> None:
+        """A note kept in the result (its view and JSON), and shown as progress meanwhile."""
+        self.notes.append(line)
+        self.say(f"note: {line}")
 
     def remote(self, *words: str) -> str:
         return " ".join(_q(w) for w in words)
@@ -217,7 +225,7 @@ class _HostWorker:
                 self.cleanup()
                 return self.result("refused", started, preflight=preflight, error="; ".join(preflight.problems))
             for note in preflight.notes:
-                self.say(f"note: {note}")
+                self.note(note)
             self.upload()
             status, code, error = self.execute()
         except RemoteError as exc:
@@ -275,7 +283,7 @@ class _HostWorker:
         files = self.ssh.files(self.remote(self.python, "-c", EXEC_FILES))
         if files.via != "sftp" and not self.said_no_sftp:
             self.said_no_sftp = True
-            self.say("note: the host serves no SFTP (no `Subsystem sftp` in its sshd_config); "
+            self.note("the host serves no SFTP (no `Subsystem sftp` in its sshd_config); "
                      "files go over the exec channel")
         return files
 
@@ -358,9 +366,9 @@ class _HostWorker:
                 if cell != self.cell and cell[0]:
                     self.cell = cell
                     self.say(f"cell {cell[0]} of {cell[1]}")
+            elif line.startswith("eagle3lens: error: "):
+                self.remote_error = line.removeprefix("eagle3lens: error: ")  # summarised in the result, not echoed
             else:
-                if line.startswith("eagle3lens: error: "):
-                    self.remote_error = line.removeprefix("eagle3lens: error: ")
                 self.say(line)
         return tail
 
@@ -429,7 +437,7 @@ class _HostWorker:
             for rel, entry in self._remote_files(f"{self.run_dir}/out"):
                 self._fetch(rel, entry, force=True)
         except (OSError, EOFError, RemoteError, UsageError) as exc:  # UsageError: a local file there is a FIFO...
-            self.say(f"fetch stopped: {exc}")
+            self.note(f"fetch stopped: {exc}")
 
     def read_back(self) -> tuple[str | None, str | None]:
         """(last cell that ran, error of a failed cell) from the fetched executed notebook, else the progress bar."""
@@ -456,6 +464,7 @@ class _HostWorker:
         files = tuple(sorted(self.fetched))
         findings = _read_findings(self.out, files)
         return HostRun(host=self.host, status=status, out_dir=self.out, files=files, findings=findings,
+                       notes=tuple(self.notes),
                        remote_dir=self.run_dir, remote_dir_removed=self.cleaned,
                        seconds=time.monotonic() - started, **kw)
 
