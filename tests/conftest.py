@@ -16,3 +16,13 @@ def demo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from eagle3lens.demo import build_demo
 
     return build_demo(tmp_path_factory.mktemp("demo") / "demo").root
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny tensors: one thread is fastest, and much faster on a shared, loaded CPU (``pytestmark =
+    pytest.mark.usefixtures("one_thread")`` in a module that wants it for every test)."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)

@@ -32,13 +32,7 @@ from eagle3lens.probes.wiring import load_draft_as
 SGLANG = "sglang==0.5.11"
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny tensors: one thread is fastest, and much faster on a shared, loaded CPU."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 
 from eagle3lens import cli
 from eagle3lens.errors import CheckpointError
@@ -14,12 +13,7 @@ from eagle3lens.probes import chat
 from eagle3lens.probes.acceptance import estimate_acceptance
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_demo_tokenizer_renders_the_served_template(demo_dir: Path) -> None:

@@ -24,12 +24,7 @@ SHARPEN = 30.0  # the untrained demo target's head scaled to a trained target's 
 PROMPTS = [[(7 * i + 3 * j) % 64 for j in range(16)] for i in range(6)]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

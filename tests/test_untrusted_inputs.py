@@ -16,7 +16,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 from _builders import sglang_config
 from eagle3lens import cli
@@ -31,12 +30,7 @@ EVIL = "import pathlib\npathlib.Path({marker!r}).write_text('ran')\n"
 CUSTOM = {"AutoConfig": "evil.EvilConfig", "AutoModelForCausalLM": "evil.EvilModel"}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _copy_target(demo_dir: Path, dest: Path) -> Path:
