@@ -8,6 +8,7 @@ from typing import Any
 from ..checkpoint import Checkpoint
 from ..errors import UsageError
 from . import positive_float
+from ._measure import add_engine_python_option
 
 SHOWN_LINES = 40  # lines of the engine's output and log -v shows (all of them are in --json)
 
@@ -20,6 +21,7 @@ def add_execute_options(p: argparse.ArgumentParser, what: str) -> None:
                    help="with --execute: the engine package in DIR (an unpacked wheel) instead of the installed one")
     p.add_argument("--host", metavar="H", help="with --execute: run the engine installed on GPU host H over SSH (only "
                                                "the headers travel; --engine-root is then a directory there)")
+    add_engine_python_option(p)
     p.add_argument("--python", default="python3", help="the Python on --host (with eagle3lens and the engine)")
     p.add_argument("--ssh-config", metavar="FILE", help="ssh config file for --host (default ~/.ssh/config)")
     p.add_argument("--execute-timeout", type=positive_float, metavar="S", default=None,
@@ -34,6 +36,9 @@ def executing(args: argparse.Namespace) -> bool:
     if args.host and not args.execute:
         raise UsageError("--host runs the host's engine: add --execute (the simulation needs no host)")
     execute = bool(args.execute or args.engine_root)
+    if execute and args.engine_python and (args.engine_root or args.host):
+        raise UsageError("--engine-python runs the engine installed for that Python: leave out "
+                         + ("--engine-root" if args.engine_root else "--host (its --python names the host's)"))
     if execute and (args.engine or "installed").strip().lower() != "installed":
         raise UsageError(f"--execute runs the installed engine's own loader: write --engine installed, not "
                          f"--engine {args.engine}")
@@ -60,7 +65,18 @@ def executed_load(ckpt: Checkpoint, args: argparse.Namespace, num_target_layers:
     from ..engines.executed_result import execute_load
 
     return execute_load(ckpt, root=local_root(args), num_target_layers=num_target_layers,
-                        execution=host_execution(ckpt, args), timeout=args.execute_timeout)
+                        execution=host_execution(ckpt, args), timeout=args.execute_timeout,
+                        python=engine_python(args))
+
+
+def engine_python(args: argparse.Namespace) -> str | None:
+    """The Python the installed engine runs under (``--engine-python``, else ``$EAGLE3LENS_ENGINE_PYTHON``, else
+    this one: None); not with ``--engine-root`` or ``--host``, which name their own."""
+    if args.engine_root or args.host:
+        return None
+    from ..engines.measure import engine_python as resolved
+
+    return resolved(args.engine_python)
 
 
 def engine_output_notes(result: Any, verbose: bool) -> list[str]:

@@ -16,12 +16,19 @@ def add_measure_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--measure", action="store_true",
                    help="also serve the draft with the real engine (--engine installed: the one in --engine-python's "
                         "environment) on the same prompts, and put its own spec-decode counters beside the estimate")
-    p.add_argument("--engine-python", metavar="PY",
-                   help="with --measure: the Python whose environment has the engine (default: "
-                        "$EAGLE3LENS_ENGINE_PYTHON, else this one)")
+    add_engine_python_option(p)
     p.add_argument("--measure-timeout", type=positive_float, metavar="S",
                    help="with --measure: seconds the engine may take, start included (default: "
                         "$EAGLE3LENS_MEASURE_TIMEOUT, else 900)")
+
+
+def add_engine_python_option(p: argparse.ArgumentParser) -> None:
+    """``--engine-python PY``, shared by ``--measure`` and ``--execute`` (added once to a parser that takes both)."""
+    if "--engine-python" in p._option_string_actions:
+        return
+    p.add_argument("--engine-python", metavar="PY",
+                   help="with --measure or --execute (--engine installed): the Python whose environment has the "
+                        "engine, which runs it there (default: $EAGLE3LENS_ENGINE_PYTHON, else this one)")
 
 
 def measured_engine(args: argparse.Namespace) -> str:

@@ -16,6 +16,7 @@ process (:mod:`.execute_child`): one JSON record line per checkpoint, and a line
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -27,7 +28,9 @@ from typing import Any, Callable, Sequence
 
 from ..checkpoint import Checkpoint, CheckpointLike, as_checkpoint
 from ..errors import UsageError
+from ..io.textsafe import clip
 from .execute_adapters import ADAPTERS, tolerant_registries
+from .execute_whole import WHOLE_BUILDS, installed_here, whole_import_error
 from .recorder import (LogTap, Provenance, Record, converted_attributes, error_of, key_in_flight, parameter_storages,
                        weights)
 from .profile import EngineProfile
@@ -67,6 +70,7 @@ class Execution:
     # terminal control sequences, or the harness failed): the simulation stands; "" when it did
     not_executed: str = ""
     output: str = ""  # what the engine's process printed (stdout, then stderr), escaped and bounded
+    whole: bool = False  # the engine imported whole (its own install, every dependency real): nothing stood in
 
     def to_dict(self) -> dict[str, Any]:
         return {"engine": self.engine, "version": self.version, "root": self.root, "module": self.module,
@@ -75,7 +79,7 @@ class Execution:
                 "converted": self.converted, "logs": list(self.logs), "params": self.params,
                 "params_after": list(self.params_after), "stand_ins": [s.to_dict() for s in self.stand_ins],
                 "notes": list(self.notes), "seconds": self.seconds, "files": list(self.files),
-                "not_executed": self.not_executed, "output": self.output}
+                "not_executed": self.not_executed, "output": self.output, "whole": self.whole}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Execution":
@@ -85,7 +89,7 @@ class Execution:
                    tuple(d.get("logs", ())), dict(d.get("params", {})), tuple(d.get("params_after", ())),
                    tuple(StandIn.from_dict(s) for s in d.get("stand_ins", ())), tuple(d.get("notes", ())),
                    float(d.get("seconds", 0.0)), tuple(str(f) for f in d.get("files", ())),
-                   str(d.get("not_executed") or ""), str(d.get("output") or ""))
+                   str(d.get("not_executed") or ""), str(d.get("output") or ""), bool(d.get("whole")))
 
 
 # -- finding the engine ----------------------------------------------------------------------
@@ -148,13 +152,24 @@ _IMPORTED_WITH: dict[str, list[StandIn]] = {}
 def record_execution(draft: CheckpointLike, root: str | Path, *, fallback_class: str | None = None,
                      on_phase: Callable[[str], None] | None = None) -> Execution:
     """Import, build and load ``draft`` with the engine at ``root``, in this process; what its code did.
-    ``on_phase`` is told each phase as it starts (the worker prints it: a process that never returns is placed)."""
+    ``on_phase`` is told each phase as it starts (the worker prints it: a process that never returns is placed).
+    Where ``root`` is this Python's own install of the engine and it imports whole, nothing is stood in
+    (:mod:`.execute_whole`); otherwise what cannot load here is."""
     import torch
 
     ckpt = as_checkpoint(draft)
     root = Path(root).resolve()
     name, version = engine_at(root)
     adapter = ADAPTERS[name]
+    notes: list[str] = []
+    whole = False
+    if name in WHOLE_BUILDS and installed_here(name, root):
+        why = whole_import_error(name)
+        whole = not why
+        if why:
+            forget_modules(adapter.packages)
+            notes.append(f"{name} is installed here but does not import whole ({clip(why, 300)}): what it cannot "
+                         "load is stood in")
     if _LOADED.get(name) not in (None, str(root)):
         forget_modules(adapter.packages)
         _IMPORTED_WITH.pop(_LOADED[name], None)
@@ -171,12 +186,16 @@ def record_execution(draft: CheckpointLike, root: str | Path, *, fallback_class:
     profile = release_profile(name, version, ckpt.config)
     order = loader_order(ckpt, profile.shard_order, profile.tensor_order)  # as the release's model loader yields
     stand = StandIns(adapter.packages, dirs, adapter.state)
+    cleanups: list[Callable[[], Any]] = []
     try:
-        with stand, LogTap(record, adapter.loggers):
-            tolerant_registries(stand)
+        with contextlib.nullcontext() if whole else stand, LogTap(record, adapter.loggers):
+            if not whole:
+                tolerant_registries(stand)
             phase = "construct"
             enter(phase)
-            built = adapter.build(ckpt.root, fallback_class or "LlamaForCausalLMEagle3", stand)
+            fallback = fallback_class or "LlamaForCausalLMEagle3"
+            built = (WHOLE_BUILDS[name](ckpt.root, fallback, cleanups) if whole
+                     else adapter.build(ckpt.root, fallback, stand))
             params = {n: list(p.shape) for n, p in built.model.named_parameters()}
             phase = "load"
             enter(phase)
@@ -191,16 +210,18 @@ def record_execution(draft: CheckpointLike, root: str | Path, *, fallback_class:
         if built is not None and phase in ("load", "done"):
             record.converted = converted_attributes(built.model)
         sys.path.remove(str(root)) if str(root) in sys.path else None
+        for cleanup in reversed(cleanups):
+            cleanup()
     earlier = _IMPORTED_WITH.setdefault(str(root), [])
     earlier += [s for s in stand.used if s.kind == "module" and s not in earlier]
-    used = earlier + [s for s in stand.used if s not in earlier]
+    used = [] if whole else earlier + [s for s in stand.used if s not in earlier]
     return Execution(
         name, version, str(root), built.module if built else "", built.draft_class if built else "",
         built.recognised if built else False, phase, record.error, tuple(record.processed),
         tuple({"param": w.param, "keys": list(w.keys), "offset": w.offset, "numel": w.numel} for w in record.writes),
         record.converted, tuple(record.logs), params, after, tuple(used),
-        tuple(built.notes) if built else (), round(time.perf_counter() - start, 3),
-        tuple(dict.fromkeys(relative(ckpt, info.file) for info in order)))
+        tuple(notes) + (tuple(built.notes) if built else ()), round(time.perf_counter() - start, 3),
+        tuple(dict.fromkeys(relative(ckpt, info.file) for info in order)), whole=whole)
 
 
 def _preload() -> None:

@@ -20,6 +20,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -164,6 +165,36 @@ def printed_controls(output: str) -> str:
             "write to the terminal behind the tool's back, so its record is not taken as the engine's verdict")
 
 
+def is_other_python(python: str) -> bool:
+    """Whether ``python`` is another interpreter than this one (another environment)."""
+    return os.path.abspath(python) != os.path.abspath(sys.executable)
+
+
+def engine_root(python: str) -> Path:
+    """Where the engine installed for ``python`` imports from: that interpreter's ``sys.path`` searched by package
+    metadata, as ``engines --detect`` searches this one's (nothing of the engine is imported here)."""
+    from .detect import detect
+    from .execute_adapters import ADAPTERS
+
+    shown = printable(clip(python, 200))
+    try:
+        done = subprocess.run([python, "-I", "-c", "import json, sys; print(json.dumps(sys.path))"],
+                              capture_output=True, timeout=60, check=False, stdin=subprocess.DEVNULL)
+        paths = json.loads(done.stdout.decode("utf-8", "replace").strip().splitlines()[-1])
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
+        raise UsageError(f"--engine-python {shown}: cannot read its module search path") from None
+    if not isinstance(paths, list):
+        raise UsageError(f"--engine-python {shown}: cannot read its module search path")
+    found = [e for e in detect([p for p in paths if isinstance(p, str) and p]).engines if e.name in ADAPTERS]
+    if not found:
+        raise UsageError(f"--execute: no sglang or vllm is installed for --engine-python {shown}")
+    if len(found) > 1:
+        names = ", ".join(f"{e.name}=={e.version}" for e in found)
+        raise UsageError(f"--execute: several engines are installed for --engine-python {shown} ({names}); "
+                         "run it where one is")
+    return Path(found[0].location)
+
+
 def execute_isolated(draft: str | Path, root: str | Path, *, fallback_class: str | None = None,
                      timeout: float | None = None, python: str | None = None) -> Execution:
     """:func:`~.execute.record_execution` in a child process (one engine copy per process, and nothing it does
@@ -179,10 +210,18 @@ def execute_many_isolated(drafts: Sequence[tuple[str | Path, str | None]], root:
     cmd = [python or sys.executable, "-m", "eagle3lens.engines.execute", "--root", str(root)]
     for draft, fallback in drafts:
         cmd += [str(draft), "--class", fallback or ""]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(Path(__file__).resolve().parents[2])] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
     name, version = engine_at(root)
-    done = run_worker(cmd, env, limit)
+    with tempfile.TemporaryDirectory(prefix="eagle3lens-source-") as source:
+        if python is not None and is_other_python(python):
+            # the engine's own environment: eagle3lens' package alone beside it (its source, not this environment's
+            # site-packages, which would shadow the engine's own transformers)
+            (Path(source) / "eagle3lens").symlink_to(Path(__file__).resolve().parents[1], target_is_directory=True)
+            env = {**os.environ, "PYTHONPATH": source}
+        else:
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+                [str(Path(__file__).resolve().parents[2])]
+                + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
+        done = run_worker(cmd, env, limit)
     output = printable(done.output, newlines=True) + (f"\n[{done.dropped} more bytes]" if done.dropped else "")
     records: dict[int, Execution] = {}
     phases: dict[int, str] = {}
@@ -211,4 +250,5 @@ def execute_many_isolated(drafts: Sequence[tuple[str | Path, str | None]], root:
     return out
 
 
-__all__ = ["DEFAULT_TIMEOUT_S", "TIMEOUT_ENV", "execute_isolated", "execute_many_isolated", "execute_timeout"]
+__all__ = ["DEFAULT_TIMEOUT_S", "TIMEOUT_ENV", "engine_root", "execute_isolated", "execute_many_isolated",
+           "execute_timeout", "is_other_python"]

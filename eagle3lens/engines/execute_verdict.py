@@ -55,12 +55,21 @@ def judged(ckpt: Checkpoint, ex: Execution, run: Runner) -> Execution:
 
 
 def _control(tmp: Path, ex: Execution, cls: str) -> tuple[str, Path] | None:
-    """The first built-in draft whose config this release builds with ``cls``, written under ``tmp``."""
+    """The first built-in draft whose config this release builds with ``cls`` and accepts (its simulation stops
+    nowhere before the load: vLLM stops at start on an MLA draft whose config it rewrites), written under ``tmp``."""
+    from ..probes.keys import simulate_load
+
     for name in CONTROLS:
         _what, tensors, config = DRAFTS[name]
         made = config()
-        if release_profile(ex.engine, ex.version, made).draft_class == cls:
-            return name, write_draft(tmp / name, tensors(), made)
+        profile = release_profile(ex.engine, ex.version, made)
+        if profile.draft_class != cls:
+            continue
+        path = write_draft(tmp / name, tensors(), made)
+        sim = simulate_load(path, profile)
+        if sim.refused_at not in ("config", "construct") and not any(f.code == "config/unrecognized"
+                                                                      for f in sim.findings):
+            return name, path
     return None
 
 

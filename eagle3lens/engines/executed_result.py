@@ -21,7 +21,7 @@ from ..checkpoint import Checkpoint, CheckpointLike, as_checkpoint
 from ..findings import Finding, Severity
 from ..io.textsafe import clip
 from .execute import Execution, installed_root, record_execution, release_profile, simulated_class
-from .execute_child import execute_isolated
+from .execute_child import engine_root, execute_isolated, is_other_python
 from .params import ParamSpec
 from .shard_order import loader_order
 
@@ -30,20 +30,23 @@ WRITTEN = ("loaded", "loaded-shard", "converted")
 
 def execute_load(draft: CheckpointLike, *, root: str | Path | None = None, isolate: bool = True,
                  num_target_layers: int | None = None, execution: Execution | None = None,
-                 timeout: float | None = None) -> Any:
-    """The executed load of ``draft`` by the engine at ``root`` (default: the installed one), as a LoadResult with
-    ``origin="executed"``, the simulation of the same release held against it. The engine runs in a child process
-    (``isolate``; :mod:`.execute_child`, ``timeout`` seconds at most) or, with ``isolate=False``, in this one; a stop
-    before the load is checked against a known-good draft of the same class (:mod:`.execute_verdict`)."""
+                 timeout: float | None = None, python: str | None = None) -> Any:
+    """The executed load of ``draft`` by the engine at ``root`` (default: the one installed for ``python``, else
+    here), as a LoadResult with ``origin="executed"``, the simulation of the same release held against it. The
+    engine runs in a child process (``isolate``; :mod:`.execute_child`, ``timeout`` seconds at most; under
+    ``python`` when it is another interpreter, so an engine installed whole there imports with its own
+    dependencies) or, with ``isolate=False``, in this one; a stop before the load is checked against a known-good
+    draft of the same class (:mod:`.execute_verdict`)."""
     from .execute_verdict import judged
 
     ckpt = as_checkpoint(draft)
     if execution is None:
-        where = Path(root) if root is not None else installed_root()
+        other = python if root is None and isolate and python and is_other_python(python) else None
+        where = Path(root) if root is not None else engine_root(other) if other else installed_root()
 
         def run(path: Path, fallback: str) -> Execution:
             if isolate:
-                return execute_isolated(path, where, fallback_class=fallback, timeout=timeout)
+                return execute_isolated(path, where, fallback_class=fallback, timeout=timeout, python=other)
             return record_execution(path, where, fallback_class=fallback)
 
         execution = judged(ckpt, run(ckpt.path, simulated_class(ckpt, where)), run)
@@ -55,6 +58,8 @@ def stand_ins_note(result: Any) -> str:
     engine's code gave no verdict, that the simulation stands)."""
     if result.origin != "executed":
         return f"not executed: the simulation of {result.engine} stands (engine/not-executed says why)"
+    if (result.execution or {}).get("whole"):
+        return "executed: the engine imported whole: no stand-in; its own load_weights ran on meta tensors"
     return ("executed: the engine's own load_weights ran on meta tensors; stand-ins: "
             + (", ".join(s["target"] for s in result.stand_ins) or "none"))
 
@@ -77,7 +82,8 @@ def unexecuted_result(ckpt: Checkpoint, ex: Execution, *, num_target_layers: int
                    execution={k: v for k, v in ex.to_dict().items() if k in EXECUTION_KEYS})
 
 
-EXECUTION_KEYS = ("engine", "version", "root", "module", "phase", "error", "logs", "seconds", "not_executed", "output")
+EXECUTION_KEYS = ("engine", "version", "root", "module", "phase", "error", "logs", "seconds", "not_executed", "output",
+                  "whole")
 
 
 def disagreement(what: str, simulated: str, executed: str, evidence: dict[str, Any]) -> Finding:
@@ -155,8 +161,12 @@ def executed_result(ckpt: Checkpoint, ex: Execution, *, num_target_layers: int |
             by_design = by_design or "judged by the vocab probe"
         sources.append(K.ParamSource(pspec, keys, missing, by_design, target))
     recognised = ex.recognised if ex.draft_class else sim.recognised  # no class chosen yet: not judged
-    findings = K._findings(ckpt, profile, ckpt.spec, fates, tuple(sources), recognised, num_target_layers)
-    if ex.error and ex.phase != "load":
+    stop = same_stop(sim, ex)
+    if stop is not None:  # the engine stopped at start as simulated: that finding, with its fix
+        findings = [stop]
+    else:
+        findings = K._findings(ckpt, profile, ckpt.spec, fates, tuple(sources), recognised, num_target_layers)
+    if ex.error and ex.phase != "load" and stop is None:
         findings.insert(0, Finding(
             "keys/raises", Severity.CRITICAL,
             f"{ex.engine}=={ex.version} fails before loading ({ex.phase}): {ex.error['type']}",
@@ -232,6 +242,20 @@ def _expected(param: ParamSpec | None, shard: str | None, shape: list[int] | Non
     return tuple(shape) if shape is not None and shard is None else None
 
 
+def same_stop(sim: Any, ex: Execution) -> Finding | None:
+    """The simulation's server stop at start (``config/unrecognized``: the release has no class for the draft's
+    config, as rewritten) when the execution stopped building the draft with that same error (vLLM's
+    ``SpeculativeConfig`` raises the ``ValueError`` inside pydantic's ``ValidationError``), else None."""
+    if not ex.error or ex.phase != "construct":
+        return None
+    for f in sim.findings:
+        said = f.evidence.get("error") if f.code == "config/unrecognized" else None
+        message = str(said).partition(": ")[2] if isinstance(said, str) else ""
+        if message and message in str(ex.error.get("message", "")):
+            return f
+    return None
+
+
 def compare(sim: Any, fates: list[Any], sources: list[Any], ex: Execution) -> list[Finding]:
     """Every place the executed load differs from the simulated one, one finding each."""
     out: list[Finding] = []
@@ -244,7 +268,7 @@ def compare(sim: Any, fates: list[Any], sources: list[Any], ex: Execution) -> li
     unbuilt = sim.refused_at in ("config", "construct")
     built = sim.refused if unbuilt else "built"
     if ex.error and ex.phase != "load":
-        if not (unbuilt and str(sim.refused).startswith(ex.error["type"])):
+        if not (unbuilt and str(sim.refused).startswith(ex.error["type"])) and same_stop(sim, ex) is None:
             out.append(disagreement("the draft cannot be built", built, f"{ex.error['type']} while {ex.phase}: "
                                     f"{ex.error['message'][:200]}", {"error": ex.error}))
         return out
