@@ -15,6 +15,8 @@ import stat
 from collections.abc import Mapping
 from pathlib import Path
 
+import paramiko
+
 from ..errors import RemoteError
 from ..remote import supervisor
 from .measure import CHILD, LOG, MAX_RECORD_BYTES, RECORD, REQUEST, MeasureFailed, too_long
@@ -62,4 +64,6 @@ def run_on_host(host: str, python: str, work: Path, env: Mapping[str, str], time
                 files.get(f"{remote}/{RECORD}", work / RECORD)
         except RemoteError as exc:  # the host was reached and then lost: nothing said about the draft
             raise MeasureFailed(str(exc)) from None
+        except (OSError, paramiko.SSHException) as exc:  # a transfer or channel that failed midway
+            raise MeasureFailed(f"{host}: the run's files or channel failed ({exc})") from None
     return status

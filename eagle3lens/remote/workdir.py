@@ -1,5 +1,5 @@
 """A private directory on an SSH host for one run: made there by the host's Python (``tempfile.mkdtemp``, mode
-0700) and removed when the run ends, whatever happened. Every word of both commands is ``shlex.quote``d."""
+0700) and removed when the run ends, whatever happened, while the connection lives. Every word of both commands is ``shlex.quote``d."""
 
 from __future__ import annotations
 
@@ -26,4 +26,5 @@ def private_dir(conn: SshConnection, python: str, prefix: str) -> Iterator[str]:
     try:
         yield workdir
     finally:
-        conn.run([shlex.quote(w) for w in (python, "-c", _RMTREE, workdir, prefix)], timeout=60)
+        if conn.alive:  # a lost connection leaves it (the run there stops on the closed connection)
+            conn.run([shlex.quote(w) for w in (python, "-c", _RMTREE, workdir, prefix)], timeout=60)
