@@ -70,6 +70,12 @@ def test_a_host_python_without_an_engine_is_one_line(demo_dir: Path, ssh_config:
         assert expected in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
     with pytest.raises(UsageError, match=f"no sglang or vllm is installed for {sys.executable} on {HOST}"):
         installed_engine(sys.executable, host=HOST, ssh_config=ssh_config)
+    # the doctor shares --host and --ssh-config with --execute; with --measure they serve on the host
+    done = subprocess.run([*CLI, "doctor", str(demo_dir / "eagle"), "--engine", "installed", "--measure", "--target",
+                           str(demo_dir / "target"), "--prompts", str(prompts), "--no-weights", "--host", HOST,
+                           "--ssh-config", str(ssh_config), "--engine-python", sys.executable],
+                          capture_output=True, text=True, env=ENV, timeout=300)
+    assert done.returncode == 2 and f"installed for {sys.executable} on {HOST}" in done.stderr, done.stderr
 
 
 def test_host_options_go_with_measure(demo_dir: Path, tmp_path: Path) -> None:
