@@ -20,7 +20,8 @@ def add_execute_options(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("--engine-root", metavar="DIR", default=None,
                    help="with --execute: the engine package in DIR (an unpacked wheel) instead of the installed one")
     p.add_argument("--host", metavar="H", help="with --execute: run the engine installed on GPU host H over SSH (only "
-                                               "the headers travel; --engine-root is then a directory there)")
+                                               "the headers travel; --engine-root is then a directory there); with "
+                                               "--measure: serve there (--engine-python is then a Python there)")
     add_engine_python_option(p)
     p.add_argument("--python", default="python3", help="the Python on --host (with eagle3lens and the engine)")
     p.add_argument("--ssh-config", metavar="FILE", help="ssh config file for --host (default ~/.ssh/config)")
@@ -33,8 +34,8 @@ def add_execute_options(p: argparse.ArgumentParser, what: str) -> None:
 
 def executing(args: argparse.Namespace) -> bool:
     """Whether the command runs the engine's own loader; the option combinations that cannot work are refused."""
-    if args.host and not args.execute:
-        raise UsageError("--host runs the host's engine: add --execute (the simulation needs no host)")
+    if args.host and not args.execute and not getattr(args, "measure", False):
+        raise UsageError("--host runs the host's engine: add --execute or --measure (the simulation needs no host)")
     execute = bool(args.execute or args.engine_root)
     if execute and args.engine_python and (args.engine_root or args.host):
         raise UsageError("--engine-python runs the engine installed for that Python: leave out "

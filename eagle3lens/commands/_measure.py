@@ -12,11 +12,27 @@ from ..errors import UsageError
 from . import positive_float
 
 
-def add_measure_options(p: argparse.ArgumentParser) -> None:
+def add_measure_options(p: argparse.ArgumentParser, host_options: bool = True, remote: bool = True) -> None:
+    """The ``--measure`` options; ``host_options=False`` where the command already has ``--host`` and
+    ``--ssh-config`` (the doctor's, shared with ``--execute``); ``remote=False`` where the engine serves what this
+    run wrote here (``convert``): no host options at all."""
     p.add_argument("--measure", action="store_true",
                    help="also serve the draft with the real engine (--engine installed: the one in --engine-python's "
                         "environment) on the same prompts, and put its own spec-decode counters beside the estimate")
     add_engine_python_option(p)
+    if host_options and remote:
+        p.add_argument("--host", metavar="H",
+                       help="with --measure: serve with the engine installed on GPU host H over SSH (the estimate "
+                            "still runs here; the host serves its own copies of the target and draft, see "
+                            "--host-target)")
+        p.add_argument("--ssh-config", metavar="FILE", help="ssh config file for --host (default ~/.ssh/config)")
+    if remote:
+        p.add_argument("--host-target", metavar="PATH",
+                       help="with --measure --host: the target's directory on the host (default: --target's absolute "
+                            "path here, as on a shared file system)")
+        p.add_argument("--host-draft", metavar="PATH",
+                       help="with --measure --host: the draft's directory on the host (default: the draft's absolute "
+                            "path here)")
     p.add_argument("--measure-timeout", type=positive_float, metavar="S",
                    help="with --measure: seconds the engine may take, start included (default: "
                         "$EAGLE3LENS_MEASURE_TIMEOUT, else 900)")
@@ -28,7 +44,27 @@ def add_engine_python_option(p: argparse.ArgumentParser) -> None:
         return
     p.add_argument("--engine-python", metavar="PY",
                    help="with --measure or --execute (--engine installed): the Python whose environment has the "
-                        "engine, which runs it there (default: $EAGLE3LENS_ENGINE_PYTHON, else this one)")
+                        "engine, which runs it there (default: $EAGLE3LENS_ENGINE_PYTHON, else this one; with --measure --host, "
+                        "a Python on the host, default python3)")
+
+
+def check_host_options(args: argparse.Namespace) -> None:
+    """Refuse the ``--host`` option combinations ``--measure`` cannot use (the doctor's ``--execute`` uses
+    ``--host`` too: ``executing`` judges those)."""
+    if (args.host_target or args.host_draft) and not (args.measure and args.host):
+        raise UsageError("--host-target / --host-draft name the host's copies: they go with --measure --host H")
+    if args.host and not args.measure and "execute" not in vars(args):
+        raise UsageError("--host serves the draft with the host's engine: add --measure")
+
+
+def served_paths(args: argparse.Namespace) -> tuple[str, str]:
+    """The target and draft directories the engine serves: the local ones, or with ``--host`` the host's copies
+    (``--host-target``, ``--host-draft``; by default the local absolute paths)."""
+    target, draft = args.target, getattr(args, "draft", None) or args.checkpoint
+    if not getattr(args, "host", None):
+        return str(target), str(draft)
+    return (getattr(args, "host_target", None) or str(Path(target).resolve()),
+            getattr(args, "host_draft", None) or str(Path(draft).resolve()))
 
 
 def measured_engine(args: argparse.Namespace) -> str:
@@ -39,7 +75,8 @@ def measured_engine(args: argparse.Namespace) -> str:
     from ..engines.measure import installed_engine
 
     given = (getattr(args, "engine", None) or "installed").strip()
-    spec, build = installed_engine(args.engine_python)
+    spec, build = installed_engine(args.engine_python, host=getattr(args, "host", None),
+                                   ssh_config=getattr(args, "ssh_config", None))
     if given.lower() != "installed":
         if given.split("==")[0].strip().lower() != spec.split("==")[0]:
             raise UsageError(f"--measure serves with the engine installed for --engine-python ({spec}), not "
@@ -85,10 +122,12 @@ def measure_samples(args: argparse.Namespace, samples: Sequence[Any], teacher: A
     temperature = 0.0 if sampling is None else float(sampling.temperature)
     top_p = 1.0 if sampling is None else float(sampling.top_p)
     top_k = -1 if sampling is None or not sampling.top_k else int(sampling.top_k)
-    measurement = measure(args.target, getattr(args, "draft", None) or args.checkpoint, prompts, k=steps, max_tokens=[len(c) for c in continuations],
+    target, draft = served_paths(args)
+    measurement = measure(target, draft, prompts, k=steps, max_tokens=[len(c) for c in continuations],
                           stop_token_ids=sorted(stops), temperature=temperature, top_p=top_p, top_k=top_k,
                           engine=(args.engine or "vllm").split("==")[0], python=args.engine_python,
-                          timeout_s=timeout_s(args))
+                          timeout_s=timeout_s(args), host=getattr(args, "host", None),
+                          ssh_config=getattr(args, "ssh_config", None))
     return measurement, continuations
 
 

@@ -11,7 +11,7 @@ from ..findings import Report
 from ..io.textsafe import printable
 from ..probes.engine_init import EMPTY_MEMORY
 from ..progress import TqdmBars
-from ._measure import add_measure_options
+from ._measure import add_measure_options, check_host_options
 from ._target import require_target_weights
 from . import add_output_options, example_epilog, finish, positive_int
 
@@ -36,6 +36,7 @@ def run(args: argparse.Namespace) -> int:
 
         if not torch.cuda.is_available():
             raise UsageError("--device cuda: no CUDA device is visible here; use --device cpu")
+    check_host_options(args)
     if args.measure:
         from ._measure import measured_engine
 

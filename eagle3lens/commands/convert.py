@@ -149,7 +149,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--new-tokens", type=positive_int, default=32, metavar="N",
                    help="with --measure: tokens generated after each prompt (default 32)")
     p.add_argument("--steps", type=positive_int, metavar="K", help="with --measure: draft tokens per round (default 3)")
-    add_measure_options(p)
+    add_measure_options(p, remote=False)
     add_output_options(p)
     p.set_defaults(func=run)
     _intermixed(p)

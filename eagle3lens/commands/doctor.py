@@ -15,7 +15,7 @@ from ..io.textsafe import printable
 from ..checkpoint import Checkpoint
 from . import add_output_options, example_epilog, finish, positive_float, positive_int
 from ._execute import add_execute_options, engine_output_notes, executing, host_execution, local_root
-from ._measure import add_measure_options, measured_engine, with_measurement
+from ._measure import add_measure_options, check_host_options, measured_engine, with_measurement
 from .trace import DTYPE_NAMES, SCENARIO_NAMES
 
 
@@ -30,6 +30,7 @@ def write_html(out: Path, page: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     measure = None
+    check_host_options(args)
     if args.measure:
         if args.target is None or (args.data is None and args.prompts is None and args.chat is None):
             raise UsageError("--measure serves the samples the acceptance estimate scores: give --target T and "
@@ -100,6 +101,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "else the draft config's speculative tokens, else 3)")
     p.add_argument("--no-weights", action="store_true", help="skip weight statistics (reads every tensor byte)")
     p.add_argument("--html", metavar="OUT", help="also write a self-contained offline HTML report")
-    add_measure_options(p)
+    add_measure_options(p, host_options=False)
     add_output_options(p)
     p.set_defaults(func=run)

@@ -28,23 +28,17 @@ def execute_on_host(ckpt: Checkpoint, host: str, *, fallback_class: str | None, 
     """Run the host's installed engine (or the one in ``engine_root`` there) on ``ckpt``'s headers."""
     from ..remote.files import EXEC_FILES
     from ..remote.ssh import connect, load_ssh_config, resolve_host
+    from ..remote.workdir import private_dir
 
     spec = json.dumps(header_spec(ckpt)).encode()
     if len(spec) > MAX_SPEC_BYTES:
         raise UsageError(f"{ckpt.root}: its headers are {len(spec)} bytes, over the {MAX_SPEC_BYTES}-byte limit")
     target = resolve_host(host, load_ssh_config(ssh_config), known_hosts)
-    with connect(target) as conn:
-        status, made = conn.run([shlex.quote(w) for w in (python, "-c", _MKDTEMP)], timeout=60)
-        workdir = made.strip().splitlines()[-1] if status == 0 and made.strip() else ""
-        if not workdir.startswith("/"):
-            raise UsageError(f"{host}: could not make a private directory there (exit {status})")
-        try:
-            conn.files(" ".join(shlex.quote(w) for w in (python, "-c", EXEC_FILES))).write(f"{workdir}/spec.json", spec)
-            words = [python, "-m", "eagle3lens.engines.execute", "--root", engine_root or "installed",
-                     "--headers", f"{workdir}/spec.json", f"{workdir}/ckpt", "--class", fallback_class or ""]
-            status, output = conn.run([shlex.quote(w) for w in words], timeout=REMOTE_TIMEOUT_S)
-        finally:
-            conn.run([shlex.quote(w) for w in (python, "-c", _RMTREE, workdir)], timeout=60)
+    with connect(target) as conn, private_dir(conn, python, "eagle3lens-execute-") as workdir:
+        conn.files(" ".join(shlex.quote(w) for w in (python, "-c", EXEC_FILES))).write(f"{workdir}/spec.json", spec)
+        words = [python, "-m", "eagle3lens.engines.execute", "--root", engine_root or "installed",
+                 "--headers", f"{workdir}/spec.json", f"{workdir}/ckpt", "--class", fallback_class or ""]
+        status, output = conn.run([shlex.quote(w) for w in words], timeout=REMOTE_TIMEOUT_S)
     lines = [ln for ln in output.splitlines() if ln.startswith(LINE)]
     if status != 0 or not lines:
         tail = output.strip().splitlines()[-1:] or ["no output"]
@@ -55,7 +49,3 @@ def execute_on_host(ckpt: Checkpoint, host: str, *, fallback_class: str | None, 
         raise UsageError(f"{host}: its --execute record is unreadable ({type(exc).__name__}: {clip(exc, 160)})") \
             from None
 
-
-_MKDTEMP = "import tempfile; print(tempfile.mkdtemp(prefix='eagle3lens-execute-'))"
-_RMTREE = ("import shutil, sys; p = sys.argv[1]; "
-           "shutil.rmtree(p) if p.startswith('/') and 'eagle3lens-execute-' in p else None")

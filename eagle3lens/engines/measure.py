@@ -5,7 +5,8 @@ transformers than eagle3lens's), in its own process group with a time limit, and
 ``Measurement``: the counters as deltas around the run, the accept length and per-position rates the server counts
 (per drafting round: ``1 + accepted / drafts``, position k ``accepted_at_k / drafts``), the release and build that
 ran, the tokens it generated; or the stop, with the engine's own exception, where the server refused the draft or
-died. ``counters_from_prometheus`` reads the same counters from a live server's ``/metrics`` text.
+died. With ``host`` the engine installed on that SSH host serves (``measure_remote``) and its record is read the same
+way. ``counters_from_prometheus`` reads the same counters from a live server's ``/metrics`` text.
 """
 
 from __future__ import annotations
@@ -26,8 +27,10 @@ from ..errors import UsageError
 from ..io.textsafe import clip, printable
 
 DEFAULT_TIMEOUT_S = 900.0
+MAX_RECORD_BYTES = 64 << 20
 _LOG_TAIL_BYTES = 64 << 10
-_CHILD = Path(__file__).with_name("measure_child.py")
+CHILD = Path(__file__).with_name("measure_child.py")
+REQUEST, RECORD, LOG = "request.json", "record.json", "engine.log"  # the files of one run, here and on a host
 _PROMETHEUS_NAMES = {
     "vllm:spec_decode_num_drafts": "drafts",
     "vllm:spec_decode_num_draft_tokens": "draft_tokens",
@@ -90,6 +93,7 @@ class Measurement:
     counts: ServedCounts | None = None
     stop: ServedStop | None = None
     outputs: tuple[tuple[int, ...], ...] = field(default=(), repr=False)
+    host: str | None = None  # the SSH host that served (``--host``), None for this machine
 
     @property
     def accept_len(self) -> float | None:
@@ -98,7 +102,7 @@ class Measurement:
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"engine": self.engine, "build": self.build, "k": self.k, "prompts": self.prompts,
                                "max_tokens": self.max_tokens, "limits": list(self.limits),
-                               "max_model_len": self.max_model_len, "sampling": dict(self.sampling)}
+                               "max_model_len": self.max_model_len, "sampling": dict(self.sampling), "host": self.host}
         out.update(self.counts.to_dict() if self.counts is not None else {"accept_len": None, "per_position": []})
         if self.stop is not None:
             out["stop"] = {"stage": self.stop.stage, "error_type": self.stop.error_type,
@@ -123,14 +127,19 @@ def engine_python(explicit: str | None = None) -> str:
 def measure(target: str | Path, draft: str | Path, prompts: Sequence[Sequence[int]], *, k: int,
             max_tokens: int | Sequence[int],
             stop_token_ids: Sequence[int] = (), temperature: float = 0.0, top_p: float = 1.0, top_k: int = -1,
-            seed: int = 0, engine: str = "vllm", python: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S, threads: int | None = None,
-            max_model_len: int | None = None, dtype: str = "float32") -> Measurement:
+            seed: int = 0, engine: str = "vllm", python: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
+            threads: int | None = None, max_model_len: int | None = None, dtype: str = "float32",
+            host: str | None = None, ssh_config: str | Path | None = None) -> Measurement:
     """Serve ``draft`` (EAGLE-3, ``k`` proposals a round) with ``target`` in the engine at ``python`` and count.
 
     ``prompts`` are token ids (no tokenizer in between), ``max_tokens`` one limit or one per prompt (generation also
     ends at ``stop_token_ids``: the engine runs without a tokenizer, so it knows no eos of its own); ``threads`` pins the engine's OpenMP threads (default:
     ``$OMP_NUM_THREADS``, else 1, so it does not fight a process beside it for the cores).
-    Raises ``MeasureFailed`` when no record comes back (time-out, the Python crashed before writing).
+    With ``host`` the engine installed on that SSH host serves (``ssh_config`` as for ``--host``): ``target`` and
+    ``draft`` are directories there, used as given, and ``python`` is its engine Python (default ``python3``); the
+    same environment and time limit hold there.
+    Raises ``MeasureFailed`` when no record comes back (time-out, the Python crashed before writing, the connection
+    was lost), ``UsageError`` when the engine's side has no such target or draft directory.
     """
     if not prompts:
         raise UsageError("--measure: no prompts to serve")
@@ -139,23 +148,36 @@ def measure(target: str | Path, draft: str | Path, prompts: Sequence[Sequence[in
         raise UsageError("--measure: one positive token limit per prompt")
     longest = max(len(p) + m for p, m in zip(prompts, limits, strict=True)) + k + 1
     sampling = {"temperature": float(temperature), "top_p": float(top_p), "top_k": int(top_k), "seed": int(seed)}
-    request = {"engine": engine, "target": str(Path(target).resolve()), "draft": str(Path(draft).resolve()), "k": k,
+    served = (str(target), str(draft)) if host else (str(Path(target).resolve()), str(Path(draft).resolve()))
+    request = {"engine": engine, "target": served[0], "draft": served[1], "k": k,
                "prompts": [[int(i) for i in p] for p in prompts], "max_tokens": limits,
                "stop_token_ids": sorted(int(i) for i in stop_token_ids), "sampling": sampling,
                "max_model_len": max_model_len or longest, "dtype": dtype}
-    env = dict(os.environ)
-    env["OMP_NUM_THREADS"] = str(threads or env.get("OMP_NUM_THREADS") or 1)
-    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    env.pop("PYTHONPATH", None)  # the engine's environment, not eagle3lens's
+    # the engine's environment, here or on the host: its OpenMP threads, vLLM's CPU KV cache, no eagle3lens path
+    settings = {"OMP_NUM_THREADS": str(threads or os.environ.get("OMP_NUM_THREADS") or 1),
+                "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE") or "1"}
     with tempfile.TemporaryDirectory(prefix="eagle3lens-measure-") as work:
-        request_path, record_path, log_path = (Path(work) / n for n in ("request.json", "record.json", "engine.log"))
+        request_path, record_path, log_path = (Path(work) / n for n in (REQUEST, RECORD, LOG))
         request_path.write_text(json.dumps(request))
-        record = _run([engine_python(python), "-I", str(_CHILD), str(request_path), str(record_path)],
-                      env, log_path, record_path, timeout_s)
-    return _measurement(record, request)
+        if host is None:
+            env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | settings
+            code = _run([engine_python(python), "-I", str(CHILD), str(request_path), str(record_path)],
+                        env, log_path, timeout_s)
+        else:
+            from .measure_remote import run_on_host
+
+            code = run_on_host(host, python or "python3", Path(work), settings, timeout_s, ssh_config)
+        record = _read_record(code, record_path, log_path)
+    return _measurement(record, request, host)
 
 
-def _run(words: list[str], env: dict[str, str], log_path: Path, record_path: Path, timeout_s: float) -> Any:
+def too_long(timeout_s: float) -> str:
+    """What a run past its time limit says."""
+    return (f"the engine did not finish within {timeout_s:g} s (EAGLE3LENS_MEASURE_TIMEOUT or --measure-timeout "
+            f"raise the limit)")
+
+
+def _run(words: list[str], env: dict[str, str], log_path: Path, timeout_s: float) -> int:
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(words, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)  # its worker processes die with it on a time-out
@@ -163,13 +185,19 @@ def _run(words: list[str], env: dict[str, str], log_path: Path, record_path: Pat
             code = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             _kill_group(proc)
-            raise MeasureFailed(f"the engine did not finish within {timeout_s:g} s (EAGLE3LENS_MEASURE_TIMEOUT or "
-                                f"--measure-timeout raise the limit)") from None
+            raise MeasureFailed(too_long(timeout_s)) from None
         finally:
             _kill_group(proc)  # workers the engine left behind
+    return code
+
+
+def _read_record(code: int, record_path: Path, log_path: Path) -> Any:
+    """The child's JSON record, or why there is none (its exit status and the last lines it printed)."""
     if not record_path.is_file():
         raise MeasureFailed(f"the engine's Python exited with status {code} before writing its record: "
                             f"{_tail(log_path)}")
+    if record_path.stat().st_size > MAX_RECORD_BYTES:
+        raise MeasureFailed(f"the engine's record is over the {MAX_RECORD_BYTES}-byte limit")
     try:
         return json.loads(record_path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
@@ -186,25 +214,29 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
 
 def _tail(log_path: Path) -> str:
     """The last lines of the engine's output, one line, escaped."""
+    if not log_path.is_file():
+        return "(no output)"
     with open(log_path, "rb") as log:
         log.seek(max(0, log_path.stat().st_size - _LOG_TAIL_BYTES))
         lines = [ln for ln in log.read().decode("utf-8", "replace").splitlines() if ln.strip()]
     return printable(clip(" | ".join(lines[-3:]), 600)) or "(no output)"
 
 
-def _measurement(record: Any, request: Mapping[str, Any]) -> Measurement:
+def _measurement(record: Any, request: Mapping[str, Any], host: str | None = None) -> Measurement:
     if not isinstance(record, dict):
         raise MeasureFailed("the engine's record is not a JSON object")
     engine = f"{record.get('engine', 'vllm')}=={record.get('version', '')}".rstrip("=")
     common = dict(engine=engine, build=str(record.get("build", "")), k=int(request["k"]),
                   prompts=len(request["prompts"]), max_tokens=max(request["max_tokens"]),
                   sampling=dict(request["sampling"]), limits=tuple(request["max_tokens"]),
-                  max_model_len=int(request["max_model_len"]))
+                  max_model_len=int(request["max_model_len"]), host=host)
     if not record.get("ok"):
         raw = record.get("error")
         error: dict[str, Any] = raw if isinstance(raw, dict) else {}
         stop = ServedStop(str(record.get("stage", "")), str(error.get("type", "")), str(error.get("message", "")),
                           str(error.get("where", "")))
+        if stop.stage == "input":  # no model directory where the engine looks: the user's paths, not the draft
+            raise UsageError(f"{printable(host) + ': ' if host else ''}{printable(clip(stop.message, 400))}")
         if stop.stage == "import":
             raise MeasureFailed(f"the engine does not import in that Python: {stop.text()}")
         return Measurement(**common, stop=stop)
@@ -265,18 +297,33 @@ print(json.dumps(found))
 """
 
 
-def installed_engine(python: str | None = None) -> tuple[str, str]:
+def installed_engine(python: str | None = None, *, host: str | None = None,
+                     ssh_config: str | Path | None = None) -> tuple[str, str]:
     """The serving engine installed in ``python``'s environment, by its distribution's metadata (never imported):
-    ``("vllm==0.32.0", "cpu")`` for the ``vllm-cpu`` distribution. Raises ``UsageError`` when there is none."""
-    exe = engine_python(python)
+    ``("vllm==0.32.0", "cpu")`` for the ``vllm-cpu`` distribution; with ``host``, in the environment of ``python``
+    (default ``python3``) on that SSH host. Raises ``UsageError`` when there is none."""
+    if host is None:
+        exe, where = engine_python(python), ""
+        try:
+            done = subprocess.run([exe, "-I", "-c", _IDENTITY], capture_output=True, timeout=60, check=False,
+                                  stdin=subprocess.DEVNULL)
+            status, output = done.returncode, done.stdout.decode("utf-8", "replace")
+        except (OSError, subprocess.TimeoutExpired):
+            status, output = -1, ""
+    else:
+        from .measure_remote import host_output
+
+        exe, where = python or "python3", f" on {host}"
+        status, output = host_output(host, [exe, "-I", "-c", _IDENTITY], ssh_config)
+    lines = output.strip().splitlines()
     try:
-        done = subprocess.run([exe, "-I", "-c", _IDENTITY], capture_output=True, timeout=60, check=False,
-                              stdin=subprocess.DEVNULL)
-        found = json.loads(done.stdout.decode("utf-8", "replace").strip().splitlines()[-1])
-    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
-        raise UsageError(f"--engine-python {printable(exe)}: cannot list its installed packages") from None
-    if not found:
-        raise UsageError(f"no sglang or vllm is installed for {printable(exe)} (--engine-python names the Python "
-                         "whose environment has the engine)")
-    engine, version, build = found[0]
-    return f"{engine}=={version}", str(build)
+        found = json.loads(lines[-1])
+        engine, version, build = (str(v) for v in found[0]) if found else ("", "", "")
+    except (ValueError, IndexError, TypeError, KeyError, RecursionError):
+        said = f" (exit {status}: {printable(clip(lines[-1], 200))})" if host and lines else ""
+        raise UsageError(f"--engine-python {printable(exe)}{printable(where)}: cannot list its installed "
+                         f"packages{said}") from None
+    if not engine:
+        raise UsageError(f"no sglang or vllm is installed for {printable(exe)}{printable(where)} (--engine-python "
+                         "names the Python whose environment has the engine)")
+    return f"{engine}=={version}", build

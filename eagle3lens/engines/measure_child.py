@@ -5,12 +5,14 @@ RECORD.json`` in the engine's environment (which need not have eagle3lens instal
 standard library and the engine: vLLM's ``LLM``, or SGLang's ``Engine`` on a GPU host). It starts the engine with the target and the EAGLE-3 draft, generates from the
 given token ids, reads the engine's own speculative-decoding counters before and after, and writes one JSON record.
 A failure is a record too (``ok: false`` with the stage, the exception and where it was raised), so the caller
-reports the engine's own error instead of guessing from a traceback.
+reports the engine's own error instead of guessing from a traceback; a target or draft that is no directory where
+the engine runs (a path on the GPU host, with ``--host``) is the stage ``input``, before the engine starts.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import traceback
 from typing import Any
@@ -143,7 +145,12 @@ def main(argv: list[str]) -> int:
     request_path, record_path = argv[1], argv[2]
     with open(request_path, encoding="utf-8") as handle:
         request = json.load(handle)
-    record = _vllm(request) if request["engine"] == "vllm" else _sglang(request)
+    absent = [p for p in (request["target"], request["draft"]) if not os.path.isdir(p)]
+    if absent:  # the engine would take a missing path for a hub id: say so before it starts
+        record = {"ok": False, "stage": "input", "error": {"type": "NotADirectoryError", "where": "",
+                                                          "message": f"{absent[0]}: no such model directory"}}
+    else:
+        record = _vllm(request) if request["engine"] == "vllm" else _sglang(request)
     with open(record_path, "w", encoding="utf-8") as handle:
         json.dump(record, handle)
     sys.stdout.flush()
