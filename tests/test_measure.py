@@ -396,3 +396,27 @@ def test_every_fix_printed_for_the_cpu_build_serves_at_least_as_well(demo_dir: P
             if before.accept_len < healthy.accept_len - GREEDY_TOLERANCE:  # a real defect: restored
                 assert after.accept_len == pytest.approx(healthy.accept_len, abs=GREEDY_TOLERANCE), (variant, fix)
     assert applied  # the CPU build has something to fix among these
+
+
+def test_an_engine_that_died_is_reported_by_the_error_its_worker_logged(tmp_path: Path) -> None:
+    """vLLM's frontend raises EngineDeadError ("see stack trace above"); the root cause is the exception its
+    worker process logged, in vLLM's log format (the real one is in the engine test above)."""
+    from eagle3lens.engines.measure import _with_root_cause
+
+    log = tmp_path / "engine.log"
+    prefix = "(Worker pid=24093) ERROR 12-05 16:45:41 [multiproc_executor.py:1063] "
+    log.write_text("\n".join([
+        "(MainProcess pid=1) WARNING 12-05 16:45:41 [base.py:380] ValueError: a warning's traceback, not the cause",
+        prefix + "Traceback (most recent call last):",
+        prefix + '  File "/venv/vllm/model_executor/models/llama_eagle3.py", line 394, in compute_logits',
+        prefix + "    logits = logits[..., self.draft_id_to_target_id]",
+        prefix + "IndexError: index 2049 is out of bounds for dimension 0 with size 2048",
+        "(EngineCore pid=2) ERROR 12-05 16:45:41 [core.py:1512] RuntimeError: Worker failed with error 'index 2049'",
+    ]) + "\n")
+    dead = {"ok": False, "stage": "generate", "error": {"type": "EngineDeadError", "message": "EngineCore "
+            "encountered an issue. See stack trace (above) for the root cause.", "where": "core_client.py:996"}}
+    error = _with_root_cause(dead, log)["error"]
+    assert (error["type"], error["where"]) == ("IndexError", "/venv/vllm/model_executor/models/llama_eagle3.py:394")
+    assert error["message"].startswith("index 2049 is out of bounds") and error["outer"].startswith("EngineDeadError")
+    refused = {"ok": False, "stage": "start", "error": {"type": "ValueError", "message": "not supported for now"}}
+    assert _with_root_cause(refused, log) == refused  # an exception that is its own cause stays

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -29,6 +30,7 @@ from ..io.textsafe import clip, printable
 DEFAULT_TIMEOUT_S = 900.0
 MAX_RECORD_BYTES = 64 << 20
 _LOG_TAIL_BYTES = 64 << 10
+_ROOT_CAUSE_BYTES = 4 << 20  # the end of the engine's output, where its processes logged what killed them
 CHILD = Path(__file__).with_name("measure_child.py")
 REQUEST, RECORD, LOG = "request.json", "record.json", "engine.log"  # the files of one run, here and on a host
 _PROMETHEUS_NAMES = {
@@ -167,7 +169,7 @@ def measure(target: str | Path, draft: str | Path, prompts: Sequence[Sequence[in
             from .measure_remote import run_on_host
 
             code = run_on_host(host, python or "python3", Path(work), settings, timeout_s, ssh_config)
-        record = _read_record(code, record_path, log_path)
+        record = _with_root_cause(_read_record(code, record_path, log_path), log_path)
     return _measurement(record, request, host)
 
 
@@ -202,6 +204,38 @@ def _read_record(code: int, record_path: Path, log_path: Path) -> Any:
         return json.loads(record_path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise MeasureFailed(f"the engine's record is unreadable ({exc})") from None
+
+
+# a line of an exception the engine logged from another process: "(Worker pid=7) ERROR 12-05 16:45:41 [f.py:1] X"
+_LOGGED = re.compile(r"^(?:\([^)]{1,80}\) )?ERROR \S+ \S+ \[[^\]]{1,200}\] (?P<text>.*)$")
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]{1,500})", line (?P<line>\d{1,9})')
+_RAISED = re.compile(r"^(?P<type>[A-Za-z_][\w.]{0,200}(?:Error|Exception|Interrupt)): (?P<message>.*)$")
+
+
+def _with_root_cause(record: Any, log_path: Path) -> Any:
+    """A failed record whose exception only points elsewhere (vLLM's ``EngineDeadError``: "See stack trace
+    (above) for the root cause") carries the first exception the engine's own processes logged as an error
+    instead, with its frame; the frontend's exception stays as ``outer``."""
+    error = record.get("error") if isinstance(record, dict) and not record.get("ok") else None
+    if not isinstance(error, dict) or not log_path.is_file() or (
+            error.get("type") != "EngineDeadError" and "stack trace" not in str(error.get("message", ""))):
+        return record
+    with open(log_path, "rb") as log:
+        log.seek(max(0, log_path.stat().st_size - _ROOT_CAUSE_BYTES))
+        lines = log.read().decode("utf-8", "replace").splitlines()
+    where = ""
+    for line in lines:
+        logged = _LOGGED.match(line)
+        if logged is None:
+            continue
+        frame, raised = _FRAME.match(logged["text"]), _RAISED.match(logged["text"])
+        if frame is not None:
+            where = f"{frame['file']}:{frame['line']}"
+        elif raised is not None:
+            cause = {"type": raised["type"], "message": raised["message"][:2000], "where": where,
+                     "outer": f"{error.get('type', '')}: {error.get('message', '')}"[:500]}
+            return {**record, "error": cause}
+    return record
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
