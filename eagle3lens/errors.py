@@ -88,6 +88,11 @@ class NotebookCellError(Eagle3LensError):
         super().__init__(f"{clip(self.notebook)}: {self.problem} (partial notebook: {executed})")
 
 
+class MeasureFailed(Eagle3LensError):
+    """``--measure`` could not be made for a reason of its own harness (no engine Python, a time-out, no record):
+    it says nothing about the draft, and the report says "not measured"."""
+
+
 class RemoteError(Eagle3LensError):
     """A remote host cannot be reached, trusted, authenticated or used for a run."""
 

@@ -66,7 +66,7 @@ def test_builds_between_releases_and_installed_versions_still_resolve():
     from eagle3lens.engines.registry import resolve_named
 
     assert resolve("vllm==0.9.1.dev3").label == "vllm 0.9.0–0.9.0.1"  # dev, rc and local builds are not listed
-    assert resolve("sglang==0.5.11+cu128").release == "0.5.11+cu128"
+    assert resolve("sglang==0.5.11+cu128").release == "0.5.11"  # the local label is the build
     assert resolve("vllm==0.33.0rc1").label == "vllm 0.30.0–0.33.0"
     assert resolve_named("vllm==0.9.5", installed=True).label == "vllm 0.9.1–0.10.0"  # installed: it exists
     assert not resolve("sglang==0.5.99").verified

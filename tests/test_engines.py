@@ -155,7 +155,7 @@ def test_engine_imports_are_declared_core_dependencies():
     from pathlib import Path
 
     root = Path(__file__).resolve().parent.parent
-    declared = {re.split(r"[<>=!~\[ ;]", r, maxsplit=1)[0].lower()
+    declared = {re.split(r"[<>=!~\[ ;]", r, maxsplit=1)[0].lower().replace("-", "_")
                 for r in tomllib.loads((root / "pyproject.toml").read_text())["project"]["dependencies"]}
     imported = set()
     for file in (root / "eagle3lens" / "engines").glob("*.py"):

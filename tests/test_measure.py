@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 
-from eagle3lens.engines.measure import (MeasureFailed, Measurement, ServedCounts, ServedStop,
+from eagle3lens.engines.measure import (Measurement, ServedCounts, ServedStop,
                                         counters_from_prometheus, installed_engine, measure)
-from eagle3lens.errors import UsageError
+from eagle3lens.errors import MeasureFailed, UsageError
 from eagle3lens.findings import Severity
 from eagle3lens.probes.acceptance_result import AcceptanceResult, AcceptanceView
 from eagle3lens.probes.measured import GREEDY_TOLERANCE, judge, tolerance

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 from _sshd import make_sshd, ssh_host, sshd_missing_reason, write_ed25519_key
 
-from eagle3lens.engines.measure import MeasureFailed, installed_engine, measure
+from eagle3lens.engines.measure import installed_engine, measure
+from eagle3lens.errors import MeasureFailed
 from eagle3lens.errors import UsageError
 
 pytestmark = pytest.mark.ssh

@@ -136,7 +136,7 @@ def with_measurement(args: argparse.Namespace, result: Any, data: Any, teacher: 
     they were read from), judged against the estimate; a measurement that could not be made is a note."""
     from dataclasses import replace
 
-    from ..engines.measure import MeasureFailed
+    from ..errors import MeasureFailed
     from ..io.textsafe import printable
     from ..probes.data import iter_samples
     from ..probes.measured import judge

@@ -24,15 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import UsageError
+from ..errors import MeasureFailed, UsageError
 from ..io.textsafe import clip, printable
+from .measure_run import CHILD, LOG, MAX_RECORD_BYTES, RECORD, REQUEST, too_long
 
 DEFAULT_TIMEOUT_S = 900.0
-MAX_RECORD_BYTES = 64 << 20
 _LOG_TAIL_BYTES = 64 << 10
 _ROOT_CAUSE_BYTES = 4 << 20  # the end of the engine's output, where its processes logged what killed them
-CHILD = Path(__file__).with_name("measure_child.py")
-REQUEST, RECORD, LOG = "request.json", "record.json", "engine.log"  # the files of one run, here and on a host
 _PROMETHEUS_NAMES = {
     "vllm:spec_decode_num_drafts": "drafts",
     "vllm:spec_decode_num_draft_tokens": "draft_tokens",
@@ -112,11 +110,6 @@ class Measurement:
         return out
 
 
-class MeasureFailed(Exception):
-    """The measurement could not be made for a reason of the harness (no engine Python, a time-out, no record):
-    says nothing about the draft."""
-
-
 def engine_python(explicit: str | None = None) -> str:
     """The Python that runs the engine: ``--engine-python``, else ``$EAGLE3LENS_ENGINE_PYTHON``, else this one."""
     chosen = explicit or os.environ.get("EAGLE3LENS_ENGINE_PYTHON") or sys.executable
@@ -171,12 +164,6 @@ def measure(target: str | Path, draft: str | Path, prompts: Sequence[Sequence[in
             code = run_on_host(host, python or "python3", Path(work), settings, timeout_s, ssh_config)
         record = _with_root_cause(_read_record(code, record_path, log_path), log_path)
     return _measurement(record, request, host)
-
-
-def too_long(timeout_s: float) -> str:
-    """What a run past its time limit says."""
-    return (f"the engine did not finish within {timeout_s:g} s (EAGLE3LENS_MEASURE_TIMEOUT or --measure-timeout "
-            f"raise the limit)")
 
 
 def _run(words: list[str], env: dict[str, str], log_path: Path, timeout_s: float) -> int:

@@ -15,11 +15,9 @@ import stat
 from collections.abc import Mapping
 from pathlib import Path
 
-import paramiko
-
-from ..errors import RemoteError
+from ..errors import MeasureFailed, RemoteError
 from ..remote import supervisor
-from .measure import CHILD, LOG, MAX_RECORD_BYTES, RECORD, REQUEST, MeasureFailed, too_long
+from .measure_run import CHILD, LOG, MAX_RECORD_BYTES, RECORD, REQUEST, too_long
 
 _SUPERVISOR = "remote_supervisor.py"
 _CONNECTED_GRACE_S = 60.0  # the host's supervisor holds the limit; the local side waits this much longer
@@ -39,7 +37,7 @@ def run_on_host(host: str, python: str, work: Path, env: Mapping[str, str], time
     the engine's output land in ``work``. Returns the child's exit status; raises ``MeasureFailed`` past the time
     limit or when the connection fails during the run."""
     from ..remote.files import EXEC_FILES
-    from ..remote.ssh import connect, load_ssh_config, resolve_host
+    from ..remote.ssh import TRANSPORT_ERRORS, connect, load_ssh_config, resolve_host
     from ..remote.workdir import private_dir
 
     with connect(resolve_host(host, load_ssh_config(ssh_config))) as conn, \
@@ -64,6 +62,6 @@ def run_on_host(host: str, python: str, work: Path, env: Mapping[str, str], time
                 files.get(f"{remote}/{RECORD}", work / RECORD)
         except RemoteError as exc:  # the host was reached and then lost: nothing said about the draft
             raise MeasureFailed(str(exc)) from None
-        except (OSError, paramiko.SSHException) as exc:  # a transfer or channel that failed midway
+        except TRANSPORT_ERRORS as exc:  # a transfer or channel that failed midway
             raise MeasureFailed(f"{host}: the run's files or channel failed ({exc})") from None
     return status

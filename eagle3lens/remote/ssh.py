@@ -28,6 +28,10 @@ CONNECT_TIMEOUT = 15.0
 _MAX_JUMPS = 8
 
 
+# what a transfer or channel that fails midway raises (for callers that must not import paramiko themselves)
+TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (OSError, paramiko.SSHException)
+
+
 @dataclass(frozen=True)
 class SshTarget:
     """Where and how to log in, after the ssh config has been applied."""
