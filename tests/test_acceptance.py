@@ -185,13 +185,16 @@ def test_never_written_parameters_hold_the_engines_init(demo_dir: Path, capsys) 
     views = {}
     for empty in ("noise", "zeros"):
         result = estimate_acceptance(demo_dir / "speculators", demo_dir / "hidden-states", target=demo_dir / "target",
-                                     engine=SGLANG, fixed=False, empty_memory=empty, limit=8)
+                                     engine=SGLANG, fixed=False, empty_memory=empty)
         views[empty] = result.views["as_served"]
         never = views[empty].setup["never_written"]
         assert never["layers.0.self_attn.q_proj.weight"] == f"torch.empty ({empty})"
         assert never["layers.0.input_layernorm.weight"] == "ones"
         assert "fc.weight" not in never and "lm_head.weight" not in never  # loaded
-        assert views[empty].accept_len is not None and views[empty].accept_len <= 1.05
+        # (almost) nothing: the untrained target's continuations repeat a token now and then, which even a draft
+        # without its decoder guesses (about 6 % of rounds on the demo)
+        assert views[empty].accept_len is not None and views[empty].accept_len <= 1.1
+        assert views[empty].accept_len < result.views["as_trained"].accept_len - 0.2
         assert any(f"torch.empty memory, modelled as {empty}" in n for n in result.notes)
     whole = estimate_acceptance(demo_dir / "eagle", demo_dir / "hidden-states", target=demo_dir / "target",
                                 engine=SGLANG, fixed=False, limit=2)

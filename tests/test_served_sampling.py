@@ -295,7 +295,12 @@ def test_served_temperature_is_each_engines_rule(engine: str, temperature: float
 @pytest.mark.parametrize("engine", ["sglang==0.5.11", "vllm==0.10.2"])
 def test_cli_temperature_below_the_engines_threshold_follows_the_engine(demo_dir: Path, capsys, engine: str) -> None:
     """--temperature 1e-320 had every sampled view print nan: SGLang serves it greedily, vLLM raises it to 0.01."""
-    out = _acceptance(demo_dir, capsys, "--engine", engine, "--temperature", "1e-320")
+    rc = cli.main(["acceptance", str(demo_dir / "speculators"), "--target", str(demo_dir / "target"), "--chat",
+                   str(demo_dir / "chat.jsonl"), "--limit", "2", "--new-tokens", "8", "--no-fixed", "--json",
+                   "--engine", engine, "--temperature", "1e-320"])
+    captured = capsys.readouterr()
+    assert rc in (0, 1), captured.err  # 1: speculators/ is broken under sglang 0.5.11 (its findings), not the figures
+    out = json.loads(captured.out)
     sampled = out["results"]["acceptance"]["traffic"]["sampled"]
     if engine.startswith("sglang"):
         assert sampled == {}
