@@ -63,7 +63,8 @@ def predict_wiring(draft: str | Path | Checkpoint, *, target: str | Path | Check
     """Predict what ``launch`` feeds ``draft`` on ``target`` under ``engine`` (default: the launch's engine, newest
     release), as :func:`~eagle3lens.served.serve_draft` derives it. ``observed``: a
     :class:`~eagle3lens.probes.wiring.WiringResult` from a live trace, shown beside."""
-    served = serve_draft(draft, engine=engine if engine is not None else launch.engine, target=target, launch=launch)
+    served = serve_draft(draft, engine=engine if engine is not None else launch.engine, target=target, launch=launch,
+                         headers_only=True)  # from the launch and the configs: no tensor byte
     return from_served(served, launch, observed)
 
 

@@ -316,7 +316,7 @@ def check_wiring(draft: CheckpointLike, *, target: Any = None, engine: EnginePro
     profile = own_loader(ckpt.spec.flavour) if engine is None else resolve(engine)
     model = load_target(target, device, device_map=device_map, dtype=dtype)
     _, layers = find_decoder_layers(model)
-    served = serve_draft(ckpt, engine=profile, num_target_layers=len(layers))
+    served = serve_draft(ckpt, engine=profile, num_target_layers=len(layers), headers_only=is_shape_only(model))
     assert served.aux is not None  # no launch: EAGLE-3, aux capture on
     resolution = served.aux
     module = load_draft_as(ckpt, profile, device=draft_device(model))

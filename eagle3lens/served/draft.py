@@ -127,11 +127,12 @@ class ServedDraft:
 
 def serve_draft(draft: CheckpointLike, *, engine: str | EngineProfile, target: str | Path | Checkpoint | None = None,
                 launch: Launch | None = None, num_target_layers: int | None = None,
-                load: LoadResult | None = None) -> ServedDraft:
+                load: LoadResult | None = None, headers_only: bool = False) -> ServedDraft:
     """What ``engine`` runs for ``draft``: headers and configs of the draft and ``target`` (its ``config.json``
     is enough), with ``launch`` deciding the algorithm and runtime path (without one: EAGLE-3, the default path).
     ``num_target_layers`` stands in for a target when only its layer count is known. ``load``: the draft's load
-    as already decided (the engine's own loader executed, ``keys --execute``) instead of the simulated one."""
+    as already decided (the engine's own loader executed, ``keys --execute``) instead of the simulated one.
+    ``headers_only``: read no tensor byte (a trace on the meta device): the d2t's range is then not checked."""
     ckpt = as_checkpoint(draft).require_draft()
     if ckpt.config is None:
         raise CheckpointError(ckpt.path, "no config.json beside the weights? the engine builds the draft from it")
@@ -180,7 +181,7 @@ def serve_draft(draft: CheckpointLike, *, engine: str | EngineProfile, target: s
         notes.append("the launch disables CUDA graphs (eager decode)"
                      + (": aux layers as the eager path captures them" if profile.path == "eager" else ""))
     trained, trained_source = trained_with(spec, L)
-    vocab_error, vocab_text = _vocab(profile, load, ckpt, spec.vocab_size if capture else None)
+    vocab_error, vocab_text = _vocab(profile, load, ckpt, spec.vocab_size if capture and not headers_only else None)
     return ServedDraft(
         str(ckpt.path), profile.spec, profile.release, profile.path, None if stop else load.draft_class, stop, load,
         _params(load), algorithm, launch is not None, capture, aux, tuple(trained), trained_source,
