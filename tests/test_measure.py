@@ -353,9 +353,9 @@ def test_refused_and_crashing_drafts_give_the_engines_own_error_as_predicted(dem
                       stop_token_ids=[2], python=ENGINE_PYTHON)
     assert crashed.stop is not None and crashed.stop.stage == "generate"
     assert "out of bounds" in crashed.stop.message or "out of bounds" in crashed.stop.text()
-    vocab = subprocess.run([*CLI, "vocab", str(demo_dir / "broken-d2t-absolute"), "--engine", "vllm==0.32.0+cpu",
-                            "--json"], capture_output=True, text=True)
-    (absolute,) = [f for f in json.loads(vocab.stdout)["findings"] if f["code"] == "vocab/d2t-absolute-ids"]
+    doctor = subprocess.run([*CLI, "doctor", str(demo_dir / "broken-d2t-absolute"), "--engine", "vllm==0.32.0+cpu",
+                             "--no-weights", "--json"], capture_output=True, text=True)
+    (absolute,) = [f for f in json.loads(doctor.stdout)["findings"] if f["code"] == "vocab/d2t-absolute-ids"]
     assert "first decode" in absolute["detail"]
 
 
