@@ -31,10 +31,13 @@ def run(args: argparse.Namespace) -> int:
 
     launch = read_launch(args.launch, args.log)
     draft = Checkpoint.open(args.draft)
-    result = predict_wiring(draft, target=args.target, engine=args.engine, launch=launch)
+    result = predict_wiring(draft, target=args.target, engine=args.engine, launch=launch, headers_only=True)
     report = Report(checkpoint=draft.summary(), engine=result.engine)
     report.add("prediction", result)
     report.notes.extend(result.notes)
+    if draft.spec.has_d2t:
+        report.notes.append("headers only: the d2t's ids were not read, so a mapping past the target vocabulary "
+                            "(vLLM fails its first decode) is not predicted here; `eagle3lens doctor` reads them")
     if args.engine is None:
         report.notes.append(f"no --engine given: predicted for {result.engine}, the newest release known")
     return finish(report, args)

@@ -59,12 +59,14 @@ class WiringPrediction:
 
 def predict_wiring(draft: str | Path | Checkpoint, *, target: str | Path | Checkpoint,
                    engine: str | EngineProfile | None = None, launch: Launch,
-                   observed: Any = None) -> WiringPrediction:
+                   observed: Any = None, headers_only: bool = False) -> WiringPrediction:
     """Predict what ``launch`` feeds ``draft`` on ``target`` under ``engine`` (default: the launch's engine, newest
     release), as :func:`~eagle3lens.served.serve_draft` derives it. ``observed``: a
-    :class:`~eagle3lens.probes.wiring.WiringResult` from a live trace, shown beside."""
+    :class:`~eagle3lens.probes.wiring.WiringResult` from a live trace, shown beside. ``headers_only`` (the
+    ``wiring`` command): no tensor byte is read, so a d2t past the target vocabulary is not seen (the doctor reads
+    its N ids and predicts that crash)."""
     served = serve_draft(draft, engine=engine if engine is not None else launch.engine, target=target, launch=launch,
-                         headers_only=True)  # from the launch and the configs: no tensor byte
+                         headers_only=headers_only)
     return from_served(served, launch, observed)
 
 
