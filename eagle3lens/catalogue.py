@@ -24,12 +24,12 @@ SeverityName = Literal["info", "warning", "critical"]
 
 # the probes that own codes, and the modules (under eagle3lens/) that make up each probe
 PROBES: dict[str, tuple[str, ...]] = {
-    "keys": ("probes/keys.py", "engines/executed_result.py"),
+    "keys": ("probes/keys.py", "probes/executed.py"),
     "vocab": ("probes/vocab.py", "probes/vocab_mapping.py", "probes/vocab_diagnosis.py", "probes/vocab_findings.py",
               "probes/vocab_coverage.py"),
     "weights": ("probes/weights.py",),
     # the aux-layer resolver is the wiring check's static half, the launch-based prediction its predictive one
-    "wiring": ("probes/wiring.py", "probes/aux_layers.py", "probes/prediction.py", "served/draft.py"),
+    "wiring": ("probes/wiring.py", "served/aux_layers.py", "probes/prediction.py", "served/draft.py"),
     "trace": ("probes/trace.py",),
     "logs": ("probes/logs.py",),
     "doctor": ("doctor.py",),

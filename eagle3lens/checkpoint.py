@@ -12,7 +12,7 @@ from __future__ import annotations
 import io
 import os
 import re
-import stat
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterator, Union, overload
@@ -21,6 +21,7 @@ from .draft_spec import (DECODER_KEY, DECODER_PREFIXES, FLAG_NAMES, LAYER_ID_LIM
                          TOP_LEVEL_FIELDS, DraftSpec, build_spec, config_values, detect_flavour)
 from .errors import CheckpointError
 from .io.dumps import named_dump, sample_format
+from .io.inputs import inside
 from .io.jsonio import read_json
 from .io.safetensors_header import DTYPE_BITS, read_header, st_dtype, torch_dtype
 from .tensor_info import TensorInfo
@@ -79,7 +80,7 @@ class Checkpoint:
             config = _read_config(path, path / "config.json")
             return cls._open_dir(path, config)
         root = path.parent
-        _inside(root, path)
+        inside(root, path)
         config = _read_config(root, root / "config.json")
         if path.name in INDEX_NAMES:
             return cls._open_sharded(root, path, config)
@@ -101,17 +102,17 @@ class Checkpoint:
                 return cls._open_sharded(root, root / name, config)
         safetensors = sorted(p for p in root.glob("*.safetensors"))
         if safetensors:
-            return cls._from_safetensors(root, root, tuple(_inside(root, p) for p in safetensors), config)
+            return cls._from_safetensors(root, root, tuple(inside(root, p) for p in safetensors), config)
         pickles = sorted(p for p in root.iterdir() if p.suffix in PICKLE_SUFFIXES and p.is_file())
         if pickles:
-            return cls._from_pickles(root, root, tuple(_inside(root, p) for p in pickles), config)
+            return cls._from_pickles(root, root, tuple(inside(root, p) for p in pickles), config)
         if not any(root.iterdir()):
             raise CheckpointError(root, "empty directory: no checkpoint files")
         raise CheckpointError(root, "not a checkpoint: no *.safetensors, *.bin or *.pt files")
 
     @classmethod
     def _open_sharded(cls, root: Path, index_path: Path, config: dict[str, Any] | None) -> "Checkpoint":
-        _inside(root, index_path, what=index_path.name)
+        inside(root, index_path, what=index_path.name)
         index = read_json(index_path, "index JSON", CheckpointError)
         weight_map = index.get("weight_map") if isinstance(index, dict) else None
         if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
@@ -127,7 +128,7 @@ class Checkpoint:
                 raise CheckpointError(index_path, f"shard path {shard_name!r} points outside the checkpoint directory")
             if not shard.exists() and not shard.is_symlink():
                 raise CheckpointError(index_path, f"shard {shard_name!r} is missing")
-            shard = _inside(root, shard, what=f"shard {shard_name!r} (named in {index_path.name})")
+            shard = inside(root, shard, what=f"shard {shard_name!r} (named in {index_path.name})")
             shards[shard_name] = shard
         is_pickle = index_path.name.startswith("pytorch_model")
         files = tuple(shards.values())
@@ -311,35 +312,10 @@ def _sorted(tensors: dict[str, TensorInfo]) -> dict[str, TensorInfo]:
     return dict(sorted(tensors.items()))
 
 
-def _containment_roots(root: Path) -> tuple[Path, ...]:
-    """The folders symlinks may lead into: the checkpoint directory, and for a real Hugging Face cache snapshot
-    (``models--ORG--NAME/snapshots/REV``, whose files link to ``../../blobs``) that model's ``blobs`` folder.
-    A ``snapshots/REV`` folder anywhere else widens nothing."""
-    real = root.resolve()
-    if real.parent.name == "snapshots" and real.parent.parent.name.startswith("models--"):
-        return real, real.parent.parent / "blobs"
-    return (real,)
-
-
-def _inside(root: Path, path: Path, what: str | None = None) -> Path:
-    """Refuse ``path`` when it (or a symlink on the way) leads outside ``root``, or is not a regular file
-    (a FIFO or device would hang or never end)."""
-    real = path.resolve()
-    if not any(real == r or r in real.parents for r in _containment_roots(root)):
-        raise CheckpointError(path, f"{what or 'file'} leads outside the checkpoint directory (to {real})")
-    try:
-        mode = real.stat().st_mode
-    except OSError as exc:
-        raise CheckpointError(path, f"cannot read {what or 'file'} ({exc.strerror or exc})") from None
-    if not stat.S_ISREG(mode):
-        raise CheckpointError(path, f"{what or 'file'} is not a regular file")
-    return path
-
-
 def _read_config(root: Path, path: Path) -> dict[str, Any] | None:
     if not path.exists() and not path.is_symlink():
         return None
-    _inside(root, path, what="config.json")
+    inside(root, path, what="config.json")
     config = read_json(path, "config JSON", CheckpointError)
     if not isinstance(config, dict):
         raise CheckpointError(path, "config must be a JSON object")
@@ -418,6 +394,17 @@ def _read_exactly(fh: io.RawIOBase, info: TensorInfo, start: int, view: memoryvi
         raise CheckpointError(info.file, f"tensor {info.name!r}: file ended after {got} of {len(view)} bytes")
 
 
-__all__ = ["Checkpoint", "CheckpointLike", "as_checkpoint", "TensorInfo", "INDEX_NAMES", "PICKLE_SUFFIXES",
+__all__ = ["Checkpoint", "CheckpointLike", "InfoResult", "as_checkpoint", "TensorInfo", "INDEX_NAMES", "PICKLE_SUFFIXES",
            "DraftSpec", "build_spec", "config_values", "detect_flavour", "DECODER_KEY", "DECODER_PREFIXES",
            "FLAG_NAMES", "MLA_FIELDS", "SIZE_FIELDS", "TOP_LEVEL_FIELDS", "LAYER_ID_LIMIT"]
+
+
+@dataclass(frozen=True)
+class InfoResult:
+    """The tensor table of a checkpoint; no findings of its own (its view: :mod:`eagle3lens.plots.info`)."""
+
+    ckpt: Checkpoint
+    findings: tuple[Any, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tensors": [t.to_dict() for t in self.ckpt.tensors.values()]}

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from .checkpoint import DECODER_KEY, INDEX_NAMES, Checkpoint, build_spec
-from .convert_config import convert_config, rewrite_aux_ids
+from .engines.config_writer import convert_config, rewrite_aux_ids
 from .engines import EngineProfile, resolve
 from .errors import ConversionRefused, Eagle3LensError, UsageError, WriteVerifyError
 from .findings import Finding, Severity, to_jsonable
@@ -234,7 +234,7 @@ def _plan(ckpt: Checkpoint, profile: EngineProfile, hf_ids: list[int] | None = N
     spec = ckpt.spec
     config, changes, refusals, notes = convert_config(ckpt.config or {}, spec, profile, hf_ids)
     if hf_ids is not None:
-        from .probes.aux_layers import resolve_aux_layers
+        from .served.aux_layers import resolve_aux_layers
 
         resolution = resolve_aux_layers(build_spec(config, dict(ckpt.tensors)), None, profile)
         if resolution.source in ("default", "disabled"):

@@ -102,14 +102,14 @@ def engine_sweep(ckpt: Checkpoint, num_target_layers: int | None = None) -> Find
     """Without ``--engine``: the load simulation under every serving-engine profile, summarised in one info
     finding naming the releases that would drop tensors, refuse or misread the draft (None when none would)."""
     from .engines import all_profiles
-    from .served import serve_draft
+    from .probes.keys import simulate_load
 
     runs: list[tuple[str, tuple[str, ...], str, str]] = []  # (engine, phrases, first release, last release)
     first_broken: str | None = None
     for profile in all_profiles():
         if profile.kind != "serving":
             continue
-        phrases = _sweep_phrases(serve_draft(ckpt, engine=profile, num_target_layers=num_target_layers).load.findings)
+        phrases = _sweep_phrases(simulate_load(ckpt, profile, num_target_layers=num_target_layers).findings)
         first, last = profile.releases[0], profile.releases[-1]
         if runs and runs[-1][:2] == (profile.name, phrases):  # adjacent groups that break the same way: one range
             runs[-1] = (profile.name, phrases, runs[-1][2], last)
@@ -182,6 +182,7 @@ def diagnose(
     from .probes.logs import parse_log
     from .probes.vocab import inspect_vocab
     from .probes.weights import weight_stats
+    from .probes.keys import simulate_load
     from .probes.wiring import check_wiring
     from .served import serve_draft
 
@@ -200,7 +201,7 @@ def diagnose(
                          else tgt.spec.num_hidden_layers if tgt is not None else None)
     executed = None
     if execute or engine_root is not None or execution is not None:
-        from .engines.executed_result import execute_load
+        from .probes.executed import execute_load
 
         if not isinstance(engine, (str, type(None))) or (engine or "installed").strip().lower() != "installed":
             raise UsageError(f"execute runs the installed engine's own loader: engine='installed', not {engine!r}")
@@ -234,10 +235,11 @@ def diagnose(
             fix="copy the training run's config.json next to the weights"))
         skipped["keys"] = skipped["aux_layers"] = skipped["wiring"] = "no config.json: nothing to build the draft from"
     elif profile is not None:
-        served = serve_draft(ckpt, engine=profile, num_target_layers=num_target_layers, load=executed,
+        load = executed if executed is not None else simulate_load(ckpt, profile, num_target_layers=num_target_layers)
+        served = serve_draft(ckpt, engine=profile, num_target_layers=num_target_layers, load=load,
                              target=config_target or (tgt.root if tgt is not None else None))
         if executed is not None:
-            from .engines.executed_result import stand_ins_note
+            from .probes.executed import stand_ins_note
 
             report.notes.append(stand_ins_note(executed))
         run("keys", lambda: served.load)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .checkpoint import _inside
+from .io.inputs import inside
 from .errors import CheckpointError
 from .io.inputs import MiB
 from .io.jsonio import read_json
@@ -49,7 +49,7 @@ def check_directory(root: str | Path) -> Path:
         weight = name.endswith(WEIGHT_SUFFIXES)
         if not (weight or name.endswith(SIDE_SUFFIXES)) or (path.is_dir() and not path.is_symlink()):
             continue
-        _inside(root, path, what=name)
+        inside(root, path, what=name)
         if weight:
             continue
         size = path.stat().st_size
@@ -68,7 +68,7 @@ def custom_code(root: str | Path) -> dict[str, list[str]]:
         path = Path(root) / name
         if not path.is_file():
             continue
-        config = read_json(_inside(Path(root), path, what=name), name, CheckpointError)
+        config = read_json(inside(Path(root), path, what=name), name, CheckpointError)
         auto_map = config.get("auto_map") if isinstance(config, dict) else None
         refs = auto_map.values() if isinstance(auto_map, dict) else auto_map if isinstance(auto_map, list) else []
         flat = [r for ref in refs for r in (ref if isinstance(ref, list) else [ref]) if isinstance(r, str)]

@@ -17,7 +17,7 @@ from _builders import BIAS, HEADS, INTER, KV, H, draft_tensors, sglang_config, t
 from _mini_engine import DRAFT, write_engine
 from eagle3lens.checkpoint import Checkpoint
 from eagle3lens.engines.execute import Execution, record_execution
-from eagle3lens.engines.executed_result import execute_load
+from eagle3lens.probes.executed import execute_load
 from eagle3lens.engines.standins import forget_modules
 
 
@@ -133,7 +133,7 @@ def test_the_strict_check_judges_what_the_execution_wrote(engine: Path, tmp_path
     parameters the engine's own code wrote (a record of the miniature engine, read as that release's)."""
     from dataclasses import replace
 
-    from eagle3lens.engines.executed_result import executed_result
+    from eagle3lens.probes.executed import executed_result
 
     for name, tensors, unwritten in (("without-embed", None, "model.embed_tokens.weight"),
                                      ("whole", draft_tensors("midlayer."), None)):
@@ -330,7 +330,7 @@ def test_each_logged_warning_lands_on_its_key_among_thousands(engine: Path, tmp_
 
 
 def test_logs_name_keys_by_dotted_words_or_the_key_in_flight() -> None:
-    from eagle3lens.engines.executed_result import logs_by_key
+    from eagle3lens.probes.executed import logs_by_key
 
     keys = {"norm.weight", "fc.weight", "odd key/x", "lm_head.weight"}
     logs = [{"message": "Parameter model.norm.weight not found", "key": "fc.weight"},

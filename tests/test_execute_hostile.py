@@ -17,7 +17,7 @@ import pytest
 from _builders import draft_tensors, sglang_config, write
 from _mini_engine import DRAFT, write_engine
 from eagle3lens.engines.execute_child import TIMEOUT_ENV
-from eagle3lens.engines.executed_result import execute_load
+from eagle3lens.probes.executed import execute_load
 from eagle3lens.engines.standins import forget_modules
 
 MODEL = "sglang/srt/models/llama_eagle3.py"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from eagle3lens.engines.executed_result import execute_load
+from eagle3lens.probes.executed import execute_load
 
 pytestmark = pytest.mark.slow
 

@@ -16,7 +16,7 @@ import pytest
 from eagle3lens.checkpoint import Checkpoint
 from eagle3lens.engines.execute_child import engine_root, execute_many_isolated
 from eagle3lens.engines.execute_whole import target_config
-from eagle3lens.engines.executed_result import executed_result
+from eagle3lens.probes.executed import executed_result
 
 ENGINE_PYTHON = os.environ.get("EAGLE3LENS_ENGINE_PYTHON")
 needs_engine = pytest.mark.skipif(not ENGINE_PYTHON, reason="no engine: make engine, then EAGLE3LENS_ENGINE_PYTHON")

@@ -113,7 +113,7 @@ def test_notebook_outputs_onto_a_fifo_are_refused_before_running(tmp_path: Path)
 
 
 def test_remote_manifest_goes_through_the_regular_file_check(tmp_path: Path) -> None:
-    from eagle3lens.remote import runs as remote
+    from eagle3lens.notebook import remote_run as remote
 
     assert remote.write_text_atomic.__module__ == "eagle3lens.io.safewrite"  # remote.json and fetched files
     assert remote.replacing.__module__ == "eagle3lens.io.safewrite"

@@ -22,7 +22,7 @@ from _sshd import make_sshd, ssh_host, sshd_missing_reason, write_ed25519_key
 
 from eagle3lens.commands.notebook import run_from_args
 from eagle3lens.errors import HostKeyError, RemoteError
-from eagle3lens.remote.runs import REFRESH_S, RemoteRun, describe_progress, run_remote
+from eagle3lens.notebook.remote_run import REFRESH_S, RemoteRun, describe_progress, run_remote
 from eagle3lens.remote.ssh import connect, load_ssh_config, resolve_host
 from eagle3lens.remote.supervisor import MARKER
 
@@ -146,7 +146,7 @@ def test_describe_progress_names_last_and_failed_cell(tmp_path: Path) -> None:
 
 
 def test_fetched_names_cannot_leave_the_output_folder(tmp_path: Path) -> None:
-    from eagle3lens.remote.runs import local_path
+    from eagle3lens.notebook.remote_run import local_path
 
     out = tmp_path / "out" / "gpu1"
     out.mkdir(parents=True)

@@ -63,7 +63,7 @@ def local_root(args: argparse.Namespace) -> str | None:
 
 def executed_load(ckpt: Checkpoint, args: argparse.Namespace, num_target_layers: int | None) -> Any:
     """The executed LoadResult: the engine here (or in ``--engine-root``), or the one installed on ``--host``."""
-    from ..engines.executed_result import execute_load
+    from ..probes.executed import execute_load
 
     return execute_load(ckpt, root=local_root(args), num_target_layers=num_target_layers,
                         execution=host_execution(ckpt, args), timeout=args.execute_timeout,

@@ -155,14 +155,15 @@ def with_measurement(args: argparse.Namespace, result: Any, data: Any, teacher: 
 def _checkpoint_stop_ids(target: Any) -> frozenset[int]:
     """The eos ids of a target checkpoint's config.json and generation_config.json (an id or a list), read as the
     engine reads them, where no model was loaded (``--data``: only the head was read)."""
-    from ..checkpoint import Checkpoint, _inside
+    from ..checkpoint import Checkpoint
+    from ..io.inputs import inside
     from ..io.jsonio import read_json
 
     ckpt = target if isinstance(target, Checkpoint) else Checkpoint.open(target)
     configs: list[Any] = [ckpt.config or {}]
     generation = ckpt.root / "generation_config.json"
     if generation.exists():
-        _inside(ckpt.root, generation, what="generation_config.json")
+        inside(ckpt.root, generation, what="generation_config.json")
         configs.append(read_json(generation, "generation config", UsageError))
     values = [c.get("eos_token_id") for c in configs if isinstance(c, dict)]
     items = [i for v in values for i in (v if isinstance(v, list) else [v])]

@@ -5,23 +5,14 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import dataclass
-from typing import Any
 
 from ..io.textsafe import printable
 from . import example_epilog
 
 
-@dataclass(frozen=True)
-class DemoBuilt:
-    """What ``demo`` built and the findings each variant should give (its view: :mod:`eagle3lens.plots.demo`)."""
-
-    paths: Any  # eagle3lens.demo.DemoPaths
-    manifest: dict[str, Any]
-
-
 def run(args: argparse.Namespace) -> int:
     from ..demo import build_demo
+    from ..demo_built import DemoBuilt
     from ..plots.registry import rich_view
     from ..render import terminal
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..engines.listing import EnginesTable  # moved to engines.listing; kept here for one release
 from ..findings import Report
 from . import add_output_options, example_epilog, finish
 
@@ -20,31 +21,6 @@ engine specs (--engine E in keys, doctor, trace, convert, logs):
                                                      from 0.29.0 for every target)
   installed            the engine `engines --detect` finds in this Python environment
 """
-
-
-class EnginesTable:
-    """Every version group of every engine (data for the table view and the README)."""
-
-    findings: tuple = ()
-
-    def __init__(self) -> None:
-        from ..engines import all_profiles
-
-        self.profiles = all_profiles()
-
-    def to_dict(self) -> dict:
-        return {"engines": [_row(p) for p in self.profiles]}
-
-
-def _row(p) -> dict:
-    return {"spec": p.spec, "label": p.label, "kind": p.kind, "source": p.source, "releases": list(p.releases),
-            "aux_ids_sources": list(p.aux_ids_sources), "aux_id_convention": p.aux_id_convention,
-            "paths": {name: list(p.with_path(name).aux_ids_sources) for name in p.paths},
-            "default_path": p.default_path, "honoured_flags": sorted(p.honoured_flags), "fc_gate": p.fc_gate,
-            "unknown_keys": p.unknown, "missing_d2t": p.missing_d2t, "draft_classes": [p.draft_class] +
-            [c.name for c in p.classes], "loader_steps": p.describe_steps(),
-            "sources": [{"path": s.path, "hashes": [{"first": a, "last": b, "sha12": h} for a, b, h in s.hashes]}
-                        for s in p.sources]}
 
 
 def run(args: argparse.Namespace) -> int:

@@ -3,22 +3,10 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
 
-from ..checkpoint import Checkpoint
+from ..checkpoint import Checkpoint, InfoResult  # InfoResult moved to checkpoint; kept here for one release
 from ..findings import Report
 from . import add_output_options, example_epilog, finish
-
-
-@dataclass(frozen=True)
-class InfoResult:
-    """The tensor table of a checkpoint; no findings of its own (its view: :mod:`eagle3lens.plots.info`)."""
-
-    ckpt: Checkpoint
-    findings: tuple = ()
-
-    def to_dict(self) -> dict:
-        return {"tensors": [t.to_dict() for t in self.ckpt.tensors.values()]}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -35,3 +23,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("checkpoint", metavar="CKPT", help="checkpoint directory, .safetensors, index.json or .bin/.pt file")
     add_output_options(p)
     p.set_defaults(func=run)
+
+
+__all__ = ["InfoResult", "register", "run"]

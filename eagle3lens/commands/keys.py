@@ -16,7 +16,7 @@ def run(args: argparse.Namespace) -> int:
 
     ckpt = Checkpoint.open(args.checkpoint).require_draft()
     if executing(args):
-        from ..engines.executed_result import stand_ins_note  # imports torch: only when executing
+        from ..probes.executed import stand_ins_note  # imports torch: only when executing
 
         result = executed_load(ckpt, args, args.target_layers)
         report = Report(checkpoint=ckpt.summary(), engine=result.engine)

@@ -133,7 +133,7 @@ def list_walkthroughs(as_json: bool = False) -> int:
 
 
 def add_remote_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--host`` and the remote-run options (``eagle3lens.remote.runs.run_from_args`` reads them; paramiko loads only then)."""
+    """``--host`` and the remote-run options (``eagle3lens.notebook.remote_run.run_from_args`` reads them; paramiko loads only then)."""
     group = parser.add_argument_group("remote run (over SSH, honouring ~/.ssh/config)")
     options: list[tuple[tuple[str, ...], dict[str, Any]]] = [
         (("--host",), dict(action="append", dest="host", metavar="HOST",
@@ -169,7 +169,7 @@ def host_failure(host: str, error: str, parameters: Mapping[str, Any]) -> str:
 def run_from_args(args: argparse.Namespace, notebook_name: str | Path, parameters: Mapping[str, Any]) -> int:
     """Run ``notebook_name`` on every ``--host`` with the remote options. The hosts' progress lines reach stderr
     escaped, on a terminal only (as progress bars do); each failed host is one ``eagle3lens: error:`` line there."""
-    from ..remote.runs import run_remote
+    from ..notebook.remote_run import run_remote
     from ..render import print_renderable
 
     lock = threading.Lock()

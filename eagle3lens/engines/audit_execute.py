@@ -6,7 +6,7 @@
 The release's wheel is fetched into the cache (``pip download --no-deps``) and unpacked without its compiled
 extensions (:mod:`.wheels`); every built-in draft (:mod:`.audit_drafts`) goes through its own ``load_weights``
 (:mod:`.execute`, one worker process for all of them) and is held against the simulation of the same release
-(:mod:`.executed_result`). Each ``engine/simulation-disagrees`` is printed; the exit status is 1 when any is.
+(:mod:`eagle3lens.probes.executed`). Each ``engine/simulation-disagrees`` is printed; the exit status is 1 when any is.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from ..io.textsafe import clip, printable
 from .audit_drafts import build_drafts
 from .execute import engine_at, simulated_class
 from .execute_child import execute_isolated, execute_many_isolated
-from .execute_verdict import judged
-from .executed_result import executed_result
+from ..probes.execute_verdict import judged
+from ..probes.executed import executed_result
 from .versions import is_release, parse_version, spec_parts
 
 

@@ -8,7 +8,7 @@ no tensor byte is read, no memory is allocated, no GPU is needed. What the engin
 warning it logged, the exception it raised and where. What the import chain needs and cannot load here is
 stood in (:mod:`.standins`), and listed.
 
-:mod:`.executed_result` turns the record into a LoadResult (``origin="executed"``) held against the simulation of
+:mod:`eagle3lens.probes.executed` turns the record into a LoadResult (``origin="executed"``) held against the simulation of
 the same release. ``python -m eagle3lens.engines.execute --root DIR CKPT...`` is the worker that runs it in a child
 process (:mod:`.execute_child`): one JSON record line per checkpoint, and a line as it enters each phase.
 """

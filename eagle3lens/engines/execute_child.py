@@ -7,7 +7,7 @@ worker runs in a session of its own (a Ctrl-C at the terminal is the user's, nev
 stdout and stderr are read here, the record lines whole and everything else the engine printed bounded and escaped
 (:mod:`..io.textsafe`); at the time limit its process group is killed. A checkpoint without a record is an
 :class:`~.execute.Execution` whose ``not_executed`` says what the engine's process did, and one whose engine printed
-terminal control sequences is withheld the same way: :mod:`.executed_result` makes either ``engine/not-executed``, the
+terminal control sequences is withheld the same way: :mod:`eagle3lens.probes.executed` makes either ``engine/not-executed``, the
 simulation standing.
 """
 

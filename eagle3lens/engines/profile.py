@@ -17,6 +17,7 @@ from typing import Any, Literal, Mapping
 from packaging.version import Version
 
 from ..checkpoint import DraftSpec
+from ..aux_ids import default_aux_ids
 from ..draft_spec import DECODER_KEY
 from .params import ParamSpec
 from .steps import Context, Lookup, Route, Steps, final_lookup, run
@@ -378,12 +379,6 @@ class EngineProfile:
 
     def describe_steps(self) -> list[str]:
         return [s.describe() for s in self.steps]
-
-
-def default_aux_ids(num_target_layers: int) -> tuple[int, ...]:
-    """The default shared by EAGLE, speculators, vLLM and SGLang: HF ``hidden_states`` indices 2, L//2, L-3."""
-    L = num_target_layers
-    return (2, L // 2, L - 3)
 
 
 __all__ = ["DraftClass", "EngineProfile", "Lookup", "ParamSpec", "Route", "SourceFile", "default_aux_ids"]

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..checkpoint import Checkpoint, _inside
+from ..checkpoint import Checkpoint
+from ..io.inputs import inside
 from ..errors import UsageError
 from ..hf_config import canonical
 from ..io.jsonio import read_json
@@ -36,7 +37,7 @@ class TargetShape:
 def read_target_shape(target: str | Path | Checkpoint) -> TargetShape:
     """Architecture, model_type, hidden size and layer count from a target's config.json (a directory or the file)."""
     path = target.root if isinstance(target, Checkpoint) else Path(target)
-    config_path = _inside(path, path / "config.json", what="config.json") if path.is_dir() else path
+    config_path = inside(path, path / "config.json", what="config.json") if path.is_dir() else path
     config = read_json(config_path, "target config")
     if not isinstance(config, dict):
         raise UsageError(f"{config_path}: the target config is not a JSON object")

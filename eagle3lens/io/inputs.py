@@ -77,3 +77,29 @@ def read_regular(path: str | os.PathLike[str], max_bytes: int, what: str) -> byt
     if len(data) > max_bytes:
         raise CheckpointError(Path(path), f"{what} grew over the {_size_text(max_bytes)} limit while being read")
     return data
+
+
+# -- containment: every file a checkpoint, target, tokenizer or dump directory names stays inside it ------------
+def containment_roots(root: Path) -> tuple[Path, ...]:
+    """The folders symlinks may lead into: the checkpoint directory, and for a real Hugging Face cache snapshot
+    (``models--ORG--NAME/snapshots/REV``, whose files link to ``../../blobs``) that model's ``blobs`` folder.
+    A ``snapshots/REV`` folder anywhere else widens nothing."""
+    real = root.resolve()
+    if real.parent.name == "snapshots" and real.parent.parent.name.startswith("models--"):
+        return real, real.parent.parent / "blobs"
+    return (real,)
+
+
+def inside(root: Path, path: Path, what: str | None = None) -> Path:
+    """Refuse ``path`` when it (or a symlink on the way) leads outside ``root``, or is not a regular file
+    (a FIFO or device would hang or never end)."""
+    real = path.resolve()
+    if not any(real == r or r in real.parents for r in containment_roots(root)):
+        raise CheckpointError(path, f"{what or 'file'} leads outside the checkpoint directory (to {real})")
+    try:
+        mode = real.stat().st_mode
+    except OSError as exc:
+        raise CheckpointError(path, f"cannot read {what or 'file'} ({exc.strerror or exc})") from None
+    if not stat.S_ISREG(mode):
+        raise CheckpointError(path, f"{what or 'file'} is not a regular file")
+    return path

@@ -16,12 +16,23 @@ import queue
 import struct
 import threading
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping, Protocol
 
-from ..checkpoint import Checkpoint, TensorInfo
 from ..errors import CheckpointError, UsageError, WriteVerifyError
 from ..progress import Counter
+from ..tensor_info import TensorInfo
 from .safetensors_header import st_dtype
+
+
+
+class TensorTable(Protocol):
+    """What the writer reads from a source checkpoint: its tensor table (headers) and each tensor's bytes."""
+
+    tensors: dict[str, TensorInfo]
+
+    def iter_chunks(self, name: str, chunk_bytes: int = ..., start: int = ...,
+                    stop: int | None = ...) -> Iterator[memoryview]: ...
+
 
 CHUNK = 1 << 20  # userspace copies and comparisons: buffers that stay in L2
 SLICE = 32 << 20  # in-kernel copies, one call each
@@ -37,14 +48,14 @@ def override_info(name: str, tensor: Any) -> tuple[str, tuple[int, ...]]:
     return dtype, tuple(tensor.shape)
 
 
-def tensor_nbytes(ckpt: Checkpoint, overrides: Mapping[str, Any], key: str) -> int:
+def tensor_nbytes(ckpt: TensorTable, overrides: Mapping[str, Any], key: str) -> int:
     if key in overrides:
         t = overrides[key]
         return t.numel() * t.element_size()
     return ckpt.tensors[key].nbytes
 
 
-def write_file(ckpt: Checkpoint, keys: list[str], names: dict[str, str], overrides: Mapping[str, Any], path: Path,
+def write_file(ckpt: TensorTable, keys: list[str], names: dict[str, str], overrides: Mapping[str, Any], path: Path,
                metadata: dict[str, str], written: Counter) -> None:
     """Write ``keys`` of ``ckpt`` (renamed by ``names``; ``overrides`` replace tensors or add new ones) as one
     safetensors file at ``path``, adding the bytes written to ``written``. Every tensor's bytes are read back and
@@ -161,7 +172,7 @@ def header_padding(json_len: int, first_begin: int | None) -> int:
     return pad
 
 
-def copy_tensor(ckpt: Checkpoint, key: str, fh: Any,
+def copy_tensor(ckpt: TensorTable, key: str, fh: Any,
                 copied: Callable[[str, Path, int, int, int], None] | None = None) -> None:
     """Copy one tensor's byte range: in-kernel (copy_file_range) when source and destination offsets sit alike
     within a page, else (or on another filesystem or an old kernel) through a reused 1 MiB buffer; each slice done

@@ -31,7 +31,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from ..checkpoint import _inside
+from .inputs import inside
 from ..errors import CheckpointError, ConversionRefused, Eagle3LensError, UsageError
 
 JOURNAL_SUFFIX = ".eagle3lens-convert.json"
@@ -405,7 +405,7 @@ def _copy_entry(src_root: Path, entry: Path, dst: Path, rel: str, skip: set[str]
         return False
     if stat.S_ISLNK(mode):
         try:
-            source = _inside(src_root, entry, what="linked side file").resolve()
+            source = inside(src_root, entry, what="linked side file").resolve()
         except CheckpointError as exc:
             notes.append(f"{rel} not copied: {exc.problem}")
             return False

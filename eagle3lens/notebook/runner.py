@@ -246,7 +246,7 @@ def _check_kernel(kernel_name: str) -> None:
         raise UsageError(f"no Jupyter kernel named {kernel_name!r} (available: {', '.join(sorted(specs)) or 'none'})")
 
 
-# Cell helpers over plain dicts (a NotebookNode is one), shared with eagle3lens.remote.runs which reads JSON.
+# Cell helpers over plain dicts (a NotebookNode is one), shared with eagle3lens.notebook.remote_run which reads JSON.
 def code_cells(nb: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     """The code cells of an executed notebook, papermill's injected parameters cell included."""
     return [c for c in nb.get("cells", []) if c.get("cell_type") == "code"]

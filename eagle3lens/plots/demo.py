@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..commands.demo import DemoBuilt
+from ..demo_built import DemoBuilt
 from .registry import rich_view
 from .style import markup
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..commands.engines import EnginesTable
+from ..engines.listing import EnginesTable
 from ..engines.detect import Detection
 from .registry import rich_view
 from .style import markup

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from ..commands.info import InfoResult
+from ..checkpoint import InfoResult
 from .registry import rich_view
 from .style import MAX_ROWS, markup
 

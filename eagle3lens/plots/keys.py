@@ -6,7 +6,7 @@ from collections import Counter
 from typing import Any
 
 from ..probes.diff import DiffResult
-from ..probes.keys import LoadResult
+from ..served.load import LoadResult
 from .registry import figures, html_view, rich_view
 from .style import MAX_ROWS, html_text, markup
 

@@ -24,25 +24,25 @@ from typing import Any
 
 # every result type with a view -> the plots module that registers it (loaded on first show)
 VIEWS: dict[str, str] = {
-    "eagle3lens.probes.keys.LoadResult": "eagle3lens.plots.keys",
+    "eagle3lens.served.load.LoadResult": "eagle3lens.plots.keys",
     "eagle3lens.probes.diff.DiffResult": "eagle3lens.plots.keys",
     "eagle3lens.probes.logs.LogResult": "eagle3lens.plots.logs",
     "eagle3lens.probes.vocab.VocabResult": "eagle3lens.plots.vocab",
     "eagle3lens.probes.weights.WeightsResult": "eagle3lens.plots.weights",
     "eagle3lens.probes.wiring.WiringResult": "eagle3lens.plots.trace",
-    "eagle3lens.probes.aux_layers.AuxResolution": "eagle3lens.plots.trace",
+    "eagle3lens.served.aux_layers.AuxResolution": "eagle3lens.plots.trace",
     "eagle3lens.doctor.Triage": "eagle3lens.plots.doctor",
     "eagle3lens.convert.ConvertResult": "eagle3lens.plots.convert",
-    "eagle3lens.commands.info.InfoResult": "eagle3lens.plots.info",
-    "eagle3lens.commands.engines.EnginesTable": "eagle3lens.plots.engines",
+    "eagle3lens.checkpoint.InfoResult": "eagle3lens.plots.info",
+    "eagle3lens.engines.listing.EnginesTable": "eagle3lens.plots.engines",
     "eagle3lens.engines.detect.Detection": "eagle3lens.plots.engines",
     "eagle3lens.probes.prediction.WiringPrediction": "eagle3lens.plots.prediction",
     "eagle3lens.probes.acceptance_result.AcceptanceResult": "eagle3lens.plots.acceptance",
     "eagle3lens.probes.provenance.ProvenanceResult": "eagle3lens.plots.provenance",
     "eagle3lens.probes.chat.TemplateCheck": "eagle3lens.plots.traffic",
     "eagle3lens.probes.chain_break.ChainComparison": "eagle3lens.plots.traffic",
-    "eagle3lens.commands.demo.DemoBuilt": "eagle3lens.plots.demo",
-    "eagle3lens.remote.runs.RemoteRun": "eagle3lens.plots.remote",
+    "eagle3lens.demo_built.DemoBuilt": "eagle3lens.plots.demo",
+    "eagle3lens.notebook.remote_run.RemoteRun": "eagle3lens.plots.remote",
     "eagle3lens.notebook.runner.NotebookRun": "eagle3lens.plots.notebook",
 }
 _loaded: set[str] = set()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..probes.aux_layers import AuxResolution
+from ..served.aux_layers import AuxResolution
 from ..probes.wiring import WiringResult
 from .registry import figures, html_view, rich_view
 from .style import html_text, markup, plain

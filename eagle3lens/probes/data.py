@@ -37,7 +37,7 @@ from typing import IO, Any, cast
 import torch
 from torch import nn
 
-from ..checkpoint import _inside
+from ..io.inputs import inside
 from ..errors import CheckpointError, UsageError
 from ..io.dumps import MANIFEST, named_dump, sample_format, sample_order
 from ..hf_load import TOKENIZER_FILES
@@ -105,7 +105,7 @@ def dump_files(path: str | Path) -> tuple[str, tuple[Path, ...]]:
     if named:
         fmt, files = named
         if fmt == "eagle3lens":
-            _inside(root, root / MANIFEST, what=MANIFEST)
+            inside(root, root / MANIFEST, what=MANIFEST)
         return fmt, _contained(root, list(files))
     ckpts = sorted([*root.rglob("*.ckpt"), *root.rglob("*.ckpt.gz")], key=lambda p: (str(p.parent), sample_order(p)))
     if ckpts:
@@ -116,7 +116,7 @@ def dump_files(path: str | Path) -> tuple[str, tuple[Path, ...]]:
 
 def _contained(root: Path, files: list[Path]) -> tuple[Path, ...]:
     """The dump's sample files, each a regular file inside ``root`` (a symlink may not lead out of the dump)."""
-    return tuple(_inside(root, f, what="hidden-state sample") for f in files)
+    return tuple(inside(root, f, what="hidden-state sample") for f in files)
 
 
 def iter_samples(path: str | Path, limit: int | None = None, max_tokens: int | None = None) -> Iterator[Sample]:

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Literal
 
 from ..engines import EngineProfile
-from .keys import role_of
+from ..served.load import role_of
 
 if TYPE_CHECKING:  # the CLI reads EMPTY_MEMORY at start-up: torch is imported only when a draft is initialised
     import torch

@@ -24,9 +24,9 @@ import torch
 from ..checkpoint import DraftSpec
 from ..draft import DraftConfig, Eagle3Draft
 from ..engines import EngineProfile, resolve
-from ..engines.profile import default_aux_ids
+from ..aux_ids import default_aux_ids
 from ..errors import UsageError
-from .aux_layers import resolve_aux_layers
+from ..served.aux_layers import resolve_aux_layers
 from .wiring import WiringResult, wire_on_meta
 
 

@@ -24,7 +24,7 @@ from ..findings import Finding, to_jsonable
 from ..launch import Launch
 from ..served import ServedDraft, serve_draft
 from ..engines.target_shape import TargetShape
-from .aux_layers import AuxResolution
+from ..served.aux_layers import AuxResolution
 
 @dataclass(frozen=True)
 class WiringPrediction:

@@ -28,7 +28,7 @@ from ..engines import EngineProfile, all_profiles, resolve
 from ..errors import CheckpointError, UsageError
 from ..findings import Finding, Severity, fix_command, to_jsonable
 from ..served import serve_draft
-from .aux_layers import trained_with
+from ..aux_ids import trained_with
 from .data import Sample, describe_dump, iter_samples
 from .limits import check_length, max_positions
 

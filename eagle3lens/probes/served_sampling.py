@@ -33,7 +33,7 @@ from typing import Any
 from packaging.version import Version
 
 from ..engines.versions import parse_version
-from ..checkpoint import _inside
+from ..io.inputs import inside
 from ..errors import CheckpointError, UsageError
 from ..io.jsonio import bounded_int, read_json
 from ..io.textsafe import clean_text
@@ -139,7 +139,7 @@ def _model_json(directory: Path | None, name: str) -> Any:
     path = directory / name
     if not path.exists() and not path.is_symlink():
         return None
-    return read_json(_inside(directory, path, what=name), name, CheckpointError)
+    return read_json(inside(directory, path, what=name), name, CheckpointError)
 
 
 def _generation_config(directory: Path | None) -> dict[str, Any]:

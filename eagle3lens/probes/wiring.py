@@ -16,14 +16,15 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..checkpoint import Checkpoint, CheckpointLike, DraftSpec, _inside, as_checkpoint, build_spec
+from ..checkpoint import Checkpoint, CheckpointLike, DraftSpec, as_checkpoint, build_spec
+from ..io.inputs import inside
 from ..draft import Eagle3Draft, canonical_key, map_to_target
 from ..engines import EngineProfile, own_loader, resolve
 from ..errors import CheckpointError, MetaTraceUnsupported, UsageError
 from ..findings import Finding, Severity, to_jsonable
 from ..io.jsonio import read_json
 from ..served import serve_draft
-from .aux_layers import AuxResolution, describe_layer
+from ..served.aux_layers import AuxResolution, describe_layer
 from .trace import TensorMeta, Tracer, first_tensor, input_embeddings, meta_of
 
 SCENARIOS = ("aux-off", "ids-shifted", "ids-ignored")
@@ -183,7 +184,7 @@ def config_only(path: Path) -> bool:
 
 def config_spec(path: Path) -> DraftSpec:
     """The normalised spec of a config-only model directory, or of its config.json given as a file (no tensors)."""
-    file = path if path.is_file() else _inside(path, path / "config.json", what="config.json")
+    file = path if path.is_file() else inside(path, path / "config.json", what="config.json")
     config = read_json(file, "config JSON", CheckpointError)
     if not isinstance(config, dict):
         raise CheckpointError(file, "config must be a JSON object")

@@ -1,4 +1,4 @@
-"""Runs on the remote host (standard library only; sent by ``eagle3lens.remote.runs`` as ``PY -c SOURCE``).
+"""Runs on the remote host (standard library only; sent by ``eagle3lens.notebook.remote_run`` as ``PY -c SOURCE``).
 
 ``python -c SOURCE WORKDIR MIN_FREE_BYTES`` prints one JSON line: the interpreter's version and path, the
 installed eagle3lens and papermill versions, the GPUs (``nvidia-smi -L``, else ``torch.cuda`` where a GPU device

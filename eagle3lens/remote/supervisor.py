@@ -1,4 +1,4 @@
-"""Runs on the remote host (standard library only; uploaded next to the notebook by ``eagle3lens.remote.runs``).
+"""Runs on the remote host (standard library only; uploaded next to the notebook by ``eagle3lens.notebook.remote_run``).
 
 ``python remote_supervisor.py RUN_DIR TIMEOUT -- CMD...`` starts CMD in its own session (process
 group), records ``RUN_DIR/run.json`` {"pgid", "supervisor"}, and kills the group plus every process

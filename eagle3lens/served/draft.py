@@ -24,8 +24,10 @@ from ..engines import EngineProfile, resolve
 from ..errors import CheckpointError, UsageError
 from ..findings import Finding, Severity, to_jsonable
 from ..launch import Launch
-from ..probes.aux_layers import AuxResolution, resolve_aux_layers, trained_with
-from ..probes.keys import LoadResult, simulate_load, with_convert_fix
+from ..aux_ids import trained_with
+from .aux_layers import AuxResolution, resolve_aux_layers
+from ..engines.config_writer import with_convert_fix
+from .load import LoadResult, raises_fix, walk_load
 from ..engines.stops import ServerStop, class_absent, config_gate, config_rewrite, target_capture
 from ..engines.target_shape import TargetShape, read_target_shape
 
@@ -145,7 +147,7 @@ def serve_draft(draft: CheckpointLike, *, engine: str | EngineProfile, target: s
     shape = read_target_shape(target) if target is not None else None
     L = shape.num_hidden_layers if shape is not None else num_target_layers
     spec = ckpt.spec
-    load = load if load is not None else simulate_load(ckpt, profile, num_target_layers=L)
+    load = load if load is not None else walk_load(ckpt, profile, num_target_layers=L)
     notes: list[str] = []
     findings: list[Finding] = []
     algorithm = _algorithm(launch, spec, notes) if launch is not None else None
@@ -155,7 +157,7 @@ def serve_draft(draft: CheckpointLike, *, engine: str | EngineProfile, target: s
             "launch/speculation-off", Severity.WARNING, "the launch runs no speculative decoding",
             f"The {launch.source} names no speculative algorithm, so the draft is never loaded.",
             evidence={"launch": launch.to_dict()}))
-    stop = _stop(profile, spec, load, shape, capture and algorithm is not None or launch is None, algorithm, notes)
+    stop = _stop(profile, ckpt, load, shape, capture and algorithm is not None or launch is None, algorithm, notes)
     # without a launch, a class the engine never resolves is the load's own finding (config/unrecognized)
     resolved_elsewhere = stop is not None and (stop.stage == "class-absent" or "rewritten_to" in stop.details)
     if stop is not None and profile.kind == "serving" and (not resolved_elsewhere or launch is not None):
@@ -190,8 +192,9 @@ def serve_draft(draft: CheckpointLike, *, engine: str | EngineProfile, target: s
 
 
 # -- the steps ----------------------------------------------------------------------------------
-def _stop(profile: EngineProfile, spec: Any, load: LoadResult, shape: TargetShape | None, capture: bool,
+def _stop(profile: EngineProfile, ckpt: Checkpoint, load: LoadResult, shape: TargetShape | None, capture: bool,
           algorithm: str | None, notes: list[str]) -> ServerStop | None:
+    spec = ckpt.spec
     archs = tuple(spec.architectures)
     if profile.name == "vllm" and algorithm == "eagle" and archs and not archs[0].startswith("Eagle"):
         # vLLM's EagleConfig prefixes 'Eagle' for method eagle: no such class
@@ -205,11 +208,11 @@ def _stop(profile: EngineProfile, spec: Any, load: LoadResult, shape: TargetShap
     if stop is None and shape is not None and capture:
         stop = target_capture(profile, shape, notes)
     if stop is None and load.refused_at == "config":  # transformers reads config.json before the class is resolved
-        stop = ServerStop("config", load.refused or "", _raises_fix(load))
+        stop = ServerStop("config", load.refused or "", raises_fix(ckpt, profile.for_config(ckpt.config), load))
     if stop is None:
         stop = class_absent(profile, spec)
     if stop is None and load.refused_at == "construct":
-        stop = ServerStop("construct", load.refused or "", _raises_fix(load))
+        stop = ServerStop("construct", load.refused or "", raises_fix(ckpt, profile.for_config(ckpt.config), load))
     if stop is None:
         raising = [f for f in load.fates if f.fate == "raises"]
         required = profile.missing_required(spec)
@@ -218,14 +221,10 @@ def _stop(profile: EngineProfile, spec: Any, load: LoadResult, shape: TargetShap
         elif required:
             stop = ServerStop("load", required[0][1])
         elif load.refused:
-            stop = ServerStop("load", load.refused, _raises_fix(load))
+            stop = ServerStop("load", load.refused, raises_fix(ckpt, profile.for_config(ckpt.config), load))
         elif profile.missing_d2t == "raises" and not spec.has_d2t:
             stop = ServerStop("load", profile.missing_d2t_error)
     return stop
-
-
-def _raises_fix(load: LoadResult) -> str | None:
-    return next((f.fix for f in load.findings if f.code == "keys/raises"), None)
 
 
 def _algorithm(launch: Launch, spec: Any, notes: list[str]) -> str | None:

@@ -27,17 +27,17 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from .. import __version__
+from .._version import __version__
 from ..errors import RemoteError, UsageError
 from ..findings import Finding, Severity, to_jsonable
-from ..notebook.runner import cell_failed, cell_label, code_cells, first_line, is_injected, papermill_state
-from .files import EXEC_FILES, RemoteFiles
-from .ssh import SshConnection, SshTarget, connect, load_ssh_config, resolve_host
-from .supervisor import EXIT_KILLED, EXIT_TIMEOUT
+from .runner import cell_failed, cell_label, code_cells, first_line, is_injected, papermill_state, resolve
+from ..remote.files import EXEC_FILES, RemoteFiles
+from ..remote.ssh import SshConnection, SshTarget, connect, load_ssh_config, resolve_host
+from ..remote.supervisor import EXIT_KILLED, EXIT_TIMEOUT
 from ..io.safewrite import replacing, write_text_atomic
 from ..io.textsafe import clip, printable
 
-Progress = Callable[[str, str], None]
+StageProgress = Callable[[str, str], None]  # (stage, message): a remote run reports stages, not counts
 
 MIN_FREE_BYTES = 200 * 1024 * 1024
 REFRESH_S = 2.0  # how often a growing executed notebook is fetched during the run
@@ -154,7 +154,7 @@ class _HostWorker:
 
     def __init__(self, host: str, *, notebook: Path, params_json: str, out_dir: Path, timeout: float | None,
                  remote_python: str, remote_workdir: str | None, known_hosts: str | Path | None,
-                 ssh_config: str | Path | None, accept_new_host_key: bool, progress: Progress | None,
+                 ssh_config: str | Path | None, accept_new_host_key: bool, progress: StageProgress | None,
                  cancel: threading.Event) -> None:
         self.host = host
         self.notebook = notebook
@@ -556,15 +556,13 @@ def run_remote(notebook: str | Path, parameters: Mapping[str, Any] | None, hosts
                out_dir: str | Path, *, timeout: float | None = None, remote_python: str = "python3",
                remote_workdir: str | None = None, known_hosts: str | Path | None = None,
                ssh_config: str | Path | None = None, accept_new_host_key: bool = False,
-               progress: Progress | None = None, cancel: threading.Event | None = None) -> RemoteRun:
+               progress: StageProgress | None = None, cancel: threading.Event | None = None) -> RemoteRun:
     """Run ``notebook`` with ``parameters`` on every host in parallel; results go to ``out_dir/<host>/``.
 
     Never raises for a host that cannot be reached or fails: each outcome is a :class:`HostRun`.
     ``progress(host, line)`` receives progress lines. Ctrl-C (or setting ``cancel``) stops every
     remote run, fetches what exists and returns with status ``interrupted``.
     """
-    from ..notebook.runner import resolve
-
     path = resolve(notebook)
     host_list = [hosts] if isinstance(hosts, str) else list(hosts)
     if not host_list:

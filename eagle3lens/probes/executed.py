@@ -20,10 +20,10 @@ from typing import Any, Sequence
 from ..checkpoint import Checkpoint, CheckpointLike, as_checkpoint
 from ..findings import Finding, Severity
 from ..io.textsafe import clip
-from .execute import Execution, installed_root, record_execution, release_profile, simulated_class
-from .execute_child import engine_root, execute_isolated, is_other_python
-from .params import ParamSpec
-from .shard_order import loader_order
+from ..engines.execute import Execution, installed_root, record_execution, release_profile, simulated_class
+from ..engines.execute_child import engine_root, execute_isolated, is_other_python
+from ..engines.params import ParamSpec
+from ..engines.shard_order import loader_order
 
 WRITTEN = ("loaded", "loaded-shard", "converted")
 
@@ -67,7 +67,7 @@ def stand_ins_note(result: Any) -> str:
 def unexecuted_result(ckpt: Checkpoint, ex: Execution, *, num_target_layers: int | None = None) -> Any:
     """The simulated load of the release at hand, with the one ``engine/not-executed`` finding saying what the
     engine's process did instead of giving a verdict."""
-    from ..probes import keys as K
+    from . import keys as K
 
     profile = release_profile(ex.engine, ex.version, ckpt.config)
     sim = K.simulate_load(ckpt, profile, num_target_layers=num_target_layers)
@@ -97,7 +97,7 @@ def disagreement(what: str, simulated: str, executed: str, evidence: dict[str, A
 
 
 def executed_result(ckpt: Checkpoint, ex: Execution, *, num_target_layers: int | None = None) -> Any:
-    from ..probes import keys as K
+    from . import keys as K
 
     if ex.not_executed:
         return unexecuted_result(ckpt, ex, num_target_layers=num_target_layers)

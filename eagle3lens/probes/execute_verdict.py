@@ -19,8 +19,8 @@ from typing import Any, Callable
 
 from ..checkpoint import Checkpoint
 from ..io.textsafe import clip
-from .audit_drafts import DRAFTS, write_draft
-from .execute import Execution, release_profile
+from ..engines.audit_drafts import DRAFTS, write_draft
+from ..engines.execute import Execution, release_profile
 
 # built-in drafts tried as the known-good control, in this order: the first whose class is the draft's
 CONTROLS = ("specforge", "vllm-class", "speculators", "kimi-mla", "hf-prefixed", "sglang-layers0")
@@ -57,7 +57,7 @@ def judged(ckpt: Checkpoint, ex: Execution, run: Runner) -> Execution:
 def _control(tmp: Path, ex: Execution, cls: str) -> tuple[str, Path] | None:
     """The first built-in draft whose config this release builds with ``cls`` and accepts (its simulation stops
     nowhere before the load: vLLM stops at start on an MLA draft whose config it rewrites), written under ``tmp``."""
-    from ..probes.keys import simulate_load
+    from .keys import simulate_load
 
     for name in CONTROLS:
         _what, tensors, config = DRAFTS[name]
