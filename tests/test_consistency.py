@@ -32,8 +32,15 @@ LAUNCH = {"sglang": "python -m sglang.launch_server --model-path /m/t --speculat
 def test_keys_and_wiring_read_the_served_draft(demo_dir: Path, engine: str, variant: str, target: str) -> None:
     served = serve_draft(demo_dir / variant, engine=engine, target=demo_dir / target)
     keys = simulate_load(demo_dir / variant, engine, num_target_layers=served.target.num_hidden_layers)
-    assert [f.code for f in keys.findings] == [f.code for f in served.load.findings]
+    # the served draft holds the walk's facts; the keys probe judges those same facts (and only it judges them)
+    assert (keys.fates, keys.params, keys.refused, keys.refused_at) == \
+        (served.load.fates, served.load.params, served.load.refused, served.load.refused_at)
+    assert served.load.findings == ()
     assert keys.loaded_keys == served.loaded_keys
+    raises = next((f for f in keys.findings if f.code == "keys/raises"), None)
+    if served.stops is not None and served.stops.stage in ("config", "construct", "load") and served.stops.remedy \
+            and "rewritten_to" not in served.stops.details:  # a rewritten config is the class finding's, not keys/raises
+        assert raises is not None and served.stops.remedy == raises.fix  # the stop's fix is the keys finding's
     prediction = predict_wiring(demo_dir / variant, target=demo_dir / target, engine=engine,
                                 launch=parse_launch(LAUNCH[engine.split("==")[0]]))
     assert prediction.outcome == served.outcome
