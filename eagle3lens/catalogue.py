@@ -31,7 +31,7 @@ PROBES: dict[str, tuple[str, ...]] = {
     # the aux-layer resolver is the wiring check's static half, the launch-based prediction its predictive one
     "wiring": ("probes/wiring.py", "served/aux_layers.py", "probes/prediction.py", "served/draft.py"),
     "trace": ("probes/trace.py",),
-    "logs": ("probes/logs.py",),
+    "logs": ("probes/logs.py", "probes/log_findings.py"),
     "doctor": ("doctor.py",),
     "convert": ("convert.py",),
     "detect": ("engines/detect.py",),

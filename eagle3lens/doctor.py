@@ -136,6 +136,305 @@ def engine_sweep(ckpt: Checkpoint, num_target_layers: int | None = None) -> Find
         fix=fix_command("doctor", ckpt.path, "--engine", first_broken or ""))
 
 
+@dataclass(frozen=True)
+class DoctorInputs:
+    """Everything the doctor is given (:func:`diagnose`'s arguments, documented there)."""
+
+    draft: CheckpointLike
+    target: CheckpointLike | None = None
+    engine: str | EngineProfile | None = None
+    log: str | Path | None = None
+    baseline_tps: float | None = None
+    num_draft_tokens: int | None = None
+    scenario: str | None = None
+    weights: bool = True
+    device_map: str | None = None
+    dtype: str = "float32"
+    progress: Progress | None = None
+    launch: "str | Launch | None" = None
+    data: str | Path | None = None
+    prompts: str | Path | None = None
+    execute: bool = False
+    chat: str | Path | None = None
+    engine_root: str | Path | None = None
+    execution: Any = None
+    steps: int | None = None
+    measure: Callable[[Any, Any, Any], Any] | None = None
+    execute_timeout: float | None = None
+
+    @property
+    def live(self) -> bool:
+        """Samples are captured live from the target (prompts or served conversations), not read from a dump."""
+        return self.prompts is not None or self.chat is not None
+
+
+@dataclass
+class DoctorState:
+    """What the steps share: the opened inputs, the engine judged as, the report they fill, what ran and why not."""
+
+    report: Report
+    ckpt: Checkpoint
+    tgt: Checkpoint | None
+    config_target: Path | None  # a target holding only config.json: the wiring is traced on meta
+    num_target_layers: int | None
+    profile: EngineProfile | None
+    executed: Any = None
+    ran: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    launch: "Launch | None" = None  # the launch parsed (or read from the log) by the prediction step
+
+    def run(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        """Run one probe and attach its result (and findings) under ``name``."""
+        self.report.add(name, fn(*args, **kwargs))
+        self.ran.append(name)
+
+    @property
+    def has_config(self) -> bool:
+        return self.ckpt.config is not None
+
+
+@dataclass(frozen=True)
+class Step:
+    """One named step of the doctor. ``applies`` says why it does not run: None, it runs; a reason, it is recorded
+    in the triage's ``skipped``; an empty reason, it was not asked for (nothing is recorded)."""
+
+    name: str
+    applies: Callable[[DoctorInputs, DoctorState], str | None]
+    run: Callable[[DoctorInputs, DoctorState], None]
+
+
+def _always(_inputs: DoctorInputs, _state: DoctorState) -> str | None:
+    return None
+
+
+NOT_ASKED = ""  # a skip reason that is not recorded: the inputs never asked for the step
+NO_CONFIG = "no config.json: nothing to build the draft from"
+
+
+def _config_missing(_inputs: DoctorInputs, state: DoctorState) -> None:
+    state.report.findings.append(Finding(
+        "config/missing", Severity.CRITICAL, "no config.json beside the weights",
+        "Engines build the draft module from config.json (architecture, sizes, vocab sizes, aux layer ids); "
+        "without it no engine can load this draft and none of the config checks can run.",
+        evidence={"files": [f.name for f in state.ckpt.files]},
+        fix="copy the training run's config.json next to the weights"))
+    state.skipped["keys"] = state.skipped["aux_layers"] = state.skipped["wiring"] = NO_CONFIG
+
+
+def _keys_applies(_inputs: DoctorInputs, state: DoctorState) -> str | None:
+    if not state.has_config:
+        return NOT_ASKED  # the config step said why
+    return None if state.profile is not None else "no --engine given: load simulation not run (see keys/engine-sweep)"
+
+
+def _keys(_inputs: DoctorInputs, state: DoctorState) -> None:
+    """The served draft under the engine: its load fate, and the server stopping before the draft runs."""
+    from .probes.keys import simulate_load
+    from .served import serve_draft
+
+    report, tgt = state.report, state.tgt
+    assert state.profile is not None  # applies: keys runs under an engine
+    load = state.executed if state.executed is not None else \
+        simulate_load(state.ckpt, state.profile, num_target_layers=state.num_target_layers)
+    served = serve_draft(state.ckpt, engine=state.profile, num_target_layers=state.num_target_layers,
+                         load=load, target=state.config_target or (tgt.root if tgt is not None else None))
+    if state.executed is not None:
+        from .probes.executed import stand_ins_note
+
+        report.notes.append(stand_ins_note(state.executed))
+    state.run("keys", lambda: served.load)
+    report.findings.extend(served.findings)  # the server stopping before the draft runs
+    report.notes.extend(served.load.report_notes)
+
+
+def _sweep(_inputs: DoctorInputs, state: DoctorState) -> None:
+    sweep = engine_sweep(state.ckpt, state.num_target_layers)
+    if sweep is not None:
+        state.report.findings.append(sweep)
+
+
+def _vocab(_inputs: DoctorInputs, state: DoctorState) -> None:
+    from .probes.vocab import inspect_vocab
+
+    state.run("vocab", inspect_vocab, state.ckpt, target=state.tgt)
+
+
+def _weights(inputs: DoctorInputs, state: DoctorState) -> None:
+    from .probes.weights import weight_stats
+
+    state.run("weights", weight_stats, state.ckpt, target=state.tgt, progress=inputs.progress)
+
+
+def _wiring_profile(state: DoctorState) -> EngineProfile:
+    """Without --engine, aux layers and wiring are judged as the loader the layout is written for."""
+    return state.profile or own_loader(state.ckpt.spec.flavour)
+
+
+def _judged_as(_inputs: DoctorInputs, state: DoctorState) -> None:
+    profile = _wiring_profile(state)
+    state.report.judged_as = profile.spec
+    state.report.notes.append(f"no --engine given: aux layers and wiring judged as {profile.spec} loads the draft")
+
+
+def _traced(state: DoctorState) -> bool:
+    """A target (or its config.json alone) to trace the wiring through."""
+    return state.tgt is not None or state.config_target is not None
+
+
+def _wiring_applies(_inputs: DoctorInputs, state: DoctorState) -> str | None:
+    if not state.has_config:
+        return NOT_ASKED  # the config step said why
+    return None if _traced(state) else "no --target given: wiring not checked"
+
+
+def _wiring(inputs: DoctorInputs, state: DoctorState) -> None:
+    """The wiring check resolves the aux layers itself and reports them."""
+    from .probes.wiring import check_wiring
+
+    shapes_only = state.config_target is not None
+    state.run("wiring", check_wiring, state.ckpt, target=state.tgt or inputs.target, engine=_wiring_profile(state),
+              scenario=inputs.scenario, device="meta" if shapes_only else "cpu", device_map=inputs.device_map,
+              dtype=inputs.dtype)
+
+
+def _aux_layers(_inputs: DoctorInputs, state: DoctorState) -> None:
+    from .served import serve_draft
+
+    state.run("aux_layers", lambda: serve_draft(state.ckpt, engine=_wiring_profile(state)).aux)
+
+
+def _logs(inputs: DoctorInputs, state: DoctorState) -> None:
+    """The log's format and accept-rate formula depend on the serving engine's version; a trainer profile says
+    nothing about them."""
+    from .probes.logs import ENGINES as LOG_ENGINES
+    from .probes.logs import parse_log
+
+    profile = state.profile
+    log_engine = profile.spec if profile is not None and profile.name in LOG_ENGINES else None
+    state.run("logs", parse_log, inputs.log, engine=log_engine, num_draft_tokens=inputs.num_draft_tokens,
+              baseline_tps=inputs.baseline_tps)
+
+
+def _prediction_applies(inputs: DoctorInputs, state: DoctorState) -> str | None:
+    """A target config and a launch (or a log recording one) give the launch-based wiring prediction."""
+    state.launch = parse_launch(inputs.launch) if isinstance(inputs.launch, str) else inputs.launch
+    if state.launch is None and inputs.log is not None:
+        state.launch = launch_from_log(inputs.log)
+    return None if state.launch is not None and _traced(state) and state.has_config else NOT_ASKED
+
+
+def _prediction(_inputs: DoctorInputs, state: DoctorState) -> None:
+    from .probes.prediction import predict_wiring
+
+    parsed, profile = state.launch, state.profile
+    assert parsed is not None
+    if profile is not None and profile.name != parsed.engine:
+        state.report.notes.append(f"the launch ({parsed.source}) starts {parsed.engine}, not {profile.spec}: "
+                                  "wiring not predicted from it")
+        return
+    state.run("prediction", predict_wiring, state.ckpt, target=state.tgt or state.config_target, engine=profile,
+              launch=parsed, observed=state.report.results.get("wiring"))
+
+
+def _acceptance_applies(inputs: DoctorInputs, state: DoctorState) -> str | None:
+    if inputs.data is None and not inputs.live:
+        return NOT_ASKED
+    if state.tgt is None or not state.has_config:
+        return "needs --target (its final norm and lm_head are the teacher) and a config.json"
+    return None
+
+
+def _acceptance(inputs: DoctorInputs, state: DoctorState) -> None:
+    """The offline acceptance estimate, scored at the K the server drafts and held against the log's accept len."""
+    report = state.report
+    scenario = inputs.scenario or (_launch_scenario(report) if state.profile is not None else None)
+    logs = report.results.get("logs")
+    served_k, k_note = _served_k(logs, state.launch)
+    if inputs.steps is None and k_note is not None:
+        report.notes.append(k_note)
+    result, note = _doctor_acceptance(inputs, state, scenario, logs, served_k)
+    state.run("acceptance", lambda: result)
+    if note:
+        report.notes.append(note)
+
+
+def _doctor_acceptance(inputs: DoctorInputs, state: DoctorState, scenario: str | None, logs: Any,
+                       served_k: int | None) -> tuple[Any, str | None]:
+    """The acceptance probe's doctor entry point: (result, note)."""
+    from .probes.acceptance import doctor_acceptance
+
+    assert state.tgt is not None
+    log, chat = inputs.log, inputs.chat
+    return doctor_acceptance(state.ckpt, state.tgt, state.profile, data=inputs.data, prompts=inputs.prompts,
+                             logged_accept_len=logs.summary.mean_accept_len if logs is not None else None,
+                             log_path=str(log) if log is not None else None, scenario=scenario,
+                             chat=_chat_samples(state.ckpt, state.tgt, chat, state.profile) if inputs.data is None
+                             and chat is not None else None, steps=inputs.steps or served_k, log_steps=served_k,
+                             measure=inputs.measure)
+
+
+def _chain_applies(_inputs: DoctorInputs, state: DoctorState) -> str | None:
+    results = state.report.results
+    return None if "acceptance" in state.ran and results.get("logs") is not None else NOT_ASKED
+
+
+def _chain(inputs: DoctorInputs, state: DoctorState) -> None:
+    """Where the served chain breaks, from the estimate held against the log's per-position rates."""
+    from .probes.chain_break import chain_note, compare_with_log
+
+    results = state.report.results
+    comparison = compare_with_log(results["acceptance"], results["logs"], path=str(inputs.log))
+    if comparison is not None:
+        state.run("chain", lambda: comparison)
+        state.report.notes.append(chain_note(comparison))
+
+
+def _provenance_applies(inputs: DoctorInputs, state: DoctorState) -> str | None:
+    if inputs.data is None:
+        return NOT_ASKED
+    return None if state.tgt is not None else "needs --target: the dump's states are matched against the target's layers"
+
+
+def _provenance(inputs: DoctorInputs, state: DoctorState) -> None:
+    from .probes.provenance import trace_provenance
+
+    state.run("provenance", trace_provenance, inputs.data, state.tgt, draft=state.ckpt, engine=state.profile)
+
+
+def _template_applies(inputs: DoctorInputs, state: DoctorState) -> str | None:
+    return None if inputs.data is not None and state.tgt is not None else NOT_ASKED
+
+
+def _template(inputs: DoctorInputs, state: DoctorState) -> None:
+    """The dump's chat template held against the served conversations (or the target's own template)."""
+    from .probes.chat import served_template_check, template_note
+
+    assert inputs.data is not None and state.tgt is not None
+    template = served_template_check(inputs.data, state.tgt.root, chat=inputs.chat)
+    if template is not None:
+        state.run("template", lambda: template)
+    if (note := template_note(template)) is not None:
+        state.report.notes.append(note)
+
+
+STEPS: tuple[Step, ...] = (
+    Step("config", lambda _i, s: NOT_ASKED if s.has_config else None, _config_missing),
+    Step("keys", _keys_applies, _keys),
+    Step("sweep", lambda _i, s: None if s.has_config and s.profile is None else NOT_ASKED, _sweep),
+    Step("vocab", _always, _vocab),
+    Step("weights", lambda i, _s: None if i.weights else "weights statistics switched off", _weights),
+    Step("judged_as", lambda _i, s: None if s.has_config and s.profile is None else NOT_ASKED, _judged_as),
+    Step("wiring", _wiring_applies, _wiring),
+    Step("aux_layers", lambda _i, s: None if s.has_config and not _traced(s) else NOT_ASKED, _aux_layers),
+    Step("logs", lambda i, _s: None if i.log is not None else "no --log given: acceptance not read", _logs),
+    Step("prediction", _prediction_applies, _prediction),
+    Step("acceptance", _acceptance_applies, _acceptance),
+    Step("chain", _chain_applies, _chain),
+    Step("provenance", _provenance_applies, _provenance),
+    Step("template", _template_applies, _template),
+)
+
+
 def diagnose(
     draft: CheckpointLike,
     *,
@@ -162,6 +461,7 @@ def diagnose(
 ) -> Report:
     """Run the applicable probes on a draft and return a Report whose findings are ranked causes first.
 
+    The arguments are gathered into one :class:`DoctorInputs` and :data:`STEPS` run over it (:func:`run_doctor`).
     ``device_map`` / ``dtype`` place the target for the wiring check (accelerate's ``auto`` spreads a large
     target over GPUs and CPU; ``dtype="auto"`` keeps the checkpoint's dtype). ``progress`` goes to the probes
     that stream tensor bytes (weights). ``launch``: the server command
@@ -178,163 +478,83 @@ def diagnose(
     ``measure``: ``(result, samples, teacher) -> result`` puts the real engine's count on the same samples beside
     the estimate (``--measure``).
     """
-    from .probes.logs import ENGINES as LOG_ENGINES
-    from .probes.logs import parse_log
-    from .probes.vocab import inspect_vocab
-    from .probes.weights import weight_stats
-    from .probes.keys import simulate_load
-    from .probes.wiring import check_wiring
-    from .served import serve_draft
+    return run_doctor(DoctorInputs(
+        draft, target=target, engine=engine, log=log, baseline_tps=baseline_tps, num_draft_tokens=num_draft_tokens,
+        scenario=scenario, weights=weights, device_map=device_map, dtype=dtype, progress=progress, launch=launch,
+        data=data, prompts=prompts, execute=execute, chat=chat, engine_root=engine_root, execution=execution,
+        steps=steps, measure=measure, execute_timeout=execute_timeout))
 
-    if data is not None and prompts is not None:
-        raise UsageError("give --data D (a hidden-state dump) or --prompts F (live capture), not both")
-    if prompts is not None and chat is not None:
-        raise UsageError("give --prompts F or --chat FILE.jsonl (live capture over served conversations), not both")
-    ckpt = as_checkpoint(draft).require_draft()
-    from .probes.wiring import config_only, config_spec
 
-    # a target holding only config.json (a model not downloaded): the wiring is traced on meta, nothing else reads it
-    config_target = Path(target) if isinstance(target, (str, Path)) and config_only(Path(target)) else None
-    shapes_only = config_target is not None
-    tgt = None if shapes_only else as_checkpoint(target)
-    num_target_layers = (config_spec(config_target).num_hidden_layers if config_target is not None
-                         else tgt.spec.num_hidden_layers if tgt is not None else None)
-    executed = None
-    if execute or engine_root is not None or execution is not None:
-        from .probes.executed import execute_load
-
-        if not isinstance(engine, (str, type(None))) or (engine or "installed").strip().lower() != "installed":
-            raise UsageError(f"execute runs the installed engine's own loader: engine='installed', not {engine!r}")
-        if ckpt.config is not None:
-            executed = execute_load(ckpt, root=engine_root, num_target_layers=num_target_layers, execution=execution,
-                                    timeout=execute_timeout)
-        profile = as_profile(executed.engine if executed is not None else engine or "installed")
-    else:
-        profile = as_profile(engine or None)
-    report = Report(checkpoint=ckpt.summary(), engine=profile.spec if profile else None)
-    if profile is not None:
-        from .engines import engine_notes
-
-        report.notes.extend(engine_notes(profile))
-    ran: list[str] = []
-    skipped: dict[str, str] = {}
-    if config_target is not None:
-        report.notes.append(f"{target} holds only config.json: the wiring is traced on the meta device (shapes "
-                            "only); the target's embedding and head copies are not checked")
-
-    def run(name: str, fn, *args, **kwargs) -> None:
-        report.add(name, fn(*args, **kwargs))
-        ran.append(name)
-
-    if ckpt.config is None:
-        report.findings.append(Finding(
-            "config/missing", Severity.CRITICAL, "no config.json beside the weights",
-            "Engines build the draft module from config.json (architecture, sizes, vocab sizes, aux layer ids); "
-            "without it no engine can load this draft and none of the config checks can run.",
-            evidence={"files": [f.name for f in ckpt.files]},
-            fix="copy the training run's config.json next to the weights"))
-        skipped["keys"] = skipped["aux_layers"] = skipped["wiring"] = "no config.json: nothing to build the draft from"
-    elif profile is not None:
-        load = executed if executed is not None else simulate_load(ckpt, profile, num_target_layers=num_target_layers)
-        served = serve_draft(ckpt, engine=profile, num_target_layers=num_target_layers, load=load,
-                             target=config_target or (tgt.root if tgt is not None else None))
-        if executed is not None:
-            from .probes.executed import stand_ins_note
-
-            report.notes.append(stand_ins_note(executed))
-        run("keys", lambda: served.load)
-        report.findings.extend(served.findings)  # the server stopping before the draft runs
-        report.notes.extend(served.load.report_notes)
-    else:
-        skipped["keys"] = "no --engine given: load simulation not run (see keys/engine-sweep)"
-        sweep = engine_sweep(ckpt, num_target_layers)
-        if sweep is not None:
-            report.findings.append(sweep)
-    run("vocab", inspect_vocab, ckpt, target=tgt)
-    if weights:
-        run("weights", weight_stats, ckpt, target=tgt, progress=progress)
-    else:
-        skipped["weights"] = "weights statistics switched off"
-    if ckpt.config is not None:
-        # without --engine, aux layers and wiring are judged as the loader the layout is written for
-        wiring_profile = profile or own_loader(ckpt.spec.flavour)
-        if profile is None:
-            report.judged_as = wiring_profile.spec
-            report.notes.append(f"no --engine given: aux layers and wiring judged as {wiring_profile.spec} loads the draft")
-        if tgt is not None or shapes_only:  # the wiring check resolves the aux layers itself and reports them
-            run("wiring", check_wiring, ckpt, target=tgt or target, engine=wiring_profile, scenario=scenario,
-                device="meta" if shapes_only else "cpu", device_map=device_map, dtype=dtype)
-        else:
-            run("aux_layers", lambda: serve_draft(ckpt, engine=wiring_profile).aux)
-            skipped["wiring"] = "no --target given: wiring not checked"
-    if log is not None:
-        # the log's format and accept-rate formula depend on the serving engine's version; a trainer profile says nothing
-        log_engine = profile.spec if profile is not None and profile.name in LOG_ENGINES else None
-        run("logs", parse_log, log, engine=log_engine, num_draft_tokens=num_draft_tokens, baseline_tps=baseline_tps)
-    else:
-        skipped["logs"] = "no --log given: acceptance not read"
-    _predict(report, run, ckpt, tgt or config_target, profile, launch, log)
-    live = prompts is not None or chat is not None
-    if (data is not None or live) and tgt is not None and ckpt.config is not None:
-        from .probes.acceptance import doctor_acceptance
-
-        scenario = scenario or (_launch_scenario(report) if profile is not None else None)
-
-        logs = report.results.get("logs")
-        logged = logs.summary.mean_accept_len if logs is not None else None
-        served_k, k_note = _served_k(logs, launch, log)
-        if steps is None and k_note is not None:
-            report.notes.append(k_note)
-        result, note = doctor_acceptance(ckpt, tgt, profile, data=data, prompts=prompts, logged_accept_len=logged,
-                                         log_path=str(log) if log is not None else None, scenario=scenario,
-                                         chat=_chat_samples(ckpt, tgt, chat, profile) if data is None and chat
-                                         is not None else None, steps=steps or served_k, log_steps=served_k,
-                                         measure=measure)
-        run("acceptance", lambda: result)
-        if note:
-            report.notes.append(note)
-        if logs is not None:
-            from .probes.chain_break import chain_note, compare_with_log
-
-            comparison = compare_with_log(result, logs, path=str(log))
-            if comparison is not None:
-                run("chain", lambda: comparison)
-                report.notes.append(chain_note(comparison))
-    elif data is not None or live:
-        skipped["acceptance"] = "needs --target (its final norm and lm_head are the teacher) and a config.json"
-    if data is not None and tgt is not None:
-        from .probes.provenance import trace_provenance
-
-        run("provenance", trace_provenance, data, tgt, draft=ckpt, engine=profile)
-        from .probes.chat import served_template_check, template_note
-
-        template = served_template_check(data, tgt.root, chat=chat)
-        if template is not None:
-            run("template", lambda: template)
-        if (note := template_note(template)) is not None:
-            report.notes.append(note)
-    elif data is not None:
-        skipped["provenance"] = "needs --target: the dump's states are matched against the target's layers"
-
+def run_doctor(inputs: DoctorInputs) -> Report:
+    """:data:`STEPS` in order over ``inputs``, then the findings ranked and the triage on top."""
+    state = _prepare(inputs)
+    for step in STEPS:
+        reason = step.applies(inputs, state)
+        if reason is None:
+            step.run(inputs, state)
+        elif reason:
+            state.skipped[step.name] = reason
+    report = state.report
     measured = _measured(report)
     # the log probe's own fix is "run the doctor": here the causes above are the fix (the low-acceptance budget,
     # `acceptance --chat ... --log`, stays: it prices what the doctor does not)
     report.findings = rank_findings([replace(f, fix=None) if f.area == "logs" and (f.fix or "").startswith(
         "eagle3lens doctor") else f for f in report.findings])
-    triage = Triage(rank_causes(report.findings, measured), tuple(ran), skipped)
+    triage = Triage(rank_causes(report.findings, measured), tuple(state.ran), state.skipped)
     report.results = {"doctor": triage, **report.results}
     return report
 
 
-def _served_k(logs: Any, launch: "str | Launch | None", log: str | Path | None) -> tuple[int | None, str | None]:
+def _prepare(inputs: DoctorInputs) -> DoctorState:
+    """Check the inputs, open the draft and target, run the engine's own loader when asked, start the report."""
+    from .probes.wiring import config_only, config_spec
+
+    if inputs.data is not None and inputs.prompts is not None:
+        raise UsageError("give --data D (a hidden-state dump) or --prompts F (live capture), not both")
+    if inputs.prompts is not None and inputs.chat is not None:
+        raise UsageError("give --prompts F or --chat FILE.jsonl (live capture over served conversations), not both")
+    ckpt = as_checkpoint(inputs.draft).require_draft()
+    target = inputs.target
+    # a target holding only config.json (a model not downloaded): the wiring is traced on meta, nothing else reads it
+    config_target = Path(target) if isinstance(target, (str, Path)) and config_only(Path(target)) else None
+    tgt = None if config_target is not None else as_checkpoint(target)
+    num_target_layers = (config_spec(config_target).num_hidden_layers if config_target is not None
+                         else tgt.spec.num_hidden_layers if tgt is not None else None)
+    executed, profile = _engine(inputs, ckpt, num_target_layers)
+    report = Report(checkpoint=ckpt.summary(), engine=profile.spec if profile else None)
+    if profile is not None:
+        from .engines import engine_notes
+
+        report.notes.extend(engine_notes(profile))
+    if config_target is not None:
+        report.notes.append(f"{target} holds only config.json: the wiring is traced on the meta device (shapes "
+                            "only); the target's embedding and head copies are not checked")
+    return DoctorState(report, ckpt, tgt, config_target, num_target_layers, profile, executed)
+
+
+def _engine(inputs: DoctorInputs, ckpt: Checkpoint, num_target_layers: int | None
+            ) -> tuple[Any, EngineProfile | None]:
+    """(the engine's own load, when it was executed; the profile every probe judges as)."""
+    engine = inputs.engine
+    if not (inputs.execute or inputs.engine_root is not None or inputs.execution is not None):
+        return None, as_profile(engine or None)
+    from .probes.executed import execute_load
+
+    if not isinstance(engine, (str, type(None))) or (engine or "installed").strip().lower() != "installed":
+        raise UsageError(f"execute runs the installed engine's own loader: engine='installed', not {engine!r}")
+    executed = None
+    if ckpt.config is not None:
+        executed = execute_load(ckpt, root=inputs.engine_root, num_target_layers=num_target_layers,
+                                execution=inputs.execution, timeout=inputs.execute_timeout)
+    return executed, as_profile(executed.engine if executed is not None else engine or "installed")
+
+
+def _served_k(logs: Any, parsed: "Launch | None") -> tuple[int | None, str | None]:
     """K the server drafts, from the launch or the log (the acceptance estimate counts the same rounds), and the
     note saying where it was read; (None, None) when neither says."""
     from .probes.chain_break import served_steps
     from .probes.limits import check_steps
 
-    parsed = parse_launch(launch) if isinstance(launch, str) else launch
-    if parsed is None and log is not None:
-        parsed = launch_from_log(log)
     k, source = served_steps(logs, parsed)
     if k is None:
         return None, None
@@ -377,21 +597,3 @@ def _launch_scenario(report: Report) -> str | None:
     report.notes.append(f"acceptance scored under the aux-off scenario: the launch ({prediction.launch.source}) "
                         "captures no aux states")
     return "aux-off"
-
-
-def _predict(report: Report, run: Any, ckpt: Any, tgt: Any, profile: EngineProfile | None,
-             launch: "str | Launch | None", log: str | Path | None) -> None:
-    """The launch-based wiring prediction, when a target config and a launch (or a log recording one) are given."""
-    from .probes.prediction import predict_wiring
-
-    parsed = parse_launch(launch) if isinstance(launch, str) else launch
-    if parsed is None and log is not None:
-        parsed = launch_from_log(log)
-    if parsed is None or tgt is None or ckpt.config is None:
-        return
-    if profile is not None and profile.name != parsed.engine:
-        report.notes.append(f"the launch ({parsed.source}) starts {parsed.engine}, not {profile.spec}: "
-                            "wiring not predicted from it")
-        return
-    run("prediction", predict_wiring, ckpt, target=tgt, engine=profile, launch=parsed,
-        observed=report.results.get("wiring"))

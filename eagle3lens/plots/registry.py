@@ -26,7 +26,7 @@ from typing import Any
 VIEWS: dict[str, str] = {
     "eagle3lens.served.load.LoadResult": "eagle3lens.plots.keys",
     "eagle3lens.probes.diff.DiffResult": "eagle3lens.plots.keys",
-    "eagle3lens.probes.logs.LogResult": "eagle3lens.plots.logs",
+    "eagle3lens.probes.log_result.LogResult": "eagle3lens.plots.logs",
     "eagle3lens.probes.vocab.VocabResult": "eagle3lens.plots.vocab",
     "eagle3lens.probes.weights.WeightsResult": "eagle3lens.plots.weights",
     "eagle3lens.probes.wiring.WiringResult": "eagle3lens.plots.trace",

@@ -481,6 +481,16 @@ def infer_draft_tokens(pairs: Iterable[tuple[float, float]], num_draft_tokens: i
                + " (K changed during the run, adaptive speculation, or a fork's own rate)")
         return DraftInference(chosen, ndt, steps_of(ndt), source, (), why)
     n_fit = next(iter(counts)) if len(counts) == 1 else None
+    expl = _explanation(chosen, n_fit, counts, candidates, length, rate)
+    if tree and steps_of(ndt) is None:
+        expl += ("; the launch drafts a tree (topk > 1), so num_draft_tokens counts tree nodes, not K + 1: K is "
+                 "not in the log (its server_args line gives speculative_num_steps)")
+    return DraftInference(chosen, ndt, steps_of(ndt), source, candidates, expl, denominator=n_fit)
+
+
+def _explanation(chosen: str | None, n_fit: int | None, counts: set[int], candidates: tuple[tuple[str, int], ...],
+                 length: float, rate: float) -> str:
+    """How the first (len, rate) pair fits the formula (and size) chosen, or every candidate when none is."""
     if chosen == "0.5.5" and n_fit:
         expl = (f"accept rate {rate:.2f} with accept len {length:.2f} fits the 0.5.3.post2-0.5.10.post1 formula "
                 f"accept_len/(K+1) with K+1 = {n_fit} ({length:.2f}/{n_fit} = {length / n_fit:.2f}); "
@@ -498,10 +508,7 @@ def infer_draft_tokens(pairs: Iterable[tuple[float, float]], num_draft_tokens: i
     else:
         expl = ("the pairs fit both formulas: " + ", ".join(f"{f} with num_draft_tokens={n}" for f, n in candidates)
                 + "; pass --engine sglang==VERSION or --num-draft-tokens to decide")
-    if tree and steps_of(ndt) is None:
-        expl += ("; the launch drafts a tree (topk > 1), so num_draft_tokens counts tree nodes, not K + 1: K is "
-                 "not in the log (its server_args line gives speculative_num_steps)")
-    return DraftInference(chosen, ndt, steps_of(ndt), source, candidates, expl, denominator=n_fit)
+    return expl
 
 
 _NOT_ACCEPTANCE = frozenset({"sglang-no-spec", "sglang-lifetime", "vllm-engine-stats"})

@@ -18,7 +18,7 @@ import math
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -27,12 +27,12 @@ from ..checkpoint import Checkpoint
 from ..engines import EngineProfile, all_profiles, resolve
 from ..errors import CheckpointError, UsageError
 from ..findings import Finding, Severity, fix_command, to_jsonable
+from ..progress import Progress
 from ..served import serve_draft
 from ..aux_ids import trained_with
 from .data import Sample, describe_dump, iter_samples
 from .limits import check_length, max_positions
 
-Progress = Callable[[int, int | None, str], None]
 PRE, POST = -1, -2  # candidate indices for the last layer's output before and after the final norm
 MATCH_TOLERANCE = 0.05  # relative error a stored copy of the same state stays under (bf16 ~0.4 %, fp8 ~3 %)
 PER_SEQUENCE = 64  # positions taken from one sequence at most, so a sample spans sequences
@@ -142,6 +142,47 @@ class _Accumulator:
         return cos, rel
 
 
+@dataclass
+class _Stream:
+    """The dump's samples compared so far against the target's states: accumulators and what was skipped."""
+
+    aux: _Accumulator
+    last: _Accumulator
+    n_aux: int  # aux chunks per position, each ``hidden`` wide
+    hidden: int
+    vocab: int
+    counts: dict[str, int] = field(default_factory=lambda: {"out_of_vocab": 0, "empty_mask": 0, "non_finite": 0,
+                                                             "sequences": 0})
+    has_last: bool = False
+    dtype: str = "unknown"
+    compared: bool = False  # the last sample offered was compared (not skipped)
+
+    def compare(self, sample: Sample, model: nn.Module, norm: nn.Module | None, candidates: tuple[int, ...],
+                samples: int) -> None:
+        """Compare one sample's aux chunks (and last state) with every candidate layer, unless it is unusable."""
+        counts = self.counts
+        self.compared = False
+        self.dtype = str(sample.aux.dtype).replace("torch.", "")
+        if not bool(sample.loss_mask.any()):
+            counts["empty_mask"] += 1
+        if int(sample.token_ids.max()) >= self.vocab or int(sample.token_ids.min()) < 0:
+            counts["out_of_vocab"] += 1
+            return
+        if not bool(torch.isfinite(sample.aux).all()) or (sample.last is not None and
+                                                          not bool(torch.isfinite(sample.last).all())):
+            counts["non_finite"] += 1
+            return
+        states = _target_states(model, norm, sample.token_ids, candidates)
+        pos = _positions(len(sample), min(PER_SEQUENCE, samples - self.aux.positions))
+        chunks = sample.aux[pos].double().reshape(len(pos), self.n_aux, self.hidden).transpose(0, 1)
+        self.aux.add(chunks, states[:, pos])
+        if sample.last is not None:
+            self.has_last = True
+            self.last.add(sample.last[pos].double()[None], states[:, pos])
+        counts["sequences"] += 1
+        self.compared = True
+
+
 def trace_provenance(data: str | Path, target: str | Path | Checkpoint | nn.Module, *,
                      draft: str | Path | Checkpoint | None = None, engine: str | EngineProfile | None = None,
                      samples: int = 256, device: str = "cpu", device_map: str | None = None,
@@ -167,38 +208,19 @@ def trace_provenance(data: str | Path, target: str | Path | Checkpoint | nn.Modu
     positions = max_positions(config)
     norm = _final_norm(model)
     candidates = tuple(range(L)) + ((PRE,) if norm is not None else ()) + (POST,)
-    acc_aux = _Accumulator(n_aux, len(candidates))
-    acc_last = _Accumulator(1, len(candidates))
-    findings: list[Finding] = []
-    counts = {"out_of_vocab": 0, "empty_mask": 0, "non_finite": 0, "sequences": 0}
-    has_last, dtype = False, "unknown"
+    stream = _Stream(_Accumulator(n_aux, len(candidates)), _Accumulator(1, len(candidates)), n_aux, H, V)
     for sample in iter_samples(data, max_tokens=positions):
-        if acc_aux.positions >= samples:
+        if stream.aux.positions >= samples:
             break
         check_length(len(sample), positions, sample.source)
-        dtype = str(sample.aux.dtype).replace("torch.", "")
-        if not bool(sample.loss_mask.any()):
-            counts["empty_mask"] += 1
-        if int(sample.token_ids.max()) >= V or int(sample.token_ids.min()) < 0:
-            counts["out_of_vocab"] += 1
-            continue
-        if not bool(torch.isfinite(sample.aux).all()) or (sample.last is not None and
-                                                          not bool(torch.isfinite(sample.last).all())):
-            counts["non_finite"] += 1
-            continue
-        states = _target_states(model, norm, sample.token_ids, candidates)
-        pos = _positions(len(sample), min(PER_SEQUENCE, samples - acc_aux.positions))
-        chunks = sample.aux[pos].double().reshape(len(pos), n_aux, H).transpose(0, 1)
-        acc_aux.add(chunks, states[:, pos])
-        if sample.last is not None:
-            has_last = True
-            acc_last.add(sample.last[pos].double()[None], states[:, pos])
-        counts["sequences"] += 1
-        if progress is not None:
-            progress(acc_aux.positions, samples, "positions compared")
+        stream.compare(sample, model, norm, candidates, samples)
+        if progress is not None and stream.compared:
+            progress(stream.aux.positions, samples, "positions compared")
+    acc_aux, acc_last, counts, has_last, dtype = stream.aux, stream.last, stream.counts, stream.has_last, stream.dtype
     if acc_aux.positions == 0:
         raise CheckpointError(data, "no sample of the dump could be compared (see the token-id / non-finite checks)"
                               if counts["sequences"] == 0 and any(counts.values()) else "the dump holds no samples")
+    findings: list[Finding] = []
     cos, rel = acc_aux.matrices()
     matches = [_match(f"aux {j}", cos[j], rel[j], candidates) for j in range(n_aux)]
     # an aux chunk equal to the last layer's pre-norm output is HF index L (speculators' datagen appends it)
@@ -340,6 +362,16 @@ def _findings(layers: tuple[int | None, ...], matches: list[ChunkMatch], last_hi
               profile: EngineProfile | None, ckpt: Checkpoint | None, fmt: str, counts: dict[str, int],
               num_layers: int) -> list[Finding]:
     spec = ckpt.spec if ckpt is not None else None
+    return (_layer_findings(layers, matches, trained, engine_layers, profile, ckpt, num_layers)
+            + _last_hidden_findings(TRAINER_OF.get(fmt) or (TRAINER_OF.get(spec.flavour) if spec is not None else None),
+                                    last_hidden)
+            + _count_findings(counts))
+
+
+def _layer_findings(layers: tuple[int | None, ...], matches: list[ChunkMatch], trained: tuple[int, ...] | None,
+                    engine_layers: tuple[int, ...] | None, profile: EngineProfile | None, ckpt: Checkpoint | None,
+                    num_layers: int) -> list[Finding]:
+    """The dump from another model, or from other layers than the engine (or the draft's config) reads."""
     out: list[Finding] = []
     found = [k for k in layers if k is not None]
     evidence = {"data_layers_hf": list(layers), "chunks": [m.to_dict() for m in matches]}
@@ -377,7 +409,12 @@ def _findings(layers: tuple[int | None, ...], matches: list[ChunkMatch], last_hi
             evidence={**evidence, "config_layers_hf": list(trained), "engines_feeding_data_layers": right,
                       "engines_feeding_other_layers": wrong},
             fix=_aux_fix(ckpt, None, found)))
-    trainer = TRAINER_OF.get(fmt) or (TRAINER_OF.get(spec.flavour) if spec is not None else None)
+    return out
+
+
+def _last_hidden_findings(trainer: str | None, last_hidden: str) -> list[Finding]:
+    """The last hidden state stored on the other side of the final norm than the trainer expects."""
+    out: list[Finding] = []
     expected = EXPECTED_LAST.get(trainer or "")
     if expected == "pre-norm" and last_hidden == "post-norm":
         out.append(Finding(
@@ -391,6 +428,12 @@ def _findings(layers: tuple[int | None, ...], matches: list[ChunkMatch], last_hi
             f"{trainer} feeds the last hidden state to the bare lm_head; this dump stores it before the final norm "
             "(as vLLM's data generation does), so the teacher's logits are wrong (speculators PR #313: 25 % -> 40 %).",
             evidence={"last_hidden": last_hidden, "trainer": trainer}))
+    return out
+
+
+def _count_findings(counts: dict[str, int]) -> list[Finding]:
+    """Sequences skipped or useless: token ids outside the vocabulary, an empty loss mask, non-finite states."""
+    out: list[Finding] = []
     if counts["out_of_vocab"]:
         out.append(Finding(
             "data/token-ids-out-of-vocab", Severity.CRITICAL,
