@@ -1,7 +1,7 @@
 """Every finding code eagle3lens emits: its owning probe, default severity, causal rank and meaning.
 
 One table, three readers: ``Finding`` refuses a code that is not here, the doctor ranks causes by
-``rank``, and the README's "Finding codes" table is :func:`markdown_table` (a test keeps them equal).
+``rank``, and the table of docs/finding-codes.md is :func:`markdown_table` (a test keeps them equal).
 Codes are ``area/slug`` and stable once released: add codes, never rename one.
 
 Causal rank follows the path a draft token takes (lower = earlier cause): the weights must load
@@ -64,7 +64,7 @@ class Code:
         return self.code.split("/", 1)[0]
 
 
-# in README order (by area); ``rank`` gives the doctor's order, spaced by 10 so a new code can slot in between
+# in the docs' order (by area); ``rank`` gives the doctor's order, spaced by 10 so a new code can slot in between
 CODES: tuple[Code, ...] = (
     Code("keys/dropped", owner="keys", severity="critical", rank=10,
          meaning="a checkpoint tensor the engine silently never loads (critical for decoder, fc, norm, lm_head)"),
@@ -238,7 +238,7 @@ def owned_by(probe: str) -> frozenset[str]:
 
 
 def markdown_table() -> str:
-    """The README's "Finding codes" table, one row per code in catalogue order."""
+    """The finding-code table of docs/finding-codes.md, one row per code in catalogue order."""
     rows = ["| code | probe | severity | meaning |", "|---|---|---|---|"]
     rows += [f"| `{c.code}` | {c.owner} | {c.severity} | {c.meaning} |" for c in CODES]
     return "\n".join(rows) + "\n"

@@ -1,9 +1,10 @@
-"""The README's demo figures, generated from a demo run (a test asserts the README holds them).
+"""The demo figures the README and docs/ pages quote, generated from a demo run (a test asserts the pages hold them).
 
-Each phrase (:func:`phrases`) is found in the README by its pattern (:data:`PATTERNS`, the words fixed, the
-numbers free), once, so a table cell or a comment in a code block keeps its place while its numbers are rewritten::
+Each phrase (:func:`phrases`) is found in the pages (:func:`pages`, read as one text) by its pattern
+(:data:`PATTERNS`, the words fixed, the numbers free), once, so a table cell or a comment in a code block keeps its
+place, in whichever page holds it, while its numbers are rewritten::
 
-    python -m eagle3lens.demo_readme --write      # builds the demo in a temporary folder, rewrites ./README.md
+    python -m eagle3lens.demo_readme --write      # builds the demo in a temporary folder, rewrites the pages
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ ENGINE = "sglang==0.5.11"
 
 
 def demo_figures(root: str | Path) -> dict[str, float]:
-    """Accept lengths the README quotes, computed on the demo at ``root`` exactly as the commands it shows run."""
+    """Accept lengths the pages quote, computed on the demo at ``root`` exactly as the commands it shows run."""
     from .probes.acceptance import estimate_acceptance
     from .probes.logs import parse_log
 
@@ -35,7 +36,7 @@ def demo_figures(root: str | Path) -> dict[str, float]:
 
 
 def phrases(figures: dict[str, float]) -> dict[str, str]:
-    """The README's text for each marker."""
+    """The pages' text for each marker."""
     f = {name: f"{value:.2f}" for name, value in figures.items()}
     return {
         "acceptance": (f"`acceptance` on it: as served by `{ENGINE}` accept len {f['served']} (the log's {f['log']}), "
@@ -54,8 +55,19 @@ PATTERNS = {
 }
 
 
+def pages(root: str | Path = ".") -> dict[Path, str]:
+    """The checkout's ``README.md`` and ``docs/*.md`` under ``root``, each with its text, in a fixed order."""
+    base = Path(root)
+    return {path: path.read_text(encoding="utf-8") for path in [base / "README.md", *sorted(base.glob("docs/*.md"))]}
+
+
+def joined(texts: dict[Path, str]) -> str:
+    """The pages as one text, so a phrase is counted once across all of them."""
+    return "\n".join(texts.values())
+
+
 def found(readme: str) -> dict[str, list[str]]:
-    """Each phrase's occurrences in ``readme`` (the README must hold each exactly once)."""
+    """Each phrase's occurrences in ``readme`` (the pages, joined, must hold each exactly once)."""
     return {name: pattern.findall(readme) for name, pattern in PATTERNS.items()}
 
 
@@ -70,7 +82,7 @@ def numbers(text: str) -> list[float]:
 
 
 def agrees(readme: str, texts: dict[str, str]) -> bool:
-    """The README holds each phrase once, with figures within :data:`MACHINE_SPREAD` of this machine's."""
+    """``readme`` holds each phrase once, with figures within :data:`MACHINE_SPREAD` of this machine's."""
     for name, pattern in PATTERNS.items():
         hits = pattern.findall(readme)
         if len(hits) != 1:
@@ -105,7 +117,9 @@ if __name__ == "__main__":
 
     with tempfile.TemporaryDirectory(prefix="eagle3lens-demo-") as tmp:
         texts = phrases(demo_figures(build_demo(Path(tmp) / "demo").root))
-    if sys.argv[1:] == ["--write"]:  # rewrites ./README.md
-        Path("README.md").write_text(splice(Path("README.md").read_text(), texts))
+    if sys.argv[1:] == ["--write"]:  # rewrites ./README.md and ./docs/*.md where a phrase's numbers changed
+        for path, text in pages().items():
+            if (new := splice(text, texts)) != text:
+                path.write_text(new, encoding="utf-8")
     else:
         print("\n".join(f"{name}: {text}" for name, text in texts.items()))

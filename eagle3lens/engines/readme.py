@@ -1,4 +1,4 @@
-"""The README's engine table, generated from the profiles (a test asserts the README contains it)."""
+"""The engine table of docs/engines.md, generated from the profiles (a test asserts the page contains it)."""
 
 from __future__ import annotations
 
@@ -69,6 +69,7 @@ def engine_table() -> str:
 
 
 START, END = "<!-- engine-table:start -->", "<!-- engine-table:end -->"
+PAGE = "docs/engines.md"  # the page that holds the table, relative to the checkout
 
 
 def splice(readme: str) -> str:
@@ -82,7 +83,7 @@ if __name__ == "__main__":
     import sys
     from pathlib import Path
 
-    if sys.argv[1:] == ["--write"]:  # python -m eagle3lens.engines.readme --write  (rewrites ./README.md)
-        Path("README.md").write_text(splice(Path("README.md").read_text()))
+    if sys.argv[1:] == ["--write"]:  # python -m eagle3lens.engines.readme --write  (rewrites ./docs/engines.md)
+        Path(PAGE).write_text(splice(Path(PAGE).read_text()))
     else:
         print(engine_table())
