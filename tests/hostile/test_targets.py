@@ -24,7 +24,7 @@ from eagle3lens.errors import CheckpointError
 from eagle3lens.probes import chat
 from eagle3lens.probes.data import iter_samples
 from eagle3lens.probes.served_sampling import resolve_sampling
-from test_execute import _eagle, engine  # noqa: F401  (the miniature sglang package fixture)
+from unit.engines.test_execute import _eagle, engine  # noqa: F401  (the miniature sglang package fixture)
 
 EVIL = "import pathlib\npathlib.Path({marker!r}).write_text('ran')\n"
 CUSTOM = {"AutoConfig": "evil.EvilConfig", "AutoModelForCausalLM": "evil.EvilModel"}

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
+from _paths import ROOT
 from eagle3lens.engines import FILES
 from eagle3lens.engines.detect import default_table, detect, judge
 from eagle3lens.engines.groups import FileHashes
 
-ROOT = Path(__file__).resolve().parent.parent
 LOADER = "sglang/srt/models/llama_eagle3.py"
 KIMI = "sglang/srt/models/kimi_k25_eagle3.py"
 FIXTURE = b'"""llama_eagle3.py as released (test fixture)."""\n'

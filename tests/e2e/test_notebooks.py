@@ -10,6 +10,7 @@ import nbformat
 import pytest
 import torch
 from _builders import write
+from _paths import ROOT
 from safetensors.torch import save_file
 
 from eagle3lens import cli
@@ -19,7 +20,6 @@ from eagle3lens.findings import Finding
 from eagle3lens.notebook.runner import (FINDINGS_MIME, collect_findings, export_html, findings_of, resolve,
                                         run_notebook, walkthroughs)
 
-ROOT = Path(__file__).resolve().parent.parent
 
 SCRIPT_SRC = re.compile(r"<script[^>]*\bsrc\s*=", re.I)
 

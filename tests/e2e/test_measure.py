@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 
+from _paths import TESTS
 from eagle3lens.engines.measure import (Measurement, ServedCounts, ServedStop,
                                         counters_from_prometheus, installed_engine, measure)
 from eagle3lens.errors import MeasureFailed, UsageError
@@ -163,7 +164,7 @@ def _independent(demo: Path, draft: str, prompts: list[list[int]], max_tokens: l
     request = demo.parent / f"independent-{draft}.json"
     request.write_text(json.dumps({"prompts": prompts, "max_tokens": max_tokens, "stop": [2],
                                    "max_model_len": max_model_len}))
-    done = subprocess.run([ENGINE_PYTHON, str(Path(__file__).with_name("_engine_llm.py")), str(demo / "target"),
+    done = subprocess.run([ENGINE_PYTHON, str(TESTS / "_engine_llm.py"), str(demo / "target"),
                            str(demo / draft), "3", str(request)], capture_output=True, text=True,
                           env={**os.environ, "OMP_NUM_THREADS": "1", "VLLM_CPU_KVCACHE_SPACE": "1"})
     line = next(ln for ln in done.stdout.splitlines() if ln.startswith("RESULT "))

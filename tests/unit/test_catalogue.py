@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
 import pytest
 
+from _paths import ROOT
 from eagle3lens import catalogue
 from eagle3lens.doctor import causal_rank, rank_findings
 from eagle3lens.findings import Finding, Severity
 
-PACKAGE = Path(__file__).resolve().parent.parent / "eagle3lens"
+PACKAGE = ROOT / "eagle3lens"
 
 
 def _codes_constructed(tree: ast.Module) -> list[tuple[int, str | None]]:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from _paths import ROOT
 from eagle3lens.cli import main
 from eagle3lens.engines.detect import detect
 from eagle3lens.engines.groups import FileHashes
@@ -69,7 +70,7 @@ def test_cli_detect_json_and_real_table(tmp_path, capsys):
 def test_readme_engine_table_is_generated_from_the_profiles():
     from eagle3lens.engines.readme import engine_table
 
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    readme = (ROOT / "README.md").read_text()
     assert engine_table() in readme
     assert "sglang==0.4.8.post1" in engine_table() and "0.30.0–0.33.0" in engine_table()
 

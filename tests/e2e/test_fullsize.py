@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
+from _paths import ROOT
+
+BENCH = ROOT / "bench"
 sys.path.insert(0, str(BENCH))
 
 from _rss import PEAK_RSS_KB  # noqa: E402
@@ -30,7 +32,6 @@ from _fullsize import (  # noqa: E402
     resident_bytes,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
 # a draft of about 300 MB (bf16): as float32 module plus its read state it would pass 1 GB
 REDUCED = dict(hidden=2048, vocab=32768, draft_vocab=8000, heads=16, kv_heads=4, head_dim=128, intermediate=5632)
 REDUCED_TARGET = {**LLAMA_405B, "hidden_size": 2048, "num_attention_heads": 16,

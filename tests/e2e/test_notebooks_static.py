@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
+from _paths import ROOT
+
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 LOGIC = (ast.For, ast.AsyncFor, ast.While, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
          ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
@@ -92,7 +94,7 @@ def test_triage_points_to_every_other_walkthrough() -> None:
 
 
 def test_readme_lists_every_walkthrough_and_where_the_demo_lives() -> None:
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    readme = (ROOT / "README.md").read_text()
     section = readme.split("\n## Notebooks\n", 1)[1].split("\n## ", 1)[0]
     assert not [p.stem for p in NOTEBOOKS if f"| `{p.stem}` |" not in section]
     assert "EAGLE3LENS_DEMO_DIR" in section and "~/.cache/eagle3lens/demo" in section

@@ -12,13 +12,14 @@ from pathlib import Path
 import pytest
 import torch
 from _builders import checkpoint
+from _paths import ROOT
 
 from eagle3lens.io import prefetch
 from eagle3lens.io.prefetch import STEP, ReadAhead
 from eagle3lens.probes import weights
 from eagle3lens.probes.weights import byte_ranges, weight_stats
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+sys.path.insert(0, str(ROOT / "bench"))
 from _fullsize import evict, resident_bytes  # noqa: E402
 
 

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from _builders import codes
+from _paths import TESTS
 
 from eagle3lens.cli import main
 from eagle3lens.errors import LogFileError, UsageError
 from eagle3lens.plots import figures, html_view, rich_view
 from eagle3lens.probes.logs import infer_draft_tokens, parse_log
 
-DATA = Path(__file__).parent / "data" / "logs"
+DATA = TESTS / "data" / "logs"
 
 
 def finding(result, code: str):

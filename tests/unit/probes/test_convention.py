@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from _builders import draft_tensors, sglang_config, speculators_config, write
+from _paths import ROOT
 
 from eagle3lens.checkpoint import Checkpoint, as_checkpoint
 from eagle3lens.doctor import diagnose
@@ -21,7 +22,7 @@ from eagle3lens.probes.vocab import compare_mappings, inspect_vocab
 from eagle3lens.probes.weights import weight_stats
 from eagle3lens.progress import Counter, TqdmBars
 
-PACKAGE = Path(__file__).resolve().parent.parent / "eagle3lens"
+PACKAGE = ROOT / "eagle3lens"
 
 
 @pytest.fixture(scope="module")

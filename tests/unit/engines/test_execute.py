@@ -15,6 +15,7 @@ import torch
 
 from _builders import BIAS, HEADS, INTER, KV, H, draft_tensors, sglang_config, two_shards_with_bias, write
 from _mini_engine import DRAFT, write_engine
+from _paths import ROOT
 from eagle3lens.checkpoint import Checkpoint
 from eagle3lens.engines.execute import Execution, record_execution
 from eagle3lens.engines.executed_result import execute_load
@@ -287,7 +288,7 @@ def test_keys_execute_on_a_loopback_host_ships_only_headers(engine: Path, tmp_pa
         config.write_text(ssh_host("e3l-gpu", server.port, key, f"UserKnownHostsFile {known}"))
         # the host's Python: this interpreter with this checkout of eagle3lens (a login shell does not inherit ours)
         python = tmp_path / "host-python"
-        python.write_text(f"#!/bin/sh\nPYTHONPATH={Path(__file__).resolve().parents[1]} exec {sys.executable} "
+        python.write_text(f"#!/bin/sh\nPYTHONPATH={ROOT} exec {sys.executable} "
                           "\"$@\"\n")
         python.chmod(python.stat().st_mode | stat.S_IXUSR)
         draft = _eagle(tmp_path, prefix="layers.0.")
@@ -295,7 +296,7 @@ def test_keys_execute_on_a_loopback_host_ships_only_headers(engine: Path, tmp_pa
         done = subprocess.run([sys.executable, "-m", "eagle3lens", "keys", str(draft), "--engine", "installed",
                                "--execute", "--host", "e3l-gpu", "--ssh-config", str(config), "--python", str(python),
                                "--engine-root", str(engine), "--json"], capture_output=True, text=True, check=False,
-                              timeout=300, env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+                              timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
         out = json.loads(done.stdout)
         keys = out["results"]["keys"]
         assert keys["origin"] == "executed" and keys["execution"]["root"] == str(engine.resolve())
@@ -309,7 +310,7 @@ def test_keys_execute_on_a_loopback_host_ships_only_headers(engine: Path, tmp_pa
                                "--execute", "--host", "e3l-gpu", "--ssh-config", str(config), "--python", str(python),
                                "--engine-root", str(engine), "--no-weights", "--json"], capture_output=True,
                               text=True, check=False, timeout=300,
-                              env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})
         report = json.loads(done.stdout)
         assert report["results"]["keys"]["origin"] == "executed"
         assert report["results"]["keys"]["execution"]["root"] == str(engine.resolve())

@@ -15,7 +15,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent / "eagle3lens"
+from _paths import ROOT
+
+PACKAGE = ROOT / "eagle3lens"
 VIEW_MODULES = ("eagle3lens.plots", "eagle3lens.render", "eagle3lens.notebook.widgets", "eagle3lens.notebook.kernel")
 VIEW_LIBRARIES = ("rich", "plotly", "ipywidgets", "IPython")
 GLUE = ("eagle3lens.cli", "eagle3lens.__main__", "eagle3lens.commands")

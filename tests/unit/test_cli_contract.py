@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from _paths import ROOT
 from eagle3lens import cli
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.parametrize("argv, start", [

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from _paths import ROOT
 from eagle3lens.checkpoint import DraftSpec
 from eagle3lens.engines import all_profiles, resolve
 from eagle3lens.errors import UsageError
@@ -152,13 +153,11 @@ def test_engine_imports_are_declared_core_dependencies():
     import re
     import sys
     import tomllib
-    from pathlib import Path
 
-    root = Path(__file__).resolve().parent.parent
     declared = {re.split(r"[<>=!~\[ ;]", r, maxsplit=1)[0].lower().replace("-", "_")
-                for r in tomllib.loads((root / "pyproject.toml").read_text())["project"]["dependencies"]}
+                for r in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]}
     imported = set()
-    for file in (root / "eagle3lens" / "engines").glob("*.py"):
+    for file in (ROOT / "eagle3lens" / "engines").glob("*.py"):
         for node in ast.walk(ast.parse(file.read_text())):
             if isinstance(node, ast.Import):
                 imported |= {a.name.split(".")[0] for a in node.names}

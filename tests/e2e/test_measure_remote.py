@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _paths import ROOT
 from _sshd import make_sshd, ssh_host, sshd_missing_reason, write_ed25519_key
 
 from eagle3lens.engines.measure import installed_engine, measure
@@ -26,7 +27,7 @@ pytestmark = pytest.mark.ssh
 ENGINE_PYTHON = os.environ.get("EAGLE3LENS_ENGINE_PYTHON")
 CLI = [sys.executable, "-m", "eagle3lens"]
 HOST = "e3l-gpu"
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+from _paths import ROOT
+
 TORCH_PIN = "torch==2.13.0"
 
 
