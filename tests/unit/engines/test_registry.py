@@ -1,4 +1,7 @@
-"""Engine profiles: registry resolution and the parameter tables for the Llama-3.1-8B example (FACTS.md §2, §4)."""
+"""Engine profiles: registry resolution and the parameter tables for the Llama-3.1-8B example (FACTS.md §2, §4).
+
+The release-resolution tests (builds between releases, PEP 440 forms, path suffixes) are from the review round
+"engine releases" (issue 14; was tests/test_engine_releases.py)."""
 
 from __future__ import annotations
 
@@ -169,3 +172,31 @@ def test_engine_imports_are_declared_core_dependencies():
     assert "packaging" in third_party and third_party - engine_side <= declared
     assert resolve("sglang==0.5.10.post1").spec == "sglang==0.5.10.post1"
     assert resolve("vllm==0.33.0rc1").label == "vllm 0.30.0–0.33.0"
+
+
+# -- release resolution (issue 14) ---------------------------------------------------------------
+def test_builds_between_releases_and_installed_versions_still_resolve():
+    from eagle3lens.engines.registry import resolve_named
+
+    assert resolve("vllm==0.9.1.dev3").label == "vllm 0.9.0–0.9.0.1"  # dev, rc and local builds are not listed
+    assert resolve("sglang==0.5.11+cu128").release == "0.5.11"  # the local label is the build
+    assert resolve("vllm==0.33.0rc1").label == "vllm 0.30.0–0.33.0"
+    assert resolve_named("vllm==0.9.5", installed=True).label == "vllm 0.9.1–0.10.0"  # installed: it exists
+    assert not resolve("sglang==0.5.99").verified
+
+
+def test_pep440_forms_resolve():
+    assert resolve("sglang==0.5.0rc2").label == "sglang 0.4.9–0.5.1.post3"
+    assert resolve("sglang==0.5.3.post2").release == "0.5.3.post2"
+    assert resolve("sglang==0.5.3.post1").release != resolve("sglang==0.5.3.post2").release
+    assert resolve("vllm==0.9.0.1").label == "vllm 0.9.0–0.9.0.1"
+    assert resolve("vllm==0.9.1.dev3").label == "vllm 0.9.0–0.9.0.1"  # a dev build of 0.9.1 precedes 0.9.1
+    newer = resolve("sglang==0.5.24.dev1")
+    assert not newer.verified and newer.label == "sglang 0.5.17–0.5.23"
+
+
+def test_path_suffix_refused_where_the_release_has_one_path():
+    with pytest.raises(UsageError, match="one runtime path"):
+        resolve("sglang==0.5.11:eager")
+    with pytest.raises(UsageError, match="runtime paths"):
+        resolve("vllm==0.33.0:v3")

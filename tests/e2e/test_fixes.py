@@ -4,6 +4,8 @@ The doctor runs from headers (no target, no weights); every printed ``eagle3lens
 (OUT replaced by a temporary folder), the doctor runs again on its output under the same release, and the finding
 it was printed for must be gone. Fixes that are not commands (a launch flag, another release, a re-export) are
 checked not to pretend to be one.
+
+From the review round "fixes fix" (was tests/test_fixes_fix.py).
 """
 
 from __future__ import annotations
