@@ -55,6 +55,6 @@ def test_triage_fix_column_wraps_a_long_path_instead_of_widening_the_table(demo_
     long = tmp_path / ("a-rather-long-folder-name-for-checkpoints-" * 3) / "speculators"
     shutil.copytree(demo_dir / "speculators", long)
     html = html_view(diagnose(long, engine="sglang==0.5.11", weights=False).results["doctor"])
-    assert str(long) in html  # the fix names the checkpoint in full, wrapped inside its column (tests/test_browser.py)
+    assert str(long) in html  # the fix names the checkpoint in full, wrapped inside its column (e2e/test_browser.py)
     assert html.count("<div class='fix' style='min-width:16em'><code class='cmd' "
                       "style='white-space:break-spaces;overflow-wrap:anywhere'>eagle3lens convert") >= 1

@@ -92,7 +92,7 @@ def test_speculators_layout_under_sglang_0_4_5_raises_keyerror(speculators):
     logged = next(f for f in result.fates if f.key == "layers.0.mlp.down_proj.weight")
     assert logged.fate == "dropped" and "not found in params_dict" in logged.log
     # the loader walks the keys in sorted order and stops at the first stacked one (the record of sglang 0.4.5's own
-    # load_weights, tests/test_execute_releases.py): only the keys before it were processed
+    # load_weights, tests/e2e/test_execute_releases.py): only the keys before it were processed
     fates = {f.key: f.fate for f in result.fates}
     assert fates["layers.0.mlp.gate_proj.weight"] == "raises"
     assert [k for k in fates if fates[k] not in ("not-reached", "raises")] == [
