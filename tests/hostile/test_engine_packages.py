@@ -89,6 +89,7 @@ def test_a_load_weights_that_misbehaves_is_one_not_executed_finding(tmp_path: Pa
     assert "\x1b" not in json.dumps(result.to_dict(), ensure_ascii=False)
 
 
+@pytest.mark.slow  # about 20 s or more on an idle 2-core machine (test-fast leaves it out)
 def test_the_terminal_report_shows_the_engines_output_escaped_with_v(tmp_path: Path) -> None:
     root = _engine(tmp_path / "site", "escapes", "import")
     draft = _draft(tmp_path)

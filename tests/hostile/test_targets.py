@@ -107,6 +107,7 @@ def test_code_beside_a_known_architecture_is_not_run_and_said_in_a_note(demo_dir
                "input: read with transformers' built-in classes" in notes
 
 
+@pytest.mark.slow  # about 20 s or more on an idle 2-core machine (test-fast leaves it out)
 @pytest.mark.parametrize("command", ["keys", "doctor"])
 def test_execute_never_runs_code_the_draft_config_names(engine: Path, tmp_path: Path, command: str) -> None:  # noqa: F811
     draft = _eagle(tmp_path)

@@ -50,6 +50,7 @@ def test_masked_starts_do_not_count_and_sampled_mass_is_averaged() -> None:
     assert abs(r.sampled_oov_share[0] - float(mass[[1, 2, 3, 5, 6, 7]].mean())) < 1e-6
 
 
+@pytest.mark.slow  # about 20 s or more on an idle 2-core machine (test-fast leaves it out)
 def test_demo_dump_share_matches_the_training_coverage(demo_dir: Path) -> None:
     """On the held-out dump, the target's greedy tokens outside the draft vocab are exactly the complement of the
     draft-vocab coverage the demo measured when it trained the draft (same positions, same target)."""
@@ -65,6 +66,7 @@ def test_demo_dump_share_matches_the_training_coverage(demo_dir: Path) -> None:
     assert trained is not None and trained <= vocab.ceiling_accept_len
 
 
+@pytest.mark.slow  # about 20 s or more on an idle 2-core machine (test-fast leaves it out)
 @pytest.mark.parametrize("traffic,draft", [("chat", "speculators"), ("prompts", "speculators"),
                                            ("prompts", "broken-d2t-double-subtracted")])
 def test_vocab_coverage_over_served_traffic_is_acceptances_served_vocabulary(demo_dir: Path, tmp_path: Path,
