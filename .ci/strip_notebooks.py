@@ -1,7 +1,7 @@
 """Keep the committed walkthroughs clean: no outputs, no execution counts, the kernel the install registers.
 
     python .ci/strip_notebooks.py           # rewrite notebooks/*.ipynb in place (after a Run All in JupyterLab)
-    python .ci/strip_notebooks.py --check   # exit 1 naming each notebook that is not clean (tests/test_notebooks.py)
+    python .ci/strip_notebooks.py --check   # exit 1 naming each notebook not clean (tests/e2e/test_notebooks.py)
 
 The kernelspec is the one ``make install`` registers and ipykernel's own wheel installs: ``python3``,
 "Python 3 (ipykernel)", so opening a notebook in JupyterLab does not rewrite it.

@@ -3,7 +3,7 @@
 VmHWM of /proc/self/status: the high-water RSS of this process's address space, which execve starts afresh.
 Not getrusage's ru_maxrss: at execve Linux folds the old address space's high-water mark into it, and a child that
 subprocess forks (or vforks, sharing the parent's memory) keeps the parent's, so a child reports at least its
-parent's RSS (tests/test_fullsize.py shows it).
+parent's RSS (tests/e2e/test_fullsize.py shows it).
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ only adds time; peak RSS: the larger). Baselines, measured in the same run:
 - ``convert``: a plain copy of the checkpoint, measured just before and just after: <= 2x their mean; RSS <= 300 MB;
 - the 405B meta trace: a plain meta forward of the same target with bare hooks: <= 1.2x;
 - ``acceptance`` / ``provenance`` need the target's weights: they must stop with one line that points to ``--host``.
-The drill with ``measure=False`` (tests/test_fullsize.py, at reduced width) runs the same commands in process.
+The drill with ``measure=False`` (tests/e2e/test_fullsize.py, at reduced width) runs the same commands in process.
 """
 
 from __future__ import annotations

@@ -1,12 +1,18 @@
-"""Shared fixtures: the demo incident, built once per test session."""
+"""Shared fixtures: the demo incident, built once per test session.
+
+The helpers beside this file (``_builders``, ``_sshd``, ...) are imported by bare name from every test directory
+(``tests/unit/...``, ``tests/e2e``, ``tests/hostile``): this folder goes on ``sys.path`` here, whatever the import mode.
+"""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 torch.set_num_threads(2)
 
 

@@ -49,7 +49,7 @@ def read_params_file(path: str) -> dict[str, Any]:
 
 PATH_PARAMETERS = frozenset({"checkpoint", "target", "draft", "log", "data", "token_counts", "tokenizer", "demo_dir",
                              "chat", "templated"})
-"""Parameters of the walkthroughs that name a file or directory (tests/test_notebooks_static.py holds every
+"""Parameters of the walkthroughs that name a file or directory (tests/e2e/test_notebooks_static.py holds every
 walkthrough parameter filled from the demo's paths to this set). In a user's notebook also any name that is or
 ends in ``path``, ``file``, ``dir``, ``log``, ``data``, ``checkpoint``, ``ckpt``, ``target`` or ``draft`` (as a
 word: ``path``, ``log_file``, ``out_dir``). Only these are resolved against the working directory."""
