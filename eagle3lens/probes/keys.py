@@ -107,8 +107,22 @@ def compare_engines(draft: CheckpointLike, *, target: CheckpointLike | None = No
 def _findings(ckpt: Checkpoint, profile: EngineProfile, spec: DraftSpec, fates: list[TensorFate],
               sources: tuple[ParamSource, ...], recognised: bool, num_target_layers: int | None,
               refused: str | None = None) -> list[Finding]:
+    """The keys/* and config/* findings of one walk, in the order a reader meets them."""
+    fix = convert_fix(ckpt, profile)
+    out = _recognition_findings(ckpt, profile, spec, recognised, fix)
+    out += _raise_findings(ckpt, profile, spec, fates, sources, refused, fix)
+    out += _fate_findings(ckpt, profile, spec, fates, sources, refused, fix)
+    out += _vocab_shape_findings(ckpt, spec)
+    out += _flag_findings(ckpt, profile, spec, fates, fix)
+    out += _aux_findings(ckpt, profile, num_target_layers)
+    return out
+
+
+def _recognition_findings(ckpt: Checkpoint, profile: EngineProfile, spec: DraftSpec, recognised: bool,
+                          fix: str) -> list[Finding]:
+    """The release does not recognise the config; the release is newer than any read."""
     out: list[Finding] = []
-    label, fix = profile.spec, convert_fix(ckpt, profile)
+    label = profile.spec
     missing = profile.speculators_missing(ckpt.config or {}) if spec.flavour == "speculators" else ()
     if not recognised and missing:
         out.append(Finding(
@@ -138,6 +152,14 @@ def _findings(ckpt: Checkpoint, profile: EngineProfile, spec: DraftSpec, fates: 
             f"{profile.name} {profile.range_label}",
             f"eagle3lens has read every {profile.name} release up to {newest}; this one may load drafts differently.",
             evidence={"release": profile.release, "newest_verified": str(newest), "simulated_as": profile.label}))
+    return out
+
+
+def _raise_findings(ckpt: Checkpoint, profile: EngineProfile, spec: DraftSpec, fates: list[TensorFate],
+                    sources: tuple[ParamSource, ...], refused: str | None, fix: str) -> list[Finding]:
+    """Where the load stops: a config field the constructor needs, no d2t, the strict check, a raising key."""
+    out: list[Finding] = []
+    label = profile.spec
     for what, message in profile.missing_required(spec):
         out.append(Finding("keys/raises", Severity.CRITICAL, f"{label} cannot build the draft: the config has no {what}",
                            f"The engine's constructor reads config.{what}: {message}",
@@ -159,6 +181,16 @@ def _findings(ckpt: Checkpoint, profile: EngineProfile, spec: DraftSpec, fates: 
             "keys/raises", Severity.CRITICAL, f"{label} stops loading at {raising[0].key!r}",
             f"The loader raises: {raising[0].reason}",
             evidence={"tensors": [f.key for f in raising], "message": raising[0].reason}, fix=fix))
+    return out
+
+
+def _fate_findings(ckpt: Checkpoint, profile: EngineProfile, spec: DraftSpec, fates: list[TensorFate],
+                   sources: tuple[ParamSource, ...], refused: str | None, fix: str) -> list[Finding]:
+    """What a load that goes through leaves wrong: d2t discarded, tensors dropped, parameters never written,
+    shapes that differ."""
+    out: list[Finding] = []
+    label = profile.spec
+    raising = [f for f in fates if f.fate == "raises"]
     discarded = [f for f in fates if f.finding == "keys/d2t-discarded"]
     n_draft, n_target = spec.draft_vocab_size or spec.lm_head_rows, spec.vocab_size
     if discarded and n_draft and n_target and n_draft < n_target:
@@ -210,9 +242,6 @@ def _findings(ckpt: Checkpoint, profile: EngineProfile, spec: DraftSpec, fates: 
             evidence={"tensors": {f.key: {"checkpoint": list(f.shape), "engine": list(f.expected_shape or ()),
                                           "param": f.param, "shard": f.shard} for f in mismatched},
                       "num_aux_engine": profile.num_aux(spec), "target_hidden_size": spec.target_hidden_size}))
-    out += _vocab_shape_findings(ckpt, spec)
-    out += _flag_findings(ckpt, profile, spec, fates, fix)
-    out += _aux_findings(ckpt, profile, num_target_layers)
     return out
 
 

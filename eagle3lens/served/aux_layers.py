@@ -7,7 +7,7 @@ outside ``0 .. L-1`` captures nothing.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -99,30 +99,42 @@ def resolve_aux_layers(draft: CheckpointLike | DraftSpec, num_target_layers: int
     profile = own_loader(spec.flavour) if engine is None else resolve(engine)
     label = profile.spec
     L = num_target_layers
-    findings: list[Finding] = []
     trained, trained_source = trained_with(spec, L)
 
+    source, convention, ids_read, requested = _requested(spec, profile, L)
+    captured = tuple(sorted({k for k in requested if 0 <= k and (L is None or k < L)}))
+    res = AuxResolution(label, L, source, ids_read, convention, requested, captured, trained, trained_source,
+                        spec.target_hidden_size, spec.fc_in_features)
+    findings = _ignored(res, spec, profile, checkpoint) + _malformed(res) + _shifted(res, checkpoint) + _width(res)
+    return replace(res, findings=tuple(findings))
+
+
+def _requested(spec: DraftSpec, profile: EngineProfile,
+               L: int | None) -> tuple[str, str, tuple[int, ...], tuple[int, ...]]:
+    """Where the release reads the ids (a config source, its default, or capture disabled), in which convention,
+    the ids read and the HF indices they request."""
     source = "default"
     convention: str = profile.aux_id_convention
     ids_read: tuple[int, ...] = ()
-    requested: tuple[int, ...]
     if spec.use_aux_hidden_state is False:
-        source, requested = "disabled", ()
-    else:
-        visible = profile.visible_aux_ids(spec)
-        for candidate in profile.aux_ids_sources:
-            if candidate in visible:
-                source, ids_read = candidate, tuple(visible[candidate])
-                convention = SOURCE_CONVENTION.get(candidate, convention)
-                break
-        if source == "default":
-            requested = tuple(profile.default_aux_ids(L)) if L is not None else ()
-        else:
-            requested = tuple(i + 1 for i in ids_read) if convention == "output" else ids_read
-    captured = tuple(sorted({k for k in requested if 0 <= k and (L is None or k < L)}))
+        return "disabled", convention, (), ()
+    visible = profile.visible_aux_ids(spec)
+    for candidate in profile.aux_ids_sources:
+        if candidate in visible:
+            source, ids_read = candidate, tuple(visible[candidate])
+            convention = SOURCE_CONVENTION.get(candidate, convention)
+            break
+    if source == "default":
+        return source, convention, ids_read, tuple(profile.default_aux_ids(L)) if L is not None else ()
+    return source, convention, ids_read, tuple(i + 1 for i in ids_read) if convention == "output" else ids_read
 
+
+def _ignored(res: AuxResolution, spec: DraftSpec, profile: EngineProfile, checkpoint: str | Path) -> list[Finding]:
+    """The config writes ids the release never reads: it captures its default layers."""
+    label, L, captured, trained = res.engine, res.num_target_layers, res.captured, res.trained_with
+    findings: list[Finding] = []
     written = {s: list(v) for s, v in spec.aux_ids_by_source.items()}
-    if source == "default" and spec.aux_ids_by_source:
+    if res.source == "default" and spec.aux_ids_by_source:
         harmless = L is not None and captured == tuple(sorted(set(trained)))
         findings.append(Finding(
             "config/aux-ids-ignored",
@@ -136,6 +148,14 @@ def resolve_aux_layers(draft: CheckpointLike | DraftSpec, num_target_layers: int
             evidence={"ids_by_source": written, "engine_reads": list(profile.aux_ids_sources),
                       "captured_hf": list(captured), "trained_with_hf": list(trained)},
             fix=None if harmless else _ignored_fix(profile, checkpoint)))
+    return findings
+
+
+def _malformed(res: AuxResolution) -> list[Finding]:
+    """Ids out of layer order, repeated, or outside the target's decoder layers."""
+    L, requested, ids_read, label, convention = (res.num_target_layers, res.requested, res.ids_read, res.engine,
+                                                 res.convention)
+    findings: list[Finding] = []
     if requested and requested != tuple(sorted(requested)):
         findings.append(Finding(
             "config/aux-ids-unsorted", Severity.INFO, "aux layer ids are not in layer order",
@@ -154,6 +174,14 @@ def resolve_aux_layers(draft: CheckpointLike | DraftSpec, num_target_layers: int
             f"{label} reads {list(ids_read)} ({convention}-of-layer convention) -> HF indices {list(requested)}; "
             "an index of L or more is never captured, so fewer states than fc expects arrive.",
             evidence={"ids_read": list(ids_read), "requested_hf": list(requested), "num_target_layers": L}))
+    return findings
+
+
+def _shifted(res: AuxResolution, checkpoint: str | Path) -> list[Finding]:
+    """Every id read one layer off: the trainer wrote them in the other convention."""
+    source, captured, trained, ids_read, label = res.source, res.captured, res.trained_with, res.ids_read, res.engine
+    convention, trained_source = res.convention, res.trained_source
+    findings: list[Finding] = []
     if source not in ("disabled", "default") and trained and captured != tuple(sorted(set(trained))):
         if len(captured) == len(trained) and {c - t for c, t in zip(captured, sorted(trained), strict=True)} in ({1}, {-1}):
             shift = captured[0] - sorted(trained)[0]
@@ -166,13 +194,18 @@ def resolve_aux_layers(draft: CheckpointLike | DraftSpec, num_target_layers: int
                 evidence={"ids_read": list(ids_read), "source": source, "captured_hf": list(captured),
                           "trained_with_hf": list(trained)},
                 fix=fix_command("convert", checkpoint, "--to", label, "OUT")))
-    th, fc_in = spec.target_hidden_size, spec.fc_in_features
-    known = source != "disabled" and (L is not None or source != "default")
+    return findings
+
+
+def _width(res: AuxResolution) -> list[Finding]:
+    """The captured layers times the target width is not fc's input width."""
+    th, fc_in, captured = res.target_hidden_size, res.fc_in_features, res.captured
+    known = res.source != "disabled" and (res.num_target_layers is not None or res.source != "default")
+    findings: list[Finding] = []
     if th and fc_in and known and len(captured) * th != fc_in:
         findings.append(Finding(
             "trace/aux-width-mismatch", Severity.CRITICAL,
             f"{len(captured)} captured layers x {th} = {len(captured) * th}, but fc expects {fc_in}",
             "The concatenated aux feature does not match fc's in-features.",
             evidence={"captured_hf": list(captured), "target_hidden_size": th, "fc_in_features": fc_in}))
-    return AuxResolution(label, L, source, ids_read, convention, requested, captured, trained, trained_source,
-                         th, fc_in, tuple(findings))
+    return findings
