@@ -466,7 +466,7 @@ class Eagle3Draft(nn.Module):
     def _decode(self, input_ids: torch.Tensor, g: torch.Tensor, positions: torch.Tensor,
                 fc_applied: bool, steps: StepKeys | None = None) -> DraftOutput:
         """Decoder layer, final norm and lm_head over tokens and an H-wide feature ``g``."""
-        h = self.layers[0](self.embed_tokens(input_ids), g, positions, steps)
+        h = self.layers[0](self.embed_tokens(input_ids), g, positions, steps=steps)  # a kwarg: traces stay as they were
         n = self.norm(h)
         return DraftOutput(logits=self.lm_head(n), hidden_out=n if self.cfg.norm_output else h, fc_applied=fc_applied)
 
