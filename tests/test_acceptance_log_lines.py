@@ -7,7 +7,7 @@ import pytest
 
 from eagle3lens.probes.acceptance_result import AcceptanceView
 from eagle3lens.probes.log_formats import ERAS
-from eagle3lens.probes.log_lines import log_lines, release_era
+from eagle3lens.probes.acceptance_log_lines import log_lines, release_era
 from eagle3lens.probes.logs import parse_log
 
 K = 3
