@@ -9,7 +9,9 @@ One draft step (FACTS.md §1), for token ids and a feature ``g``:
     logits = lm_head(norm(h))                          # N wide: draft vocab, map with d2t
 
 Later steps (``rollout``) feed the draft its own output: the token it predicted (``i + d2t[i]``) and
-``h`` in place of ``g`` (already H wide, so fc is not applied), one position further on.
+``h`` in place of ``g`` (already H wide, so fc is not applied), one position further on. ``ttt_step`` is that
+step as speculators trains it and engines chain it at topk 1: each step's queries also read the earlier steps'
+keys (``StepKeys``) at their own position; the acceptance probe's chain runs it.
 
 ``self_attn`` is Llama GQA attention, or, for Kimi-K2.x / DeepSeek-V3 drafts (``Eagle3DeepseekV2ForCausalLM``),
 DeepSeek's multi-head latent attention (:class:`MLAttention`, sizes from ``mla_config``); everything around
