@@ -35,7 +35,8 @@ PROBES: dict[str, tuple[str, ...]] = {
     "doctor": ("doctor.py",),
     "convert": ("convert.py",),
     "detect": ("engines/detect.py",),
-    "acceptance": ("probes/acceptance.py", "probes/measured.py"),
+    "acceptance": ("probes/acceptance.py", "probes/acceptance_probe.py", "probes/acceptance_findings.py",
+                   "probes/acceptance_entry.py", "probes/measured.py"),
     "provenance": ("probes/provenance.py", "probes/chat.py"),  # `engines --detect`: the engine actually installed
 }
 

@@ -15,9 +15,12 @@ the two renames would leave new weights under an old config). OUT may not be the
 from __future__ import annotations
 
 import json
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from .checkpoint import DECODER_KEY, INDEX_NAMES, Checkpoint, build_spec
 from .engines.config_writer import convert_config, rewrite_aux_ids
@@ -28,6 +31,10 @@ from .progress import Counter, Progress
 from .io.safetensors_header import read_header
 from .io.safetensors_writer import tensor_nbytes, write_file
 from .io.safewrite import copy_side_files, recover, replace_dir, sweep
+
+if TYPE_CHECKING:
+    from .probes.acceptance_result import AcceptanceResult
+    from .probes.acceptance_setup import FixedDraft
 
 # what goes with a single-file source into OUT (besides the config.json convert writes)
 FILE_SIDE_FILES = frozenset({"generation_config.json", "tokenizer.json", "tokenizer_config.json", "tokenizer.model",
@@ -339,3 +346,33 @@ def _as_verified(result: Any, overridden: set[str]) -> Any:
     changed += [ValueChange(a, b, float("nan"), float("nan"), -1) for a, b in result.renamed if a in overridden]
     return replace(result, identical=tuple(sorted(same)), unchecked=(), changed=tuple(changed),
                    renamed=tuple((a, b) for a, b in result.renamed if a not in overridden))
+
+
+# -- the fixed view of the acceptance probe -----------------------------------------------------------
+@contextmanager
+def fixed_draft(ckpt: Checkpoint, profile: EngineProfile) -> Iterator[FixedDraft]:
+    """What ``convert --to profile`` writes for ``ckpt``, in a temporary folder removed on exit, for the acceptance
+    probe's fixed view (``estimate_acceptance(..., fixed=fixed_draft)``); a refused conversion is no path and the
+    note saying why."""
+    from .probes.acceptance_setup import FixedDraft
+
+    with tempfile.TemporaryDirectory(prefix="eagle3lens-fixed-") as tmp:
+        out = Path(tmp) / "converted"
+        refused: str | None = None
+        try:
+            convert(ckpt.path, profile.spec, out)
+        except (ConversionRefused, UsageError) as exc:
+            refused = f"fixed: not scored, convert --to {profile.spec} refused ({str(exc)[:160]})"
+        if refused is not None:
+            yield FixedDraft(None, "", refused)
+        else:
+            yield FixedDraft(out, f"after convert --to {profile.spec}, as it loads them",
+                             f"fixed: the checkpoint `eagle3lens convert --to {profile.spec}` writes, served with aux "
+                             "capture on")
+
+def estimate_acceptance(draft: Any, data: Any, *, fixed: Any = True, **kwargs: Any) -> AcceptanceResult:
+    """:func:`eagle3lens.probes.acceptance.estimate_acceptance` with ``fixed=True`` scoring the checkpoint
+    :func:`fixed_draft` writes (the probe itself converts nothing): what the ``acceptance`` command scores."""
+    from .probes.acceptance import estimate_acceptance as probe
+
+    return probe(draft, data, fixed=fixed_draft if fixed is True else fixed, **kwargs)

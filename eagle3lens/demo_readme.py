@@ -17,7 +17,7 @@ ENGINE = "sglang==0.5.11"
 
 def demo_figures(root: str | Path) -> dict[str, float]:
     """Accept lengths the pages quote, computed on the demo at ``root`` exactly as the commands it shows run."""
-    from .probes.acceptance import estimate_acceptance
+    from .convert import estimate_acceptance  # the probe, its fixed view on what convert writes
     from .probes.logs import parse_log
 
     demo = Path(root)

@@ -361,6 +361,7 @@ def _acceptance(inputs: DoctorInputs, state: DoctorState) -> None:
 def _doctor_acceptance(inputs: DoctorInputs, state: DoctorState, scenario: str | None, logs: Any,
                        served_k: int | None) -> tuple[Any, str | None]:
     """The acceptance probe's doctor entry point: (result, note)."""
+    from .convert import fixed_draft
     from .probes.acceptance import doctor_acceptance
 
     assert state.tgt is not None
@@ -370,7 +371,7 @@ def _doctor_acceptance(inputs: DoctorInputs, state: DoctorState, scenario: str |
                              log_path=str(log) if log is not None else None, scenario=scenario,
                              chat=_chat_samples(state.ckpt, state.tgt, chat, state.profile) if inputs.data is None
                              and chat is not None else None, steps=inputs.steps or served_k, log_steps=served_k,
-                             measure=inputs.measure)
+                             measure=inputs.measure, fixed=fixed_draft)
 
 
 def _chain_applies(_inputs: DoctorInputs, state: DoctorState) -> str | None:

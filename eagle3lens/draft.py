@@ -9,7 +9,9 @@ One draft step (FACTS.md §1), for token ids and a feature ``g``:
     logits = lm_head(norm(h))                          # N wide: draft vocab, map with d2t
 
 Later steps (``rollout``) feed the draft its own output: the token it predicted (``i + d2t[i]``) and
-``h`` in place of ``g`` (already H wide, so fc is not applied), one position further on.
+``h`` in place of ``g`` (already H wide, so fc is not applied), one position further on. ``ttt_step`` is that
+step as speculators trains it and engines chain it at topk 1: each step's queries also read the earlier steps'
+keys (``StepKeys``) at their own position; the acceptance probe's chain runs it.
 
 ``self_attn`` is Llama GQA attention, or, for Kimi-K2.x / DeepSeek-V3 drafts (``Eagle3DeepseekV2ForCausalLM``),
 DeepSeek's multi-head latent attention (:class:`MLAttention`, sizes from ``mla_config``); everything around
@@ -28,14 +30,14 @@ from __future__ import annotations
 import math
 import os
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .errors import CheckpointError
+from .errors import CheckpointError, UsageError
 from .mla_config import MLAConfig, YarnScaling, is_mla, read_mla
 from .io.safetensors_header import torch_dtype
 
@@ -45,6 +47,7 @@ if TYPE_CHECKING:
     from .checkpoint import Checkpoint, DraftSpec
 
 FcGate = Literal["width-differs", "always", "always-assert"]
+QUERY_CHUNK = 256  # query rows per test-time-training attention block (bounds the [heads, rows, T] score tensor)
 FC_GATES: tuple[str, ...] = ("width-differs", "always", "always-assert")
 OPTIONAL_KEYS = ("d2t", "t2d", "embed_tokens.weight")  # absent in some layouts; buffers/tables stay as built
 
@@ -119,6 +122,16 @@ class DraftConfig:
         )
 
 
+@dataclass
+class StepKeys:
+    """The keys and values of the draft steps run so far over one sequence (test-time-training attention), each
+    [1, heads, T, d] with the kv heads repeated: step k's queries read step 0's causally, steps 1..k's at their
+    own position only."""
+
+    keys: list[torch.Tensor] = field(default_factory=list)
+    values: list[torch.Tensor] = field(default_factory=list)
+
+
 @dataclass(frozen=True)
 class DraftOutput:
     logits: torch.Tensor  # [B, T, N] draft-vocab logits
@@ -173,6 +186,45 @@ class Attention(nn.Module):
         k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return self.o_proj(y.transpose(1, 2).reshape(B, T, cfg.heads * cfg.head_dim))
+
+    def ttt(self, x: torch.Tensor, positions: torch.Tensor, steps: StepKeys) -> torch.Tensor:
+        """Attention of one draft step over one sequence ``x`` [1, T, 2H]: this step's keys and values join
+        ``steps``, and its queries attend to step 0's keys causally and to later steps' at their own position
+        (speculators' ``extend_*_mask_for_draft_tokens``; at decode time, the chain's own earlier tokens)."""
+        cfg = self.cfg
+        T = x.shape[1]
+        q = self.q_proj(x).view(1, T, cfg.heads, cfg.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(1, T, cfg.kv_heads, cfg.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(1, T, cfg.kv_heads, cfg.head_dim).transpose(1, 2)
+        q, k = rope(q, positions, cfg.rope_theta), rope(k, positions, cfg.rope_theta)
+        group = cfg.heads // cfg.kv_heads
+        steps.keys.append(k.repeat_interleave(group, dim=1))
+        steps.values.append(v.repeat_interleave(group, dim=1))
+        y = ttt_attention(q, steps.keys, steps.values)
+        return self.o_proj(y.transpose(1, 2).reshape(1, T, cfg.heads * cfg.head_dim))
+
+
+def ttt_attention(q: torch.Tensor, keys: list[torch.Tensor], values: list[torch.Tensor]) -> torch.Tensor:
+    """Attention of ``q`` [1, h, T, d] over step 0's keys (causal) and steps 1..k's keys (own position only),
+    in blocks of :data:`QUERY_CHUNK` query rows."""
+    T, d = q.shape[2], q.shape[3]
+    scale = 1.0 / math.sqrt(d)
+    k0, v0 = keys[0], values[0]
+    diag_scores = [(q.float() * kk.float()).sum(-1, keepdim=True) * scale for kk in keys[1:]]  # [1, h, T, 1] each
+    out = []
+    for start in range(0, T, QUERY_CHUNK):
+        stop = min(start + QUERY_CHUNK, T)
+        qc = q[:, :, start:stop].float()
+        s0 = (qc @ k0[:, :, :stop].float().transpose(-1, -2)) * scale  # keys beyond stop are all masked
+        rows = torch.arange(start, stop, device=q.device)[:, None]
+        s0 = s0.masked_fill(torch.arange(stop, device=q.device)[None, :] > rows, float("-inf"))
+        scores = torch.cat([s0, *(s[:, :, start:stop] for s in diag_scores)], dim=-1)
+        p = torch.softmax(scores, dim=-1)
+        y = p[..., :stop] @ v0[:, :, :stop].float()
+        for m, vv in enumerate(values[1:]):
+            y = y + p[..., stop + m:stop + m + 1] * vv[:, :, start:stop].float()
+        out.append(y)
+    return torch.cat(out, dim=2).to(q.dtype)
 
 
 def yarn_mscale(factor: float, mscale: float) -> float:
@@ -293,10 +345,20 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden, cfg.rms_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, embeds: torch.Tensor, g: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    def forward(self, embeds: torch.Tensor, g: torch.Tensor, positions: torch.Tensor,
+                steps: StepKeys | None = None) -> torch.Tensor:
+        """The layer over ``embeds`` and feature ``g``; with ``steps``, attention as a test-time-training step
+        (:meth:`Attention.ttt`, Llama attention only)."""
         xe, xh = self.input_layernorm(embeds), self.hidden_norm(g)
         residual = xh if self.cfg.norm_before_residual else g
-        h = self.self_attn(torch.cat([xe, xh], dim=-1), positions) + residual  # embeddings FIRST
+        x = torch.cat([xe, xh], dim=-1)  # embeddings FIRST
+        if steps is None:
+            h = self.self_attn(x, positions) + residual
+        elif isinstance(self.self_attn, Attention):
+            h = self.self_attn.ttt(x, positions, steps) + residual
+        else:  # MLA's latent path has no per-head keys to carry between steps here
+            raise UsageError("test-time-training steps run drafts with Llama-style attention only; this draft "
+                             "uses MLA")
         return self.mlp(self.post_attention_layernorm(h)) + h
 
 
@@ -396,10 +458,17 @@ class Eagle3Draft(nn.Module):
             outputs.append(out)
         return outputs
 
+    def ttt_step(self, input_ids: torch.Tensor, g: torch.Tensor, positions: torch.Tensor,
+                 steps: StepKeys) -> DraftOutput:
+        """One draft step over one sequence (``input_ids`` [1, T], H-wide feature ``g``) whose attention also
+        reads the earlier steps' keys in ``steps`` (speculators' TTT; engines' chain drafting at topk 1), to
+        which it adds its own. Step 0 is ``ttt_step(ids, project(aux)[0], positions, StepKeys())``."""
+        return self._decode(input_ids, g, positions, fc_applied=False, steps=steps)
+
     def _decode(self, input_ids: torch.Tensor, g: torch.Tensor, positions: torch.Tensor,
-                fc_applied: bool) -> DraftOutput:
+                fc_applied: bool, steps: StepKeys | None = None) -> DraftOutput:
         """Decoder layer, final norm and lm_head over tokens and an H-wide feature ``g``."""
-        h = self.layers[0](self.embed_tokens(input_ids), g, positions)
+        h = self.layers[0](self.embed_tokens(input_ids), g, positions, steps=steps)  # a kwarg: traces stay as they were
         n = self.norm(h)
         return DraftOutput(logits=self.lm_head(n), hidden_out=n if self.cfg.norm_output else h, fc_applied=fc_applied)
 

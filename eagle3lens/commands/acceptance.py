@@ -18,6 +18,7 @@ from . import add_output_options, example_epilog, finish, positive_int
 
 def run(args: argparse.Namespace) -> int:
     from ..checkpoint import Checkpoint
+    from ..convert import fixed_draft
     from ..probes.acceptance import estimate_acceptance
 
     if sum(x is not None for x in (args.data, args.prompts, args.chat)) != 1:
@@ -61,8 +62,8 @@ def run(args: argparse.Namespace) -> int:
     progress = TqdmBars(unit="sample") if bars else None
     result = estimate_acceptance(draft, data, target=target, engine=args.engine, steps=steps,
                                  scenario=args.scenario, device=args.device, limit=args.limit,
-                                 fixed=not args.no_fixed, empty_memory=args.empty_memory, progress=progress,
-                                 sampling=sampling, served_vocab=args.data is None,
+                                 fixed=False if args.no_fixed else fixed_draft, empty_memory=args.empty_memory,
+                                 progress=progress, sampling=sampling, served_vocab=args.data is None,
                                  traffic="chat" if args.chat else "prompts" if args.prompts else "dump")
     agreement = None
     if log is not None and log.summary.mean_accept_len is not None:  # the doctor's judgement, the same function

@@ -118,7 +118,7 @@ def chat_samples(draft: Any, target: Any, chat: str | Path, engine: Any = None, 
     import torch
 
     from ..checkpoint import as_checkpoint
-    from .acceptance import needed_layers
+    from .acceptance_entry import needed_layers
     from .data import capture_samples
     from .wiring import find_decoder_layers, load_target
 

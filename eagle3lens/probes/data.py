@@ -410,7 +410,7 @@ def capture_samples(target: nn.Module, prompts: Iterable[torch.Tensor], layers: 
     and with the first eos id: the server generates nothing after it).
     Every prompt is checked against the target's vocabulary and positions first (``source`` names them).
     ``stop``: more ids that end a continuation (the tokenizer's eos, which the server also stops at)."""
-    from .wiring import find_decoder_layers, input_device
+    from ..target_runtime.load import find_decoder_layers, input_device
 
     _, decoder_layers = find_decoder_layers(target)
     L = len(decoder_layers)
@@ -433,7 +433,7 @@ def capture_samples(target: nn.Module, prompts: Iterable[torch.Tensor], layers: 
 
 def check_prompts(prompts: Sequence[torch.Tensor], target: nn.Module, new_tokens: int, source: str | Path) -> None:
     """Each prompt's ids inside the target's vocabulary, and prompt + ``new_tokens`` inside its positions."""
-    from .trace import input_embeddings
+    from ..target_runtime.load import input_embeddings
 
     vocab = int(input_embeddings(target).weight.shape[0])
     limit = max_positions(getattr(target, "config", {}))
@@ -465,26 +465,11 @@ def _greedy(target: nn.Module, ids: torch.Tensor, new_tokens: int, stop: frozens
 def target_states(target: nn.Module, ids: torch.Tensor, layers: Sequence[int]) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
     """One forward of ``target`` over ``ids`` [B, T]: the inputs of decoder layers ``layers`` (HF hidden_states
     indices), and the final norm's input (the last hidden state before the norm) and output."""
-    from .trace import Tracer, first_tensor
-    from .wiring import find_decoder_layers
+    from ..target_runtime import HookPoints
 
-    decoder_path, _ = find_decoder_layers(target)
-    parent = decoder_path.rsplit(".", 1)[0] if "." in decoder_path else ""
-    norm_path = f"{parent}.norm" if parent else "norm"
-    include = [f"{decoder_path}.{k}" for k in sorted(set(layers))] + [norm_path]
-    with torch.no_grad(), Tracer(target, include=include, keep=True) as tracer:
-        target(input_ids=ids, use_cache=False)
-    by_path = {r.path: r for r in tracer.records if r.call == 0}
-
-    def entering(path: str) -> torch.Tensor:
-        rec = by_path[path]
-        t = first_tensor(rec.tensors["inputs"]) if rec.tensors["inputs"] else rec.tensors["kwargs"]["hidden_states"]
-        assert t is not None
-        return t
-
-    out = first_tensor(by_path[norm_path].tensors["output"])
-    assert out is not None
-    return [entering(f"{decoder_path}.{k}") for k in layers], entering(norm_path), out
+    points = HookPoints(target)
+    seen, _ = points.run(ids, [points.layer(k) for k in sorted(set(layers))] + ["norm.in", "norm.out"])
+    return [seen[points.layer(k)] for k in layers], seen["norm.in"], seen["norm.out"]
 
 
 def write_speculators_dump(out: str | Path, target: nn.Module, sequences: torch.Tensor, layers: Sequence[int],

@@ -30,6 +30,7 @@ from ..findings import Finding, Severity, fix_command, to_jsonable
 from ..progress import Progress
 from ..served import serve_draft
 from ..aux_ids import trained_with
+from ..target_runtime import HookPoints
 from .data import Sample, describe_dump, iter_samples
 from .limits import check_length, max_positions
 
@@ -157,8 +158,7 @@ class _Stream:
     dtype: str = "unknown"
     compared: bool = False  # the last sample offered was compared (not skipped)
 
-    def compare(self, sample: Sample, model: nn.Module, norm: nn.Module | None, candidates: tuple[int, ...],
-                samples: int) -> None:
+    def compare(self, sample: Sample, points: HookPoints, candidates: tuple[int, ...], samples: int) -> None:
         """Compare one sample's aux chunks (and last state) with every candidate layer, unless it is unusable."""
         counts = self.counts
         self.compared = False
@@ -172,7 +172,7 @@ class _Stream:
                                                           not bool(torch.isfinite(sample.last).all())):
             counts["non_finite"] += 1
             return
-        states = _target_states(model, norm, sample.token_ids, candidates)
+        states = _target_states(points, sample.token_ids, candidates)
         pos = _positions(len(sample), min(PER_SEQUENCE, samples - self.aux.positions))
         chunks = sample.aux[pos].double().reshape(len(pos), self.n_aux, self.hidden).transpose(0, 1)
         self.aux.add(chunks, states[:, pos])
@@ -206,14 +206,14 @@ def trace_provenance(data: str | Path, target: str | Path | Checkpoint | nn.Modu
                          f"target's is {H}: this data was not extracted from this target")
     n_aux = info.aux_width // H
     positions = max_positions(config)
-    norm = _final_norm(model)
-    candidates = tuple(range(L)) + ((PRE,) if norm is not None else ()) + (POST,)
+    points = HookPoints(model)
+    candidates = tuple(range(L)) + ((PRE,) if points.norm is not None else ()) + (POST,)
     stream = _Stream(_Accumulator(n_aux, len(candidates)), _Accumulator(1, len(candidates)), n_aux, H, V)
     for sample in iter_samples(data, max_tokens=positions):
         if stream.aux.positions >= samples:
             break
         check_length(len(sample), positions, sample.source)
-        stream.compare(sample, model, norm, candidates, samples)
+        stream.compare(sample, points, candidates, samples)
         if progress is not None and stream.compared:
             progress(stream.aux.positions, samples, "positions compared")
     acc_aux, acc_last, counts, has_last, dtype = stream.aux, stream.last, stream.counts, stream.has_last, stream.dtype
@@ -255,7 +255,7 @@ def trace_provenance(data: str | Path, target: str | Path | Checkpoint | nn.Modu
 
 # -- the target --------------------------------------------------------------------------------
 def _load(target: Any, device: str, device_map: str | None) -> nn.Module:
-    from .wiring import load_target
+    from ..target_runtime.load import load_target
 
     if isinstance(target, nn.Module):
         return target.eval()
@@ -276,39 +276,14 @@ def _available_memory() -> int | None:
         return None
 
 
-def _final_norm(model: nn.Module) -> nn.Module | None:
-    from .wiring import find_decoder_layers
-
-    path, _ = find_decoder_layers(model)
-    parent = path.rsplit(".", 1)[0] if "." in path else ""
-    try:
-        return model.get_submodule(f"{parent}.norm" if parent else "norm")
-    except AttributeError:
-        return None
-
-
-def _target_states(model: nn.Module, norm: nn.Module | None, ids: torch.Tensor,
-                   candidates: tuple[int, ...]) -> torch.Tensor:
+def _target_states(points: HookPoints, ids: torch.Tensor, candidates: tuple[int, ...]) -> torch.Tensor:
     """[C, T, H] float64: the candidates' states for one sequence, from one forward with output_hidden_states."""
-    from .wiring import input_device
-
-    seen: dict[str, torch.Tensor] = {}
-
-    def hook(_module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
-        seen["pre"] = args[0] if args else seen.get("pre", torch.empty(0))
-        seen["post"] = output if isinstance(output, torch.Tensor) else output[0]
-
-    handle = norm.register_forward_hook(hook) if norm is not None else None
-    try:
-        with torch.no_grad():
-            out = model(input_ids=ids[None].to(input_device(model)), output_hidden_states=True, use_cache=False)
-    finally:
-        if handle is not None:
-            handle.remove()
+    names = ["norm.in", "norm.out"] if points.norm is not None else []
+    seen, out = points.run(ids[None], names, output_hidden_states=True)
     hidden = out.hidden_states
     rows = []
     for k in candidates:
-        t = seen["pre"] if k == PRE else seen.get("post", hidden[-1]) if k == POST else hidden[k]
+        t = seen["norm.in"] if k == PRE else seen.get("norm.out", hidden[-1]) if k == POST else hidden[k]
         rows.append(t[0].detach().to("cpu", torch.float64))
     return torch.stack(rows)
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from .acceptance import Teacher
+from ..target_runtime import Teacher
 
 
 def served_token_counts(samples: Iterable[Any], target: Any) -> torch.Tensor:

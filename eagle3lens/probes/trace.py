@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence, cast
+from typing import Any, Callable, Iterable, Sequence
 
 import torch
 from torch import nn
 
 from ..findings import Finding, Severity
 from ..io.safetensors_header import st_dtype
+from ..target_runtime.load import input_embeddings  # moved to eagle3lens.target_runtime.load; kept for one release
 
 Include = str | type | Callable[[str, nn.Module], bool]
 
@@ -301,13 +302,6 @@ def _of_type(cls: type) -> Test:
 
 def _path_matches(rx: re.Pattern[str]) -> Test:
     return lambda path, _module: rx.fullmatch(path) is not None
-
-
-def input_embeddings(model: nn.Module) -> nn.Embedding:
-    """``model.get_input_embeddings()``, which every transformers causal LM has (an ``nn.Embedding`` or a subclass
-    of it); ``nn.Module.__getattr__`` is typed as returning a Tensor or a Module, so the method's real type is
-    named here, once."""
-    return cast(Callable[[], nn.Embedding], model.get_input_embeddings)()
 
 
 def _has_tensor(value: Any) -> bool:

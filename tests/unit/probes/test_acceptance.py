@@ -17,7 +17,7 @@ from safetensors.torch import load_file, save_file
 from eagle3lens import cli
 from eagle3lens.checkpoint import Checkpoint
 from eagle3lens.draft import Eagle3Draft, map_to_target, rope
-from eagle3lens.probes.acceptance import estimate_acceptance
+from eagle3lens.convert import estimate_acceptance  # the probe, its fixed view on what convert writes
 from eagle3lens.probes.data import (
     Sample,
     describe_dump,

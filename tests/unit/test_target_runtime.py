@@ -1,0 +1,52 @@
+"""The target runtime: named hook points read what the target's own ``output_hidden_states`` reports, a forward
+stops where asked, and the teacher and the data probe read their states through them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from eagle3lens.probes.data import target_states
+from eagle3lens.target_runtime import HookPoints, Teacher
+from eagle3lens.target_runtime.load import load_target
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def model(demo_dir: Path) -> torch.nn.Module:
+    return load_target(demo_dir / "target")
+
+
+def test_points_are_the_models_hidden_states(model) -> None:
+    points = HookPoints(model)
+    L = len(points.decoder)
+    ids = torch.arange(3, 19)[None]
+    seen, out = points.run(ids, [points.layer(k) for k in range(L)] + ["norm.in", "norm.out"],
+                           output_hidden_states=True)
+    for k in range(L):
+        assert torch.equal(seen[points.layer(k)], out.hidden_states[k]), k
+    assert torch.equal(seen["norm.out"], out.hidden_states[L])  # HF's last entry is the final norm's output
+    torch.testing.assert_close(points.norm(seen["norm.in"]), seen["norm.out"])
+    with pytest.raises(ValueError, match="unknown hook point"):
+        points.run(ids, ["layer.x.in"])
+
+
+def test_a_forward_stops_where_asked(model) -> None:
+    points = HookPoints(model)
+    seen, out = points.run(torch.arange(3, 19)[None], [points.layer(1), "norm.out"], stop_before=2)
+    assert out is None and points.layer(1) in seen and "norm.out" not in seen
+
+
+def test_teacher_and_data_read_the_same_states(model, demo_dir: Path) -> None:
+    teacher = Teacher.open(demo_dir / "target", torch.device("cpu"))
+    ids = torch.arange(3, 19)
+    layers, pre, post = teacher.states(ids, (1, 2), full=True)
+    aux, last, normed = target_states(model, ids[None], [1, 2])
+    assert all(torch.equal(layers[k], a[0]) for k, a in zip((1, 2), aux, strict=True))
+    assert pre is not None and post is not None and torch.equal(pre, last[0]) and torch.equal(post, normed[0])
+    torch.testing.assert_close(teacher.final_norm(pre), post, rtol=1e-5, atol=1e-5)
+    shallow, none_pre, none_post = teacher.states(ids, (1,), full=False)
+    assert torch.equal(shallow[1], layers[1]) and none_pre is None and none_post is None
