@@ -176,9 +176,10 @@ def flattened(config: dict[str, Any], draft_class: str) -> dict[str, Any]:
 
 
 def _sglang_publish(ckpt_dir: Path, flat: dict[str, Any] | None, stand: StandIns) -> None:
-    """SGLang 0.5.23 on: models read ranks, widths, groups and the device from ``runtime_context``, which the
-    launcher publishes. Done as a one-GPU launcher does it, with the engine's own code: ``publish`` of a
-    ``ServerArgs(model_path=..., device="cuda")`` at world rank 0 (its resolution derives every width). Stood in:
+    """SGLang with ``runtime_context`` (0.5.19 on): models read config namespaces (``spec``, ``model`` ...) and,
+    from 0.5.23, ranks, widths, groups and the device from it, which the launcher publishes. Done as a one-GPU
+    launcher does it, with the engine's own code: ``publish`` of a ``ServerArgs(model_path=..., device="cuda")``
+    (role scheduler; at world rank 0 where ``publish`` takes the spawn's ranks; its resolution derives every width). Stood in:
     the model path (no target is loaded: the draft's config, flattened when the engine cannot read it) and the
     process groups, which ``initialize_model_parallel`` builds with torch.distributed (the world-size-1 group)."""
     try:
@@ -186,9 +187,13 @@ def _sglang_publish(ckpt_dir: Path, flat: dict[str, Any] | None, stand: StandIns
     except ModuleNotFoundError:
         return
     publish, ranks = getattr(context, "publish", None), getattr(context, "SpawnRanks", None)
-    if publish is None or ranks is None:
+    if publish is None:
         return
     from sglang.srt.server_args import ServerArgs  # the engine's own
+
+    how: dict[str, Any] = {"role": "scheduler"}
+    if ranks is not None and "ranks" in inspect.signature(publish).parameters:  # 0.5.23 on: the spawn's ranks
+        how["ranks"] = ranks(world_rank=0)
 
     model_path = ckpt_dir
     if flat is not None:
@@ -196,20 +201,23 @@ def _sglang_publish(ckpt_dir: Path, flat: dict[str, Any] | None, stand: StandIns
         stand.on_exit(made.cleanup)
         model_path = Path(made.name)
         (model_path / "config.json").write_text(json.dumps(flat))
-    publish(ServerArgs(model_path=str(model_path), device="cuda"), role="scheduler", ranks=ranks(world_rank=0))
+    publish(ServerArgs(model_path=str(model_path), device="cuda"), **how)
     stand.on_exit(context.reset_context)
+    stand.used.append(StandIn("sglang.srt.runtime_context.publish(ServerArgs)", "attribute",
+                              "no target is loaded: published with model_path = the draft's config"
+                              + (" (flattened)" if flat is not None else "") + ", device=cuda, world rank 0"))
     parallel = context.get_parallel()
+    derived = getattr(context, "_derived_widths", None)
+    if derived is None or not hasattr(parallel, "override_permanently"):
+        return  # before 0.5.23 the groups are read through parallel_state's getters (world size 1 here)
     groups = {}
-    for name in sorted(context._derived_widths()):
+    for name in sorted(derived()):
         if name.endswith("_group"):
             try:
                 getattr(parallel, name)
             except RuntimeError:  # not written: torch.distributed builds the groups
                 groups[name] = _GROUP
     parallel.override_permanently(**groups)
-    stand.used.append(StandIn("sglang.srt.runtime_context.publish(ServerArgs)", "attribute",
-                              "no target is loaded: published with model_path = the draft's config"
-                              + (" (flattened)" if flat is not None else "") + ", device=cuda, world rank 0"))
     stand.used.append(StandIn(f"sglang.srt.runtime_context.get_parallel().{{{','.join(groups)}}}", "attribute",
                               "one process, no torch.distributed: every parallel group has world size 1, rank 0"))
 
