@@ -13,12 +13,13 @@ import importlib
 import inspect
 import json
 import re
+import sys
 import tempfile
 import types
 from pathlib import Path
 from typing import Any, Callable
 
-from .standins import StandIn, StandIns, placeholder
+from .standins import StandIn, StandIns, is_placeholder, placeholder
 
 # the draft classes the project knows, by architecture: module where each engine defines it
 SGLANG_CLASSES = {
@@ -114,6 +115,31 @@ def _sglang_utils(stand: StandIns, module: types.ModuleType) -> None:
         stand.patch(module, "is_cuda_available", lambda: True,
                     "the server runs on CUDA: the layers pick SGLang's own CUDA classes (kernels stood in), not the "
                     "non-NVIDIA fallback to vLLM's")
+
+
+def _sglang_cuda_norms(stand: StandIns) -> None:
+    """SGLang 0.4.7-0.5.x decide at import (``_is_cuda = is_cuda()``) whether RMSNorm is their own class or vLLM's
+    fallback, which is stood in here (a placeholder with no weight). The server runs on CUDA: where the norm came
+    out a stand-in, ``layernorm`` is imported again with ``is_cuda()`` answering as there, and only while it
+    imports (its kernels stood in; elsewhere the CPU answer stays, so nothing probes a GPU)."""
+    name = "sglang.srt.layers.layernorm"
+    try:
+        layernorm = importlib.import_module(name)
+    except ModuleNotFoundError:
+        return
+    utils = sys.modules.get("sglang.srt.utils")
+    if not is_placeholder(getattr(layernorm, "RMSNorm", None)) or not callable(getattr(utils, "is_cuda", None)):
+        return
+    real = utils.is_cuda  # type: ignore[union-attr]
+    del sys.modules[name]
+    utils.is_cuda = lambda: True  # type: ignore[union-attr]
+    try:
+        importlib.import_module(name)
+    finally:
+        utils.is_cuda = real  # type: ignore[union-attr]
+    stand.used.append(StandIn(f"{name}: sglang.srt.utils.is_cuda", "attribute",
+                              "the server runs on CUDA: RMSNorm is SGLang's own class (kernels stood in), not the "
+                              "non-NVIDIA fallback to vLLM's, stood in here"))
 
 
 SGLANG_STATE: dict[str, Callable[[StandIns, types.ModuleType], None]] = {
@@ -232,6 +258,7 @@ def sglang_build(ckpt_dir: Path, fallback_class: str, stand: StandIns) -> Built:
         importlib.import_module("sglang.srt.layers.quantization")
     except ModuleNotFoundError:
         pass
+    _sglang_cuda_norms(stand)
     raw = read_config_dict(ckpt_dir)
     archs = [a for a in raw.get("architectures") or [] if isinstance(a, str)]
     notes: list[str] = []

@@ -96,6 +96,11 @@ class _Placeholder(type):
     __ror__ = __or__
 
 
+def is_placeholder(obj: Any) -> bool:
+    """Whether ``obj`` is a stand-in's attribute (a name this machine cannot provide), not the engine's own."""
+    return isinstance(obj, _Placeholder)
+
+
 def placeholder(qualname: str, module: str) -> Any:
     return _Placeholder(qualname.rpartition(".")[2], (Inert,), {"__module__": module, "__qualname__": qualname,
                                                               "_standin": True})
