@@ -23,7 +23,7 @@ from ..io.textsafe import clip, printable
 from .audit_drafts import DRAFTS, build_drafts
 from .execute import Execution, engine_at, release_profile, simulated_class
 from .execute_child import execute_isolated, execute_many_isolated
-from ..probes.execute_verdict import judged
+from ..probes.execute_verdict import BEFORE_LOAD, judged
 from ..probes.executed import executed_result
 from .versions import is_release, parse_version, spec_parts
 
@@ -96,7 +96,11 @@ def audit_release(root: Path, drafts: Sequence[str] | None = None) -> ReleaseAud
         built = build_drafts(Path(tmp), list(drafts) if drafts else None)
         ckpts = {n: Checkpoint.open(p) for n, p in built.items()}
         runs = execute_many_isolated([(p, simulated_class(ckpts[n], root)) for n, p in built.items()], root)
-        for (draft, ckpt), ex in zip(ckpts.items(), runs, strict=True):
+        for index, ((draft, ckpt), ex) in enumerate(zip(ckpts.items(), runs, strict=True)):
+            if index and ex.error is not None and ex.phase in BEFORE_LOAD and not ex.not_executed:
+                # a stop before the load after an earlier draft in the same process: the engine is judged on a
+                # fresh import, as the control is (a half-imported engine stops elsewhere)
+                ex = execute_isolated(built[draft], root, fallback_class=simulated_class(ckpt, root))
             ex = judged(ckpt, ex, control)
             if ex.not_executed:
                 notes.append(f"{draft}: not executed: the engine {ex.not_executed}")

@@ -308,6 +308,8 @@ def _instance(cls: Any, **overrides: Any) -> Any:
     validation (which would load the model it names)."""
     obj = object.__new__(cls)
     for name, value in {**vars(_defaults_of(cls)), **overrides}.items():
+        if isinstance(inspect.getattr_static(cls, name, None), property):
+            continue  # derived by this release (vLLM 0.9's ModelConfig.runner_type), not a field to set
         object.__setattr__(obj, name, value)
     derive = getattr(obj, "get_model_arch_config", None)  # vLLM's ModelConfig derives it in __post_init__
     if callable(derive) and "model_arch_config" not in overrides:
@@ -396,7 +398,12 @@ def vllm_build(ckpt_dir: Path, fallback_class: str, stand: StandIns) -> Built:  
     draft_model = _instance(ModelConfig, **common)
     target_model = _instance(ModelConfig, **common, get_total_num_hidden_layers=lambda: target_layers,
                              get_vocab_size=lambda: vocab)
-    vllm_config = VllmConfig()
+    try:
+        vllm_config = VllmConfig()
+    except AttributeError:  # 0.9's CPU platform updates the model config in __post_init__: there is none yet
+        vllm_config = _instance(VllmConfig)
+        stand.used.append(StandIn("vllm.config.VllmConfig.__post_init__", "attribute",
+                                  "the default VllmConfig cannot finish without a model: its field defaults"))
     speculative = _instance(SpeculativeConfig, draft_model_config=draft_model, target_model_config=target_model,
                             parallel_drafting=False, method="eagle3", num_speculative_tokens=3)
     for name, value in (("model_config", target_model), ("speculative_config", speculative)):
