@@ -3,8 +3,10 @@ loader on the built-in drafts (:mod:`.audit_execute`).
 
     python -m eagle3lens.engines.audit --engine sglang --versions 0.5.20:0.5.24 [--cache DIR]
     python -m eagle3lens.engines.audit --release sglang==0.5.24 [--cache DIR] [--draft NAME ...]
+    python -m eagle3lens.engines.audit --execute [--engine E] [--cached-only] [--draft NAME ...]
 
-For each release in the range (``pip index versions``), ``pip download --no-deps`` its wheel into the
+``--execute`` runs one release of every group of both engines (:mod:`.groups`) on the built-in drafts and prints a
+table of (release, draft) -> agree / disagree / not executed (why). For each release in the range (``pip index versions``), ``pip download --no-deps`` its wheel into the
 cache, hash the files the profiles cite, and print the releases and files that are new or changed.
 Adding a release is: run this, read the changed files, add rows to ``sglang.py`` / ``vllm.py``. The same run
 scans each wheel's model classes for EAGLE-3 aux-capture support (:mod:`.capture_scan`) and prints where they
@@ -138,7 +140,23 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                   "the fetched wheel")
     parser.add_argument("--draft", action="append", help="only this built-in draft (repeatable)")
     parser.add_argument("--cache", type=Path, default=CACHE)
+    parser.add_argument("--execute", action="store_true",
+                        help="run one release of every group (of --engine, else both engines) on the built-in "
+                             "drafts: a table of executed vs simulated outcomes; exit 1 where any disagrees")
+    parser.add_argument("--cached-only", action="store_true",
+                        help="with --execute: fetch nothing; a group whose wheel is not in the cache is not executed")
     args = parser.parse_args(argv)
+    if args.execute:
+        from .audit_execute import audit_groups, table
+
+        if args.versions or args.release or args.root:
+            parser.error("--execute runs one release of every group: no --versions, --release or --root")
+        audits = audit_groups([args.engine] if args.engine else sorted(RELEASES), args.cache, args.draft,
+                              cached_only=args.cached_only,
+                              on_release=lambda a: print(f"{a.release}: " + ", ".join(
+                                  f"{c.draft} {c.outcome}" for c in a.cells), file=sys.stderr, flush=True))
+        print(table(audits))
+        return 1 if any(c.outcome == "disagree" for a in audits for c in a.cells) else 0
     if args.release or args.root:
         from .audit_execute import run
 

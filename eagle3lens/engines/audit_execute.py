@@ -11,18 +11,19 @@ extensions (:mod:`.wheels`); every built-in draft (:mod:`.audit_drafts`) goes th
 
 from __future__ import annotations
 
+import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from ..checkpoint import Checkpoint
 from ..errors import UsageError
 from ..io.textsafe import clip, printable
-from .audit_drafts import build_drafts
-from .execute import engine_at, simulated_class
+from .audit_drafts import DRAFTS, build_drafts
+from .execute import Execution, engine_at, release_profile, simulated_class
 from .execute_child import execute_isolated, execute_many_isolated
-from ..probes.execute_verdict import judged
+from ..probes.execute_verdict import BEFORE_LOAD, judged
 from ..probes.executed import executed_result
 from .versions import is_release, parse_version, spec_parts
 
@@ -42,12 +43,29 @@ class Disagreement:
 
 
 @dataclass(frozen=True)
+class Cell:
+    """One (release, draft) of the audit: the executed outcome against the simulated one."""
+
+    release: str
+    draft: str
+    outcome: str  # agree | disagree | not executed
+    executed: str  # where the engine's own code stopped: "loaded", "load: KeyError", ... ("-" when not executed)
+    simulated: str  # where the simulation stops: "loaded", "construct", "load: raises"
+    why: str = ""  # disagree: what differs; not executed: why
+
+    def row(self) -> str:
+        return (f"| {self.release} | {self.draft} | {self.outcome} | {self.executed} | {self.simulated} | "
+                f"{printable(clip(self.why, 300)).replace('|', '/')} |")
+
+
+@dataclass(frozen=True)
 class ReleaseAudit:
     release: str  # NAME==VERSION as the engine's dist-info says
     drafts: tuple[str, ...]
     disagreements: tuple[Disagreement, ...]
     notes: tuple[str, ...]
     known: bool  # already in the release list (versions.py)
+    cells: tuple[Cell, ...] = ()
 
 
 def engine_root(release: str, cache: Path) -> Path:
@@ -66,34 +84,63 @@ def audit_release(root: Path, drafts: Sequence[str] | None = None) -> ReleaseAud
     release = f"{name}=={version}" if version else name
     rows: list[Disagreement] = []
     notes: list[str] = []
+    cells: list[Cell] = []
+    controls: dict[str, Execution] = {}  # class -> the known-good control's execution (the same for every draft)
+
+    def control(path: Path, cls: str) -> Execution:
+        if cls not in controls:
+            controls[cls] = execute_isolated(path, root, fallback_class=cls)
+        return controls[cls]
+
     with tempfile.TemporaryDirectory(prefix="eagle3lens-audit-") as tmp:
         built = build_drafts(Path(tmp), list(drafts) if drafts else None)
         ckpts = {n: Checkpoint.open(p) for n, p in built.items()}
         runs = execute_many_isolated([(p, simulated_class(ckpts[n], root)) for n, p in built.items()], root)
-        for (draft, ckpt), ex in zip(ckpts.items(), runs, strict=True):
-            ex = judged(ckpt, ex, lambda path, cls: execute_isolated(path, root, fallback_class=cls))
+        for index, ((draft, ckpt), ex) in enumerate(zip(ckpts.items(), runs, strict=True)):
+            if index and ex.error is not None and ex.phase in BEFORE_LOAD and not ex.not_executed:
+                # a stop before the load after an earlier draft in the same process: the engine is judged on a
+                # fresh import, as the control is (a half-imported engine stops elsewhere)
+                ex = execute_isolated(built[draft], root, fallback_class=simulated_class(ckpt, root))
+            ex = judged(ckpt, ex, control)
             if ex.not_executed:
                 notes.append(f"{draft}: not executed: the engine {ex.not_executed}")
             result = executed_result(ckpt, ex)
-            rows += [Disagreement(release, draft, f.evidence["what"], str(f.evidence["simulated"]),
+            found = [Disagreement(release, draft, f.evidence["what"], str(f.evidence["simulated"]),
                                   str(f.evidence["executed"]))
                      for f in result.findings if f.code == "engine/simulation-disagrees"]
+            rows += found
+            cells.append(_cell(release, draft, ckpt, ex, found))
             notes += [n for n in result.notes if "newer than the newest release read" in n and n not in notes]
+        used = _transformers_note(runs[0]) if runs else ""
     known = version is not None and is_release(name, parse_version(version))
-    return ReleaseAudit(release, tuple(built), tuple(rows), tuple(notes + [_transformers_note(root, name)]), known)
+    return ReleaseAudit(release, tuple(built), tuple(rows), tuple(notes + ([used] if used else [])), known,
+                        tuple(cells))
 
 
-def _transformers_note(root: Path, name: str) -> str:
-    """Configs are read by the transformers installed here, not necessarily the release's pin: say which."""
-    from importlib import metadata
+def _cell(release: str, draft: str, ckpt: Checkpoint, ex: Execution, found: Sequence[Disagreement]) -> Cell:
+    from ..probes.keys import simulate_load
 
-    import transformers
+    sim = simulate_load(ckpt, release_profile(ex.engine, ex.version, ckpt.config))
+    raising = any(f.fate == "raises" for f in sim.fates)
+    simulated = sim.refused_at or ("load: raises" if raising else "loaded")
+    if ex.not_executed:
+        return Cell(release, draft, "not executed", "-", simulated, ex.not_executed)
+    err = ex.error
+    executed = "loaded" if err is None else f"{ex.phase}: {err.get('type')}"
+    if found:
+        return Cell(release, draft, "disagree", executed, simulated, "; ".join(d.what for d in found))
+    return Cell(release, draft, "agree", executed, simulated)
 
-    dist = next(iter(metadata.distributions(name=name, path=[str(root)])), None)
-    pins = [r for r in (dist.requires or []) if dist is not None and r.lower().startswith("transformers")
-            and "extra ==" not in r] if dist is not None else []
-    pin = pins[0].split(";")[0].strip() if pins else "no transformers pin"
-    return f"configs read with transformers {transformers.__version__} installed here (the release requires {pin})"
+
+def _transformers_note(ex: Execution) -> str:
+    """Which transformers read the configs and ran the engine's code, and what the release requires."""
+    used = ex.transformers
+    if not used:
+        return ""
+    where = f"from {used['path']}" if used.get("path") else "installed here"
+    pin = used.get("pin")
+    return (f"configs read with transformers {used.get('version') or '?'} {where} "
+            + (f"(the release requires {pin})" if pin else "(the release pins none)"))
 
 
 def report(audit: ReleaseAudit) -> str:
@@ -106,6 +153,11 @@ def report(audit: ReleaseAudit) -> str:
         lines.append(f"{audit.release}: the engine's own loader disagrees with the simulation on {drafts} of "
                      f"{len(audit.drafts)} built-in drafts. To accept the release, correct its profile in "
                      f"eagle3lens/engines/{name}.py from the release's source until this prints no disagreement.")
+    elif any(c.outcome == "not executed" for c in audit.cells):
+        missing = sum(c.outcome == "not executed" for c in audit.cells)
+        lines.append(f"{audit.release}: {missing} of {len(audit.drafts)} built-in drafts were not executed (the notes "
+                     f"say why); the engine's own loader agrees with the simulation on the other "
+                     f"{len(audit.drafts) - missing}.")
     else:
         lines.append(f"{audit.release}: the engine's own loader agrees with the simulation on all "
                      f"{len(audit.drafts)} built-in drafts.")
@@ -125,4 +177,56 @@ def run(release: str | None, root: Path | None, cache: Path, drafts: Sequence[st
             raise UsageError(f"--root {root} holds {name}=={version}, not {release}")
     audit = audit_release(where, drafts)
     print(report(audit))
-    return 1 if audit.disagreements else 0
+    return 1 if audit.disagreements or any(c.outcome == "not executed" for c in audit.cells) else 0
+
+
+# -- every release group ----------------------------------------------------------------------
+HEADER = ("| release | draft | outcome | executed | simulated | why |\n"
+          "|---|---|---|---|---|---|")
+
+
+def representatives(name: str, cache: Path) -> list[tuple[str, str]]:
+    """One release of each of ``name``'s groups: (group label, version), the newest already unpacked in ``cache``,
+    else the group's newest."""
+    from . import sglang, vllm
+
+    out = []
+    for profile in {"sglang": sglang.PROFILES, "vllm": vllm.PROFILES}[name]:
+        cached = [v for v in profile.releases if (cache / "unpacked" / f"{name}-{v}" / ".eagle3lens-unpacked").is_file()]
+        out.append((profile.label, cached[-1] if cached else profile.releases[-1]))
+    return out
+
+
+def audit_groups(engines: Sequence[str], cache: Path, drafts: Sequence[str] | None = None, *,
+                 cached_only: bool = False, on_release: Callable[[ReleaseAudit], None] | None = None,
+                 ) -> list[ReleaseAudit]:
+    """The built-in drafts through one release of every group of ``engines`` (fetched into ``cache``, or with
+    ``cached_only`` only those already there: the rest are cells not executed, saying so)."""
+    from .wheels import unpacked
+
+    out = []
+    names = list(drafts) if drafts else list(DRAFTS)
+    for name in engines:
+        for _label, version in representatives(name, cache):
+            release = f"{name}=={version}"
+            done = (cache / "unpacked" / f"{name}-{version}" / ".eagle3lens-unpacked").is_file()
+            try:
+                if cached_only and not done:
+                    raise FileNotFoundError("its wheel is not in the cache (run without --cached-only to fetch it)")
+                one = audit_release(unpacked(name, version, cache), names)
+            except (OSError, subprocess.SubprocessError, UsageError) as exc:
+                why = f"{type(exc).__name__}: {clip(str(exc), 200)}"
+                one = ReleaseAudit(release, tuple(names), (), (), True,
+                                   tuple(Cell(release, d, "not executed", "-", "-", why) for d in names))
+            out.append(one)
+            if on_release is not None:
+                on_release(one)
+    return out
+
+
+def table(audits: Sequence[ReleaseAudit]) -> str:
+    """The audit as a Markdown table, then the count of each outcome."""
+    cells = [c for a in audits for c in a.cells]
+    counts = {k: sum(c.outcome == k for c in cells) for k in ("agree", "disagree", "not executed")}
+    summary = ", ".join(f"{n} {k}" for k, n in counts.items())
+    return "\n".join([HEADER, *(c.row() for c in cells), "", f"{len(cells)} cells: {summary}"])

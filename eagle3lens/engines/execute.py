@@ -34,6 +34,7 @@ from .execute_whole import WHOLE_BUILDS, installed_here, whole_import_error
 from .recorder import (LogTap, Provenance, Record, converted_attributes, error_of, key_in_flight, parameter_storages,
                        weights)
 from .profile import EngineProfile
+from .release_env import required_imports
 from .shard_order import loader_order, relative
 from .standins import StandIn, StandIns, forget_modules
 
@@ -71,6 +72,9 @@ class Execution:
     not_executed: str = ""
     output: str = ""  # what the engine's process printed (stdout, then stderr), escaped and bounded
     whole: bool = False  # the engine imported whole (its own install, every dependency real): nothing stood in
+    # the transformers the engine's code imported: {version, path} as the worker found it, and {pin, notes} of the
+    # release's own environment (:mod:`.release_env`) where the execution was isolated
+    transformers: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"engine": self.engine, "version": self.version, "root": self.root, "module": self.module,
@@ -79,7 +83,8 @@ class Execution:
                 "converted": self.converted, "logs": list(self.logs), "params": self.params,
                 "params_after": list(self.params_after), "stand_ins": [s.to_dict() for s in self.stand_ins],
                 "notes": list(self.notes), "seconds": self.seconds, "files": list(self.files),
-                "not_executed": self.not_executed, "output": self.output, "whole": self.whole}
+                "not_executed": self.not_executed, "output": self.output, "whole": self.whole,
+                "transformers": self.transformers}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Execution":
@@ -89,7 +94,8 @@ class Execution:
                    tuple(d.get("logs", ())), dict(d.get("params", {})), tuple(d.get("params_after", ())),
                    tuple(StandIn.from_dict(s) for s in d.get("stand_ins", ())), tuple(d.get("notes", ())),
                    float(d.get("seconds", 0.0)), tuple(str(f) for f in d.get("files", ())),
-                   str(d.get("not_executed") or ""), str(d.get("output") or ""), bool(d.get("whole")))
+                   str(d.get("not_executed") or ""), str(d.get("output") or ""), bool(d.get("whole")),
+                   dict(d.get("transformers") or {}))
 
 
 # -- finding the engine ----------------------------------------------------------------------
@@ -185,7 +191,7 @@ def record_execution(draft: CheckpointLike, root: str | Path, *, fallback_class:
     enter(phase)
     profile = release_profile(name, version, ckpt.config)
     order = loader_order(ckpt, profile.shard_order, profile.tensor_order)  # as the release's model loader yields
-    stand = StandIns(adapter.packages, dirs, adapter.state)
+    stand = StandIns(adapter.packages, dirs, adapter.state, required=required_imports(root, name))
     cleanups: list[Callable[[], Any]] = []
     try:
         with contextlib.nullcontext() if whole else stand, LogTap(record, adapter.loggers):
@@ -221,7 +227,17 @@ def record_execution(draft: CheckpointLike, root: str | Path, *, fallback_class:
         tuple({"param": w.param, "keys": list(w.keys), "offset": w.offset, "numel": w.numel} for w in record.writes),
         record.converted, tuple(record.logs), params, after, tuple(used),
         tuple(notes) + (tuple(built.notes) if built else ()), round(time.perf_counter() - start, 3),
-        tuple(dict.fromkeys(relative(ckpt, info.file) for info in order)), whole=whole)
+        tuple(dict.fromkeys(relative(ckpt, info.file) for info in order)), whole=whole,
+        transformers=transformers_here())
+
+
+def transformers_here() -> dict[str, Any]:
+    """The transformers this process imports: its version and the directory it comes from."""
+    try:
+        import transformers
+    except ImportError:
+        return {}
+    return {"version": transformers.__version__, "path": str(Path(transformers.__file__).resolve().parents[1])}
 
 
 def _preload() -> None:

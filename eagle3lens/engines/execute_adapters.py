@@ -13,12 +13,13 @@ import importlib
 import inspect
 import json
 import re
+import sys
 import tempfile
 import types
 from pathlib import Path
 from typing import Any, Callable
 
-from .standins import StandIn, StandIns, placeholder
+from .standins import StandIn, StandIns, is_placeholder, placeholder
 
 # the draft classes the project knows, by architecture: module where each engine defines it
 SGLANG_CLASSES = {
@@ -116,6 +117,31 @@ def _sglang_utils(stand: StandIns, module: types.ModuleType) -> None:
                     "non-NVIDIA fallback to vLLM's")
 
 
+def _sglang_cuda_norms(stand: StandIns) -> None:
+    """SGLang 0.4.7-0.5.x decide at import (``_is_cuda = is_cuda()``) whether RMSNorm is their own class or vLLM's
+    fallback, which is stood in here (a placeholder with no weight). The server runs on CUDA: where the norm came
+    out a stand-in, ``layernorm`` is imported again with ``is_cuda()`` answering as there, and only while it
+    imports (its kernels stood in; elsewhere the CPU answer stays, so nothing probes a GPU)."""
+    name = "sglang.srt.layers.layernorm"
+    try:
+        layernorm = importlib.import_module(name)
+    except ModuleNotFoundError:
+        return
+    utils = sys.modules.get("sglang.srt.utils")
+    if not is_placeholder(getattr(layernorm, "RMSNorm", None)) or not callable(getattr(utils, "is_cuda", None)):
+        return
+    real = utils.is_cuda  # type: ignore[union-attr]
+    del sys.modules[name]
+    utils.is_cuda = lambda: True  # type: ignore[union-attr]
+    try:
+        importlib.import_module(name)
+    finally:
+        utils.is_cuda = real  # type: ignore[union-attr]
+    stand.used.append(StandIn(f"{name}: sglang.srt.utils.is_cuda", "attribute",
+                              "the server runs on CUDA: RMSNorm is SGLang's own class (kernels stood in), not the "
+                              "non-NVIDIA fallback to vLLM's, stood in here"))
+
+
 SGLANG_STATE: dict[str, Callable[[StandIns, types.ModuleType], None]] = {
     "sglang.srt.utils": _sglang_utils,
     "sglang.srt.distributed.parallel_state": _parallel_state,
@@ -176,9 +202,10 @@ def flattened(config: dict[str, Any], draft_class: str) -> dict[str, Any]:
 
 
 def _sglang_publish(ckpt_dir: Path, flat: dict[str, Any] | None, stand: StandIns) -> None:
-    """SGLang 0.5.23 on: models read ranks, widths, groups and the device from ``runtime_context``, which the
-    launcher publishes. Done as a one-GPU launcher does it, with the engine's own code: ``publish`` of a
-    ``ServerArgs(model_path=..., device="cuda")`` at world rank 0 (its resolution derives every width). Stood in:
+    """SGLang with ``runtime_context`` (0.5.19 on): models read config namespaces (``spec``, ``model`` ...) and,
+    from 0.5.23, ranks, widths, groups and the device from it, which the launcher publishes. Done as a one-GPU
+    launcher does it, with the engine's own code: ``publish`` of a ``ServerArgs(model_path=..., device="cuda")``
+    (role scheduler; at world rank 0 where ``publish`` takes the spawn's ranks; its resolution derives every width). Stood in:
     the model path (no target is loaded: the draft's config, flattened when the engine cannot read it) and the
     process groups, which ``initialize_model_parallel`` builds with torch.distributed (the world-size-1 group)."""
     try:
@@ -186,9 +213,13 @@ def _sglang_publish(ckpt_dir: Path, flat: dict[str, Any] | None, stand: StandIns
     except ModuleNotFoundError:
         return
     publish, ranks = getattr(context, "publish", None), getattr(context, "SpawnRanks", None)
-    if publish is None or ranks is None:
+    if publish is None:
         return
     from sglang.srt.server_args import ServerArgs  # the engine's own
+
+    how: dict[str, Any] = {"role": "scheduler"}
+    if ranks is not None and "ranks" in inspect.signature(publish).parameters:  # 0.5.23 on: the spawn's ranks
+        how["ranks"] = ranks(world_rank=0)
 
     model_path = ckpt_dir
     if flat is not None:
@@ -196,20 +227,23 @@ def _sglang_publish(ckpt_dir: Path, flat: dict[str, Any] | None, stand: StandIns
         stand.on_exit(made.cleanup)
         model_path = Path(made.name)
         (model_path / "config.json").write_text(json.dumps(flat))
-    publish(ServerArgs(model_path=str(model_path), device="cuda"), role="scheduler", ranks=ranks(world_rank=0))
+    publish(ServerArgs(model_path=str(model_path), device="cuda"), **how)
     stand.on_exit(context.reset_context)
+    stand.used.append(StandIn("sglang.srt.runtime_context.publish(ServerArgs)", "attribute",
+                              "no target is loaded: published with model_path = the draft's config"
+                              + (" (flattened)" if flat is not None else "") + ", device=cuda, world rank 0"))
     parallel = context.get_parallel()
+    derived = getattr(context, "_derived_widths", None)
+    if derived is None or not hasattr(parallel, "override_permanently"):
+        return  # before 0.5.23 the groups are read through parallel_state's getters (world size 1 here)
     groups = {}
-    for name in sorted(context._derived_widths()):
+    for name in sorted(derived()):
         if name.endswith("_group"):
             try:
                 getattr(parallel, name)
             except RuntimeError:  # not written: torch.distributed builds the groups
                 groups[name] = _GROUP
     parallel.override_permanently(**groups)
-    stand.used.append(StandIn("sglang.srt.runtime_context.publish(ServerArgs)", "attribute",
-                              "no target is loaded: published with model_path = the draft's config"
-                              + (" (flattened)" if flat is not None else "") + ", device=cuda, world rank 0"))
     stand.used.append(StandIn(f"sglang.srt.runtime_context.get_parallel().{{{','.join(groups)}}}", "attribute",
                               "one process, no torch.distributed: every parallel group has world size 1, rank 0"))
 
@@ -224,6 +258,7 @@ def sglang_build(ckpt_dir: Path, fallback_class: str, stand: StandIns) -> Built:
         importlib.import_module("sglang.srt.layers.quantization")
     except ModuleNotFoundError:
         pass
+    _sglang_cuda_norms(stand)
     raw = read_config_dict(ckpt_dir)
     archs = [a for a in raw.get("architectures") or [] if isinstance(a, str)]
     notes: list[str] = []
@@ -273,6 +308,8 @@ def _instance(cls: Any, **overrides: Any) -> Any:
     validation (which would load the model it names)."""
     obj = object.__new__(cls)
     for name, value in {**vars(_defaults_of(cls)), **overrides}.items():
+        if isinstance(inspect.getattr_static(cls, name, None), property):
+            continue  # derived by this release (vLLM 0.9's ModelConfig.runner_type), not a field to set
         object.__setattr__(obj, name, value)
     derive = getattr(obj, "get_model_arch_config", None)  # vLLM's ModelConfig derives it in __post_init__
     if callable(derive) and "model_arch_config" not in overrides:
@@ -361,7 +398,12 @@ def vllm_build(ckpt_dir: Path, fallback_class: str, stand: StandIns) -> Built:  
     draft_model = _instance(ModelConfig, **common)
     target_model = _instance(ModelConfig, **common, get_total_num_hidden_layers=lambda: target_layers,
                              get_vocab_size=lambda: vocab)
-    vllm_config = VllmConfig()
+    try:
+        vllm_config = VllmConfig()
+    except AttributeError:  # 0.9's CPU platform updates the model config in __post_init__: there is none yet
+        vllm_config = _instance(VllmConfig)
+        stand.used.append(StandIn("vllm.config.VllmConfig.__post_init__", "attribute",
+                                  "the default VllmConfig cannot finish without a model: its field defaults"))
     speculative = _instance(SpeculativeConfig, draft_model_config=draft_model, target_model_config=target_model,
                             parallel_drafting=False, method="eagle3", num_speculative_tokens=3)
     for name, value in (("model_config", target_model), ("speculative_config", speculative)):

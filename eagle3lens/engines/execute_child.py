@@ -30,6 +30,7 @@ from typing import IO, Sequence
 from ..errors import UsageError
 from ..io.textsafe import clip, escape_sequences, printable
 from .execute import LINE, PHASE, Execution, engine_at
+from .release_env import ReleaseEnv, release_env
 
 TIMEOUT_ENV = "EAGLE3LENS_EXECUTE_TIMEOUT"
 DEFAULT_TIMEOUT_S = 300.0
@@ -211,15 +212,19 @@ def execute_many_isolated(drafts: Sequence[tuple[str | Path, str | None]], root:
     for draft, fallback in drafts:
         cmd += [str(draft), "--class", fallback or ""]
     name, version = engine_at(root)
+    other = python is not None and is_other_python(python)
+    # the release's own transformers, first on the worker's path (another interpreter is the engine's own environment)
+    release = None if other else release_env(Path(root), name)
     with tempfile.TemporaryDirectory(prefix="eagle3lens-source-") as source:
-        if python is not None and is_other_python(python):
+        if other:
             # the engine's own environment: eagle3lens' package alone beside it (its source, not this environment's
             # site-packages, which would shadow the engine's own transformers)
             (Path(source) / "eagle3lens").symlink_to(Path(__file__).resolve().parents[1], target_is_directory=True)
             env = {**os.environ, "PYTHONPATH": source}
         else:
+            first = [release.path] if release is not None and release.path else []
             env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-                [str(Path(__file__).resolve().parents[2])]
+                first + [str(Path(__file__).resolve().parents[2])]
                 + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
         done = run_worker(cmd, env, limit)
     output = printable(done.output, newlines=True) + (f"\n[{done.dropped} more bytes]" if done.dropped else "")
@@ -246,8 +251,19 @@ def execute_many_isolated(drafts: Sequence[tuple[str | Path, str | None]], root:
                            not_executed=reason)
         elif withheld:
             ex = replace(ex, not_executed=withheld)
+        if release is not None:
+            ex = with_release_env(ex, release)
         out.append(replace(ex, output=output))
     return out
+
+
+def with_release_env(ex: Execution, release: ReleaseEnv) -> Execution:
+    """``ex`` with the release's transformers pin and the notes of its environment in the record."""
+    used = {**release.to_dict(), **ex.transformers}  # what the worker imported wins over what was prepared
+    where = f"from {used['path']}" if release.path else "installed here"
+    said = (f"transformers {used.get('version') or '?'} {where}"
+            + (f" (the release requires {release.pin})" if release.pin else " (the release pins none)"))
+    return replace(ex, transformers=used, notes=ex.notes + (said,) + release.notes)
 
 
 __all__ = ["DEFAULT_TIMEOUT_S", "TIMEOUT_ENV", "engine_root", "execute_isolated", "execute_many_isolated",

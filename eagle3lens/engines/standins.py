@@ -96,6 +96,11 @@ class _Placeholder(type):
     __ror__ = __or__
 
 
+def is_placeholder(obj: Any) -> bool:
+    """Whether ``obj`` is a stand-in's attribute (a name this machine cannot provide), not the engine's own."""
+    return isinstance(obj, _Placeholder)
+
+
 def placeholder(qualname: str, module: str) -> Any:
     return _Placeholder(qualname.rpartition(".")[2], (Inert,), {"__module__": module, "__qualname__": qualname,
                                                               "_standin": True})
@@ -176,8 +181,13 @@ class StandIns(importlib.abc.MetaPathFinder):
     replaces one attribute until exit. ``used`` lists every stand-in, in the order it was needed."""
 
     def __init__(self, engine_packages: Sequence[str], engine_dirs: Sequence[str],
-                 after_import: dict[str, Callable[["StandIns", types.ModuleType], None]] | None = None) -> None:
+                 after_import: dict[str, Callable[["StandIns", types.ModuleType], None]] | None = None,
+                 required: Iterable[str] | None = None) -> None:
         self.packages = tuple(engine_packages)
+        # the top-level import names of the release's requirements (None: unknown, every missing import is stood
+        # in); a missing package it does not require, imported under ``except ImportError``, is absent on its
+        # server too: the import fails as there and the engine's own fallback runs
+        self.required = frozenset(required) if required is not None else None
         self.dirs = tuple(engine_dirs)
         self.after_import = dict(after_import or {})
         self.used: list[StandIn] = []
@@ -193,7 +203,7 @@ class StandIns(importlib.abc.MetaPathFinder):
         compiled = _matches(fullname, COMPILED)
         if _matches(fullname, PROBED) or not compiled and _matches(fullname, self.packages):
             return None
-        caller = self._caller()
+        caller, where = self._caller()
         if caller == "library":
             self._hide()  # a library importing: it must see this machine as it is, not the engine's stand-ins
         if caller != "engine":
@@ -203,6 +213,9 @@ class StandIns(importlib.abc.MetaPathFinder):
             if self._found_elsewhere(fullname, path, target):
                 return None
         top = fullname.split(".")[0] if not compiled else next(p for p in COMPILED if _matches(fullname, (p,)))
+        if not compiled and self.required is not None and top not in self.required and fullname not in EQUIVALENTS \
+                and where is not None and guarded(*where):
+            return None
         if fullname in EQUIVALENTS:
             self.used.append(StandIn(fullname, "module", f"not installed here: answered by the standard library's "
                                                          f"{EQUIVALENTS[fullname]}"))
@@ -243,9 +256,10 @@ class StandIns(importlib.abc.MetaPathFinder):
                 return spec
         return None
 
-    def _caller(self) -> str:
+    def _caller(self) -> tuple[str, tuple[str, int] | None]:
         """engine: an import statement in one of the engine's files; probe: the engine asking
-        ``importlib.util.find_spec`` whether a package exists; library: anything else."""
+        ``importlib.util.find_spec`` whether a package exists; library: anything else. With the file and line of
+        the import."""
         frame = sys._getframe(2)
         probe = False
         while frame is not None:
@@ -254,9 +268,9 @@ class StandIns(importlib.abc.MetaPathFinder):
                 probe = True
             if not name.startswith("<frozen") and "importlib" not in name and name != __file__:
                 inside = any(name.startswith(d) for d in self.dirs)
-                return "library" if not inside else "probe" if probe else "engine"
+                return ("library" if not inside else "probe" if probe else "engine"), (name, frame.f_lineno)
             frame = frame.f_back  # type: ignore[assignment]
-        return "library"
+        return "library", None
 
     # -- attribute stand-ins ------------------------------------------------------------------
     def patch(self, owner: Any, attr: str, value: Any, why: str) -> None:
@@ -332,6 +346,35 @@ class StandIns(importlib.abc.MetaPathFinder):
 
 
 _ABSENT = object()
+_CATCHES_IMPORT = ("ImportError", "ModuleNotFoundError", "Exception", "BaseException")
+
+
+def guarded(filename: str, line: int) -> bool:
+    """Whether ``line`` of the engine's file ``filename`` lies in a ``try`` body whose handler catches ImportError
+    (an optional import: the file runs on without it)."""
+    return any(low <= line <= high for low, high in _guarded_lines(filename))
+
+
+@functools.lru_cache(maxsize=256)
+def _guarded_lines(filename: str) -> tuple[tuple[int, int], ...]:
+    import ast
+
+    try:
+        with open(filename, encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError, ValueError):
+        return ()
+    spans = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Try) or not node.body:
+            continue
+        caught = set()
+        for handler in node.handlers:
+            kinds = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+            caught |= {"BaseException" if k is None else getattr(k, "id", getattr(k, "attr", "")) for k in kinds}
+        if caught & set(_CATCHES_IMPORT):
+            spans.append((node.body[0].lineno, node.body[-1].end_lineno or node.body[-1].lineno))
+    return tuple(spans)
 
 
 def forget_modules(packages: Sequence[str]) -> None:

@@ -83,7 +83,7 @@ def unexecuted_result(ckpt: Checkpoint, ex: Execution, *, num_target_layers: int
 
 
 EXECUTION_KEYS = ("engine", "version", "root", "module", "phase", "error", "logs", "seconds", "not_executed", "output",
-                  "whole")
+                  "whole", "transformers")
 
 
 def disagreement(what: str, simulated: str, executed: str, evidence: dict[str, Any]) -> Finding:

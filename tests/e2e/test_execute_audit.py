@@ -1,0 +1,122 @@
+"""keys --execute on real releases fetched at test time (cached under ~/.cache/eagle3lens/wheels), each run with the
+transformers its wheel pins (:mod:`eagle3lens.engines.release_env`): the demo's drafts and the built-in ones agree
+with the simulation, and where the harness cannot reproduce a release the result is engine/not-executed, never
+engine/simulation-disagrees (issue 34)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from eagle3lens.engines.audit_execute import audit_release
+from eagle3lens.engines.release_env import release_env
+from eagle3lens.probes.executed import execute_load
+
+pytestmark = pytest.mark.slow
+
+
+def release_root(name: str, version: str) -> Path:
+    from eagle3lens.engines.wheels import unpacked
+
+    try:
+        root = unpacked(name, version)
+        release_env(root, name)  # its transformers fetched now, not inside the worker's time limit
+        return root
+    except (subprocess.CalledProcessError, OSError):
+        pytest.skip(f"the package index cannot be reached for {name}=={version}")
+    except subprocess.TimeoutExpired:
+        pytest.skip(f"pip download {name}=={version} did not finish in time")
+
+
+_RESULTS: dict[tuple[str, str, str], object] = {}
+
+
+def executed(demo_dir: Path, name: str, version: str, draft: str):
+    case = (name, version, draft)
+    if case not in _RESULTS:
+        _RESULTS[case] = execute_load(demo_dir / draft, root=release_root(name, version), isolate=True)
+    return _RESULTS[case]
+
+
+def codes(result) -> set[str]:
+    return {f.code for f in result.findings}
+
+
+def fates(result) -> dict[str, str]:
+    return {f.key: f.fate for f in result.fates}
+
+
+GREEN = (("sglang", "0.4.7"), ("sglang", "0.5.19"))
+# releases whose import this harness cannot yet complete on the built-in drafts (the why is in each record):
+# vLLM 0.9.2's CPU attention refuses head size 16, vLLM 0.26.0's SiluAndMul reads torch.ops._C (a compiled op),
+# SGLang 0.5.3's CachedKernel asserts a real triton JITFunction
+HARNESS_GAPS = (("sglang", "0.5.3"), pytest.param(("vllm", "0.9.2"), marks=pytest.mark.xfail(strict=True, reason=(
+    "open: the demo draft stops at SiluAndMul's torch.ops._C, the head-16 built-in control earlier at the CPU "
+    "attention's head-size check; the stops differ, so the harness failure is still judged a verdict"))),
+    ("vllm", "0.26.0"))
+DEMO = ("eagle", "speculators", "kimi-mla")
+
+
+@pytest.mark.parametrize("release", GREEN, ids=lambda r: f"{r[0]}=={r[1]}")
+@pytest.mark.parametrize("draft", DEMO)
+def test_demo_drafts_agree_with_the_simulation(release: tuple[str, str], draft: str, demo_dir: Path) -> None:
+    result = executed(demo_dir, *release, draft)
+    assert result.origin == "executed"
+    assert "engine/simulation-disagrees" not in codes(result), [f.detail for f in result.findings]
+
+
+@pytest.mark.parametrize("release", GREEN, ids=lambda r: f"{r[0]}=={r[1]}")
+def test_every_built_in_draft_agrees(release: tuple[str, str]) -> None:
+    """The builders the tests use (speculators, SpecForge, MLA, HF-prefixed, vLLM's class ...) through the release's
+    own loader: every cell of the audit agrees."""
+    audit = audit_release(release_root(*release))
+    assert {c.draft: c.outcome for c in audit.cells} == {c.draft: "agree" for c in audit.cells}, \
+        [(c.draft, c.why) for c in audit.cells if c.outcome != "agree"]
+
+
+def test_sglang_0_4_7_runs_with_the_transformers_it_pins(demo_dir: Path) -> None:
+    """0.4.7 pins transformers==4.52.3 in its runtime-common extra; the worker imports that one (from the cache),
+    and the record and the notes say so."""
+    result = executed(demo_dir, "sglang", "0.4.7", "eagle")
+    used = result.execution["transformers"]
+    assert used["version"] == "4.52.3" and used["pin"] == "transformers==4.52.3"
+    assert Path(used["path"]).name == "sglang-0.4.7"
+    assert any("transformers 4.52.3 from" in n and "requires transformers==4.52.3" in n for n in result.notes)
+
+
+def test_sglang_0_4_7_loads_all_four_norms_of_a_specforge_draft(demo_dir: Path) -> None:
+    """The server runs on CUDA, where 0.4.7's RMSNorm is its own class (not vLLM's fallback): hidden_norm,
+    input_layernorm, post_attention_layernorm and norm load, as simulated."""
+    f = fates(executed(demo_dir, "sglang", "0.4.7", "eagle"))
+    for key in ("midlayer.hidden_norm.weight", "midlayer.input_layernorm.weight",
+                "midlayer.post_attention_layernorm.weight", "norm.weight"):
+        assert f[key] == "loaded", key
+
+
+def test_sglang_0_4_7_speculators_draft_raises_inside_load_weights(demo_dir: Path) -> None:
+    """0.4.7 builds the class for a speculators draft and raises KeyError inside load_weights, after decoder keys
+    were skipped (as simulated), not a TypeError at construction."""
+    result = executed(demo_dir, "sglang", "0.4.7", "speculators")
+    err = result.execution["error"]
+    assert result.execution["phase"] == "load" and err["type"] == "KeyError"
+    assert "engine/simulation-disagrees" not in codes(result)
+
+
+def test_sglang_0_5_19_publishes_its_runtime_context(demo_dir: Path) -> None:
+    """0.5.19's constructors read config namespaces (``spec``) from runtime_context: published by the engine's own
+    publish() of a ServerArgs, so the draft builds and loads."""
+    result = executed(demo_dir, "sglang", "0.5.19", "eagle")
+    assert result.execution["phase"] == "done"
+    assert "sglang.srt.runtime_context.publish(ServerArgs)" in {s["target"] for s in result.stand_ins}
+    assert result.execution["transformers"]["version"] == "5.12.1"
+
+
+@pytest.mark.parametrize("release", HARNESS_GAPS, ids=lambda r: f"{r[0]}=={r[1]}")
+def test_a_harness_failure_is_not_executed_never_a_disagreement(release: tuple[str, str], demo_dir: Path) -> None:
+    result = executed(demo_dir, *release, "eagle")
+    assert "engine/simulation-disagrees" not in codes(result)
+    if result.origin != "executed":
+        finding = next(f for f in result.findings if f.code == "engine/not-executed")
+        assert "harness" in finding.evidence["reason"] or "fails the same way" in finding.evidence["reason"]
