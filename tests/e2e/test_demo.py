@@ -33,6 +33,7 @@ def config(path: Path) -> dict:
     return json.loads((path / "config.json").read_text())
 
 
+@pytest.mark.slow
 def test_layout_files(demo_dir: Path) -> None:
     paths = DemoPaths.under(demo_dir)
     for name in ("target", "speculators", "eagle", *paths.drafts):
@@ -179,6 +180,7 @@ def _fresh_data(demo_dir: Path, n: int = 24):
     return seqs[:, 1:], aux[:, :-1], out.logits[:, 1:].argmax(-1)
 
 
+@pytest.mark.slow
 def test_trained_draft_predicts_target_far_above_chance(demo_dir: Path) -> None:
     manifest = json.loads((demo_dir / "manifest.json").read_text())["training"]
     assert manifest["accuracy"] > 5 * manifest["majority_baseline"] and manifest["accuracy"] > 0.15
@@ -220,6 +222,7 @@ def _all_files(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.slow
 def test_cli_rebuild_is_byte_identical(demo_dir: Path, tmp_path: Path, capsys) -> None:
     again = tmp_path / "again"
     assert cli.main(["demo", str(again)]) == 0
@@ -304,6 +307,7 @@ def test_demo_readme_says_what_each_engine_finds_even_when_it_is_nothing(demo_di
     assert "with `--engine sglang==0.5.23`: nothing (it loads);" in readme
 
 
+@pytest.mark.slow
 def test_kimi_mla_draft_was_trained_on_the_targets_aux_states(demo_dir: Path) -> None:
     from transformers import AutoModelForCausalLM
 

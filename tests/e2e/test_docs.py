@@ -125,6 +125,7 @@ def test_pages_quote_each_demo_figure_once() -> None:
     assert all(len(hits) == 1 for hits in demo_readme.found(text).values()), demo_readme.found(text)
 
 
+@pytest.mark.slow
 def test_pages_demo_figures_match_a_fresh_demo_run(demo_dir) -> None:
     """The accept lengths the pages quote for the demo are what the demo's commands print on a fresh build
     (regenerate with ``python -m eagle3lens.demo_readme --write``)."""

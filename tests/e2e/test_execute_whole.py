@@ -101,6 +101,7 @@ def test_engine_python_is_refused_beside_engine_root(demo_dir: Path, tmp_path: P
         "--engine-python runs the engine installed for that Python: leave out --engine-root")
 
 
+@pytest.mark.slow
 def test_engine_python_without_an_engine_is_one_line(demo_dir: Path) -> None:
     """An --engine-python whose environment has no engine (this one) is a usage error naming it, exit 2."""
     other = subprocess.run([sys.executable, "-c", "import sys; print(sys.base_prefix)"], capture_output=True,

@@ -60,6 +60,7 @@ def test_page_counter_sees_a_tensor_read(tmp_path):
     assert data_bytes_read(weights) >= 8000 * 8
 
 
+@pytest.mark.slow
 def test_meta_trace_of_a_config_only_target_reads_no_weight(tmp_path):
     draft = make_sparse_draft(tmp_path / "draft", **REDUCED)
     target = config_only_target(tmp_path / "target", REDUCED_TARGET)

@@ -214,6 +214,7 @@ def test_failing_cell_is_named_with_the_one_line_error(probe_notebook, tmp_path)
     assert (tmp_path / "out" / "probe.html").is_file()
 
 
+@pytest.mark.slow
 def test_cli_exit_codes_and_params_file(probe_notebook, tmp_path, capsys):
     params = tmp_path / "params.json"
     params.write_text(json.dumps({"severity": "critical"}))
@@ -417,6 +418,7 @@ def test_unwritable_output_is_a_usage_error_naming_the_path(failing_notebook, tm
     assert err.count("\n") == 1 and err.startswith(f"eagle3lens: error: {blocker / 'out'}: cannot write output")
 
 
+@pytest.mark.slow
 def test_cli_stderr_holds_only_the_one_line_error(failing_notebook, tmp_path):
     """A real CLI process: the kernel's own log (TCP warning at start, a reply it cannot send after a
     timeout) and nbclient's timeout log must not reach stderr."""

@@ -101,6 +101,7 @@ def test_the_terminal_report_shows_the_engines_output_escaped_with_v(tmp_path: P
     assert "engine output: \\x1b]0;owned\\x07" in verbose.stdout and "-v shows them" not in verbose.stdout
 
 
+@pytest.mark.slow
 def test_a_well_behaved_engines_warnings_stay_off_stderr(tmp_path: Path) -> None:
     """The engine's own warnings (a logger and warnings.warn at import) are in the record and shown with -v, never
     as stray stderr lines; the execution stands."""
@@ -131,6 +132,7 @@ READS_CONTEXT = "        super().__init__()\n        from sglang.srt.runtime_con
                 "        config_bag('spec')\n"
 
 
+@pytest.mark.slow
 def test_a_runtime_context_the_harness_does_not_publish_is_not_executed(tmp_path: Path) -> None:
     """The class's constructor fails for every draft of the class (the known-good built-in one too): the harness
     failed, not the checkpoint. engine/not-executed, no keys/raises, no engine/simulation-disagrees."""

@@ -108,6 +108,7 @@ def test_packed_fc_weight_and_sparse_pickles_are_one_line(draft: Path, tmp_path:
 
 
 # -- 18: large headers, handled linearly (bench/header.py times it) --------------------------------------
+@pytest.mark.slow
 def test_a_100k_tensor_header_is_read_correctly(tmp_path: Path) -> None:
     n = 100_000
     header = {f"model.layers.{i}.mlp.weight": {"dtype": "BF16", "shape": [0, 8], "data_offsets": [0, 0]}

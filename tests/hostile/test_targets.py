@@ -82,6 +82,7 @@ def _paths(demo_dir: Path, target: Path, work: Path) -> dict[str, list[str]]:
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stdin", ["y\n", ""])
 def test_code_a_target_names_never_runs_and_the_refusal_is_one_line(demo_dir: Path, tmp_path: Path, stdin: str) -> None:
     marker = tmp_path / "MARKER"
@@ -95,6 +96,7 @@ def test_code_a_target_names_never_runs_and_the_refusal_is_one_line(demo_dir: Pa
         assert "[y/N]" not in done.stdout + done.stderr
 
 
+@pytest.mark.slow
 def test_code_beside_a_known_architecture_is_not_run_and_said_in_a_note(demo_dir: Path, tmp_path: Path) -> None:
     marker = tmp_path / "MARKER"
     target = _with_code(_copy_target(demo_dir, tmp_path / "target"), marker, model_type=None, tokenizer=False)
@@ -201,6 +203,7 @@ def test_a_looping_template_is_stopped_at_its_deadline(demo_dir: Path, tmp_path:
                                  "stopped (a template is code from the model directory)")
 
 
+@pytest.mark.slow
 def test_a_looping_template_through_the_cli_is_one_line(demo_dir: Path, tmp_path: Path, capsys) -> None:
     target = _with_template(demo_dir, tmp_path, "{{ bos_token }}" + LOOPS.replace("{% endfor %}", "x{% endfor %}", 1))
     err = _one_line_error(capsys, "acceptance", str(demo_dir / "speculators"), "--target", str(target), "--chat",

@@ -176,6 +176,7 @@ class _RunsCode:
         return (os.system, (f"touch {self.marker}",))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("zip_format", [True, False])
 def test_malicious_pickle_is_refused_and_never_runs(tmp_path: Path, zip_format: bool) -> None:
     marker = tmp_path / "pwned"

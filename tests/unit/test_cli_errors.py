@@ -49,6 +49,7 @@ def test_host_without_remote_extra() -> None:
     assert "pip install 'eagle3lens[remote]'" in line and "paramiko" in line
 
 
+@pytest.mark.slow
 def test_missing_core_dependency_says_reinstall(demo_dir: Path) -> None:
     line = one_error_line(run_hiding("accelerate", "trace", "--target", str(demo_dir / "target"),
                                      "--draft", str(demo_dir / "eagle"), "--engine", "sglang==0.5.11"))

@@ -321,6 +321,7 @@ def test_every_engine_config_style_has_a_config_writer() -> None:
     assert {p.config_style for p in all_profiles()} <= set(CONFIG_WRITERS)
 
 
+@pytest.mark.slow
 def test_convert_data_verifies_acceptance_as_served(demo_dir, tmp_path, capsys):
     """--data: the output as the engine serves it is scored against the source as trained (offline)."""
     out = tmp_path / "fixed"
@@ -335,6 +336,7 @@ def test_convert_data_verifies_acceptance_as_served(demo_dir, tmp_path, capsys):
     assert any(n.startswith("acceptance verified") for n in data["notes"])
 
 
+@pytest.mark.slow
 def test_convert_data_catches_an_output_that_lost_the_training(demo_dir):
     from eagle3lens.probes.acceptance import verify_conversion
 

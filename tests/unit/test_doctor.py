@@ -96,6 +96,7 @@ def test_each_broken_variant_names_its_own_cause_first(demo_dir: Path, variant: 
     assert causes and causes[0].finding.code == expected, [c.finding.code for c in causes]
 
 
+@pytest.mark.slow
 def test_good_drafts_have_no_critical_finding(demo_dir: Path) -> None:
     # (speculators configs are recognised by no SGLang version: that pair is config/unrecognized by design)
     for draft, engine in (("speculators", "vllm==0.33.0"), ("eagle", "sglang==0.5.11"), ("eagle", "sglang==0.5.23")):
@@ -161,6 +162,7 @@ def test_bad_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert main(["doctor", str(tmp_path / "x"), "--engine", "tensorrt==1"]) == 2
 
 
+@pytest.mark.slow
 def test_html_report_is_offline_and_has_figures(demo_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "report.html"
     code = main(["doctor", str(demo_dir / "speculators"), "--engine", "sglang==0.5.11", "--target", str(demo_dir / "target"),

@@ -118,6 +118,7 @@ def test_no_module_imports_a_higher_layer() -> None:
     assert not bad, "imports from a lower layer to a higher one:\n" + "\n".join(bad)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["top", "function", "import_module"])
 def test_a_planted_upward_import_fails(tmp_path: Path, where: str) -> None:
     """A copy of the package with one upward import planted (at top level, inside a function, through

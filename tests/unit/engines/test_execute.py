@@ -154,6 +154,7 @@ def test_a_logged_skip_is_a_drop_with_its_warning(engine: Path, tmp_path: Path) 
     assert result.execution["logs"][0]["key"] == "zz.unknown.weight"
 
 
+@pytest.mark.slow
 def test_cli_keys_execute_json(engine: Path, tmp_path: Path) -> None:
     draft = _eagle(tmp_path, prefix="layers.0.")
     done = subprocess.run([sys.executable, "-m", "eagle3lens", "keys", str(draft), "--engine", "installed",
@@ -165,6 +166,7 @@ def test_cli_keys_execute_json(engine: Path, tmp_path: Path) -> None:
     assert any(s["target"] == "sgl_kernel" for s in out["results"]["keys"]["stand_ins"])
 
 
+@pytest.mark.slow
 def test_doctor_execute_uses_the_executed_fate(engine: Path, tmp_path: Path) -> None:
     """``doctor --execute``: the keys result is the engine's own loader (its disagreement with the simulation is a
     finding of the report), and the other probes judge as the release that ran."""
@@ -179,6 +181,7 @@ def test_doctor_execute_uses_the_executed_fate(engine: Path, tmp_path: Path) -> 
     assert any(n.startswith("executed: the engine's own load_weights ran") for n in out["notes"])
 
 
+@pytest.mark.slow
 def test_doctor_execute_keeps_the_server_stops_of_the_simulated_path(engine: Path, tmp_path: Path) -> None:
     """The server stops that come before the draft's load (here: a Gemma-2 target, which sglang 0.5.11 cannot ask
     to capture aux states) are the same finding with --execute as without: only the load is executed."""
@@ -239,6 +242,7 @@ def test_real_dependencies_follow_the_release_requirements(tmp_path: Path) -> No
     assert [str(r) for r in real_dependencies(tmp_path, "sglang")] == ["msgspec>=0.18"]
 
 
+@pytest.mark.slow
 def test_audit_release_prints_where_the_miniature_engine_disagrees(engine: Path, capsys) -> None:
     """``python -m eagle3lens.engines.audit --root DIR``: the built-in drafts through the miniature 0.5.11, whose
     loader renames layers.0. to midlayer. where the simulated 0.5.11 drops it; exit 1, each difference printed."""
@@ -253,6 +257,7 @@ def test_audit_release_prints_where_the_miniature_engine_disagrees(engine: Path,
     assert "disagrees with the simulation on 1 of 2 built-in drafts" in out
 
 
+@pytest.mark.slow
 def test_audit_release_exits_0_when_the_engine_agrees(engine: Path, capsys) -> None:
     from eagle3lens.engines.audit import main
 

@@ -94,6 +94,7 @@ class Draining(ReadAhead):
         super().__exit__(*exc)
 
 
+@pytest.mark.slow
 def test_weights_hints_the_tensors_it_streams(tmp_path, recorder, monkeypatch):
     monkeypatch.setattr(weights, "ReadAhead", Draining)
     tensors = {f"layers.0.mlp.{n}.weight": torch.randn(64, 32) for n in ("down_proj", "gate_proj", "up_proj")}

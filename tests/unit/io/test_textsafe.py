@@ -60,6 +60,7 @@ def hostile(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", [
     ["info", "{a}"],
     ["keys", "{a}", "--engine", "sglang==0.5.11"],

@@ -154,6 +154,7 @@ def test_untrained_draft_accepts_nothing_in_any_view(demo_dir: Path) -> None:
         assert view.accept_len is not None and view.accept_len <= 1.05, name
 
 
+@pytest.mark.slow
 def test_aux_off_scenario(demo_dir: Path) -> None:
     """No aux capture: SGLang's EAGLE algorithm skips fc, feeds the final state and installs the target's embed and
     head (first N rows from 0.5.4.post2, ids unmapped): the draft accepts next to nothing, as the incident's logs say;
@@ -461,6 +462,7 @@ def _sglang_log_at(demo_dir: Path, path: Path, accept_len: float) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_acceptance_log_raises_the_doctors_mismatch_at_the_logs_k(demo_dir: Path, tmp_path: Path, capsys) -> None:
     """A log at 1.60 against a draft the engine serves at 1.00: `acceptance --log` gives the finding the doctor
     gives (one function), both scoring the K the log's launch drafts (4), not the draft config's (5)."""

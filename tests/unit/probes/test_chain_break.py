@@ -28,6 +28,7 @@ def offline(demo_dir: Path):
                                fixed=False)
 
 
+@pytest.mark.slow
 def test_first_parting_position_is_named(offline, tmp_path: Path) -> None:
     curve = list(offline.views["as_trained"].full_acc)
     assert curve[0] > 0.1  # the demo's draft accepts: there is a curve to part from
@@ -47,6 +48,7 @@ def test_first_parting_position_is_named(offline, tmp_path: Path) -> None:
     assert f"--steps {len(curve) + 2}" in chain_note(longer) and "drafts" not in chain_note(same)
 
 
+@pytest.mark.slow
 def test_cli_acceptance_with_log(demo_dir: Path, tmp_path: Path, capsys) -> None:
     path = tmp_path / "vllm.log"
     path.write_text(_vllm_log([0.05, 0.0, 0.0, 0.0, 0.0]))  # a served curve far below the offline one at once

@@ -117,6 +117,7 @@ def test_cli_sampling_flags_checked(demo_dir: Path, capsys, args: list[str], pro
     assert rc == 2 and problem in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_doctor_chat_scores_the_served_conversations(demo_dir: Path, capsys) -> None:
     """`doctor --chat` runs the live acceptance over the conversations as served: the same figures `acceptance
     --chat` prints for the same draft, target, engine and conversations."""

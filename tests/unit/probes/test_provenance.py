@@ -116,6 +116,7 @@ def test_bad_sequences_are_counted_and_skipped(target, sequences, tmp_path):
                                                  "data/non-finite"}
 
 
+@pytest.mark.slow
 def test_width_mismatch_is_one_line_naming_both_widths(target, tmp_path):
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -142,6 +143,7 @@ def test_demo_mismatched_pair_is_critical_and_matched_pair_clean(demo_dir):
     assert sglang_style.layers == (3, 6, 8) and sglang_style.last_hidden == "post-norm"
 
 
+@pytest.mark.slow
 def test_cli_json_carries_the_matrices(demo_dir):
     out = subprocess.run([sys.executable, "-m", "eagle3lens", "provenance", "--data", str(demo_dir / "hidden-states"),
                           "--target", str(demo_dir / "target"), "--samples", "32", "--json"],
@@ -152,6 +154,7 @@ def test_cli_json_carries_the_matrices(demo_dir):
     assert len(data["rel_error"]) == 4 and len(data["rel_error"][0]) == len(data["candidates"]) == 12  # 10 + pre + post
 
 
+@pytest.mark.slow
 def test_doctor_with_data_and_target_runs_provenance(demo_dir):
     from eagle3lens.doctor import diagnose
 

@@ -39,6 +39,7 @@ def served(demo_dir: Path):
     return target, samples, {}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("temperature,top_p,top_k", [(0.7, 1.0, 0), (1.0, 1.0, 0), (0.7, 0.9, 0), (1.0, 0.9, 0),
                                                      (1.0, 0.95, 3)])
 def test_expected_accept_len_matches_monte_carlo(demo_dir: Path, served, temperature: float, top_p: float,

@@ -177,6 +177,7 @@ def _acceptance(demo_dir: Path, capsys, *extra: str) -> dict:
     return json.loads(captured.out)
 
 
+@pytest.mark.slow
 def test_cli_scores_the_sampling_the_request_is_served_with(demo_dir: Path, tmp_path: Path, capsys) -> None:
     """--request resolves to T = 0.7, top-p 0.9 and scores exactly what --temperature 0.7 --top-p 0.9 scores."""
     request = write_request(tmp_path, {"messages": [{"role": "user", "content": "hi"}], "temperature": 0.7,
@@ -269,6 +270,7 @@ def test_top_k_below_minus_one_is_refused(tmp_path) -> None:
         resolve_sampling("vllm", request=bad)
 
 
+@pytest.mark.slow
 def test_cli_top_k_minus_one_is_off_and_the_banner_names_the_release(demo_dir: Path, tmp_path: Path, capsys) -> None:
     off = _acceptance(demo_dir, capsys, "--temperature", "0.7", "--top-k", "-1")
     assert off["results"]["acceptance"]["traffic"]["sampled"]["as_trained"]["top_k"] == 0
@@ -292,6 +294,7 @@ def test_served_temperature_is_each_engines_rule(engine: str, temperature: float
     assert value == served and (remark is None) is (value == temperature)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("engine", ["sglang==0.5.11", "vllm==0.10.2"])
 def test_cli_temperature_below_the_engines_threshold_follows_the_engine(demo_dir: Path, capsys, engine: str) -> None:
     """--temperature 1e-320 had every sampled view print nan: SGLang serves it greedily, vLLM raises it to 0.01."""

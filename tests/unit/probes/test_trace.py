@@ -366,6 +366,7 @@ def test_meta_trace_of_a_text_config_transformers_cannot_build_is_one_line(nesti
     assert err.startswith(f"eagle3lens: error: {target}: not an HF target model") and "no text sub-config" in err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("architectures", [["LlamaForCausalLM"], ["BertModel"], ["PreTrainedModel"],
                                            ["Qwen2VLForConditionalGeneration"], ["A" * 300] * 1000,
                                            [1, None, ["x"], {"a": 1}], [[["KimiK25ForConditionalGeneration"]]]])

@@ -141,6 +141,7 @@ class Wrapper(nn.Module):
         return SimpleNamespace(logits=self.lm_head(hidden))
 
 
+@pytest.mark.slow
 def test_decoder_layers_found_inside_a_wrapper(demo_dir, target):
     wrapped = Wrapper(target)
     assert find_decoder_layers(wrapped)[0] == "model.language_model.layers"
@@ -151,6 +152,7 @@ def test_decoder_layers_found_inside_a_wrapper(demo_dir, target):
     assert inner.agreement == plain.agreement and inner.fc_ran
 
 
+@pytest.mark.slow
 def test_cli_trace_exit_codes_and_json(demo_dir, capsys):
     from eagle3lens.cli import main
 
@@ -174,6 +176,7 @@ def test_cli_trace_preset_on_meta(capsys):
 
 
 # -- offloaded, split and reduced-precision targets --------------------------------------------
+@pytest.mark.slow
 def test_wiring_on_a_target_offloaded_to_disk_matches_the_plain_target(demo_dir, target, tmp_path):
     from accelerate import dispatch_model
     from transformers import AutoModelForCausalLM
@@ -304,6 +307,7 @@ def test_sglang_wrong_width_is_a_mismatch_not_a_crash(demo_dir, target):
 
 
 # -- the Kimi-like pair: DeepSeek-V3 target, MLA drafter ---------------------------------------
+@pytest.mark.slow
 def test_trace_runs_the_kimi_mla_pair_on_cpu(demo_dir, capsys):
     from eagle3lens.cli import main
 
@@ -322,6 +326,7 @@ def test_trace_runs_the_kimi_mla_pair_on_cpu(demo_dir, capsys):
     assert not data["results"]["wiring"]["fc_ran"] and data["results"]["wiring"]["decoder_input"]["shape"][-1] == 128
 
 
+@pytest.mark.slow
 def test_kimi_wiring_feeds_the_mla_draft_the_target_hidden_states(demo_dir):
     from transformers import AutoModelForCausalLM
 

@@ -162,6 +162,7 @@ def test_a_tensor_missing_from_the_checkpoint_says_re_export(demo_dir, tmp_path,
     assert "re-export it from training" in left[0]["fix"] and "convert" not in left[0]["fix"]
 
 
+@pytest.mark.slow
 def test_provenance_fix_aux_layers_is_a_command_that_removes_the_finding(demo_dir, tmp_path, capsys):
     result = trace_provenance(demo_dir / "hidden-states", demo_dir / "target", draft=demo_dir / "mismatched-ids",
                               engine="sglang==0.5.11", samples=64)
@@ -176,6 +177,7 @@ def test_provenance_fix_aux_layers_is_a_command_that_removes_the_finding(demo_di
 
 
 # -- 5. severity from the sweep ------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_a_late_dump_is_critical_without_an_engine_when_every_engine_feeds_other_layers(demo_dir):
     result = trace_provenance(demo_dir / "hidden-states-sglang", demo_dir / "target", draft=demo_dir / "eagle",
                               samples=64)
