@@ -292,6 +292,7 @@ def _symptom_params() -> list:
             for row in _symptom_rows()]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("row", _symptom_params())
 def test_readme_symptom_command_runs_on_the_demo(row: tuple[str, str], demo_dir: Path, tmp_path: Path, capsys) -> None:
     """Each symptom's command runs on a freshly built demo and reports (exit 0 or 1: never a usage or input error).

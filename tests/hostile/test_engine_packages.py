@@ -55,6 +55,7 @@ def _keys(draft: Path, root: Path, *extra: str) -> subprocess.CompletedProcess[s
                           check=False, timeout=300, env=env, stdin=subprocess.DEVNULL)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("behaviour,fail_on,code", [("exits", "critical", 0), ("os-exit", "warning", 1),
                                                     ("interrupt", "critical", 0), ("escapes", "warning", 1),
                                                     pytest.param("hangs", "critical", 0, marks=pytest.mark.slow)])
@@ -75,6 +76,7 @@ def test_an_engine_import_that_misbehaves_is_one_not_executed_finding(tmp_path: 
     assert {t["fate"] for t in keys["tensors"]} != {"not-reached"}  # the simulated fates stand
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("behaviour", [pytest.param(b, marks=[pytest.mark.slow] if b == "hangs" else [])
                                        for b in sorted(BEHAVIOURS)])
 def test_a_load_weights_that_misbehaves_is_one_not_executed_finding(tmp_path: Path, behaviour: str) -> None:

@@ -115,6 +115,7 @@ def test_sglang_log_matching_the_offline_chain_agrees(offline, tmp_path: Path) -
     assert c.first_parting is None and "a position the log cannot show" in chain_note(c)
 
 
+@pytest.mark.slow
 def test_cli_acceptance_with_an_sglang_log(demo_dir: Path, capsys) -> None:
     rc = cli.main(["acceptance", str(demo_dir / "speculators"), "--data", str(demo_dir / "hidden-states"), "--target",
                    str(demo_dir / "target"), "--limit", "4", "--no-fixed", "--log", str(demo_dir / "sglang.log"),

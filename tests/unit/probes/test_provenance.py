@@ -54,6 +54,7 @@ def own_dump(out: Path, model, seqs: torch.Tensor, layers: list[int], dtype=torc
                             for i in range(seqs.shape[0])))
 
 
+@pytest.mark.slow
 def test_layers_2_5_7_and_one_later_are_told_apart(target, sequences, tmp_path):
     model = load(target)
     with torch.no_grad():
@@ -70,6 +71,7 @@ def test_layers_2_5_7_and_one_later_are_told_apart(target, sequences, tmp_path):
     assert not later.findings
 
 
+@pytest.mark.slow
 def test_bf16_storage_still_matches(target, sequences, tmp_path):
     dump = own_dump(tmp_path / "bf16", load(target), sequences, [1, 4], dtype=torch.bfloat16)
     result = trace_provenance(dump, target, samples=64)
