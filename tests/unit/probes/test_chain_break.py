@@ -69,6 +69,7 @@ def _sglang_log(accept_len: float, ndt: int) -> str:
     return head + "".join(line.format(s=s) for s in range(10, 14))
 
 
+@pytest.mark.slow
 def test_sglang_log_accept_len_1_parts_the_chain_at_position_1(offline, demo_dir: Path) -> None:
     """The demo's SGLang log (accept len 1.00, rate 0.00) beside the draft as trained: no per-position rates, but
     a served position-1 rate of at most 0 against the offline one is a parting at position 1."""
@@ -88,6 +89,7 @@ def test_sglang_log_accept_len_1_parts_the_chain_at_position_1(offline, demo_dir
     assert "parts at position 1" in chain_note(c) and "score with --steps 4" in chain_note(c)
 
 
+@pytest.mark.slow
 def test_sglang_log_matching_the_offline_chain_agrees(offline, tmp_path: Path) -> None:
     from eagle3lens.probes.chain_break import compare_with_log
 
@@ -126,6 +128,7 @@ def test_cli_acceptance_with_an_sglang_log(demo_dir: Path, capsys) -> None:
     assert any("SGLang logs the accept length per decode step" in n for n in out["notes"])
 
 
+@pytest.mark.slow
 def test_whole_chain_views_render(offline, demo_dir: Path) -> None:
     """The terminal, HTML and plotly views of an SGLang-log comparison show both accept lengths and the
     position-1 bound (no per-position rows to pair)."""

@@ -129,6 +129,7 @@ def test_a_temperature_near_zero_scores_the_greedy_figure(demo_dir: Path) -> Non
     assert view.full_acc[0] == pytest.approx(result.views["as_trained"].full_acc[0], abs=1e-4)
 
 
+@pytest.mark.slow
 def test_the_exact_chain_reads_the_same_rows_padded_or_alone(served) -> None:
     """Left-padded batches (the head run on the last K rows only) give each start what its own unpadded
     forward gives."""
@@ -199,6 +200,7 @@ def test_top_k_keeps_every_token_tied_with_the_kth(top_p: float) -> None:
     assert int((whole[0] > 0).sum()) == 4 and float(whole[0].sum()) == pytest.approx(1.0)
 
 
+@pytest.mark.slow
 def test_greedy_per_round_is_the_engines_walk_over_the_targets_own_tokens(demo_dir: Path, served) -> None:
     """The greedy served figure, recomputed here without the probe: the draft's chains (the MC helper's), the
     target's greedy tokens from its own logits, and the walk written out round by round; per start beside it."""

@@ -191,6 +191,7 @@ def test_cli_scores_the_sampling_the_request_is_served_with(demo_dir: Path, tmp_
                for n in served["notes"])
 
 
+@pytest.mark.slow
 def test_cli_request_served_greedily_scores_no_sampled_view(demo_dir: Path, tmp_path: Path, capsys) -> None:
     request = write_request(tmp_path, {"messages": [], "temperature": 0})
     out = _acceptance(demo_dir, capsys, "--request", str(request), "--launch",
