@@ -154,7 +154,7 @@ def _requires(dist: metadata.Distribution) -> list[Requirement]:
 def _wanted(root: Path, name: str, transformers: metadata.Distribution) -> dict[str, SpecifierSet]:
     """What the release and its transformers need of :data:`SITE`: transformers' base requirements and, for an
     optional package installed here, its optional range; the release's own pin (base or server extra) on the same
-    package narrows (a base requirement) or replaces (an optional one) it."""
+    package narrows (a base requirement) or replaces (an optional one) it; an unversioned one leaves the range."""
     wanted: dict[str, SpecifierSet] = {}
     optional: dict[str, SpecifierSet] = {}
     for req in _requires(transformers):
@@ -173,6 +173,8 @@ def _wanted(root: Path, name: str, transformers: metadata.Distribution) -> dict[
         if req.marker is None or any(req.marker.evaluate({"extra": e}) for e in SERVER_EXTRAS):
             if key in wanted:
                 wanted[key] &= req.specifier
+            elif key in optional and not req.specifier:  # unversioned: the range transformers knew to work
+                continue
             elif key in optional or installed_version(key) is not None:
                 optional[key] = req.specifier
     return {**optional, **wanted}
