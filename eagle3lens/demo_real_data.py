@@ -32,15 +32,18 @@ TRAIN_TOPICS = (
     "recycling", "the internet", "dinosaurs", "gardening", "clouds", "electricity", "photosynthesis", "the sun",
     "football", "libraries", "rivers", "cats", "dogs", "the human heart", "mountains", "bicycles", "vaccines",
     "airplanes", "money", "friendship", "sleep", "rain forests", "the brain", "computers", "the weather", "tea",
-    "ancient Rome", "the piano", "deserts", "earthquakes",
+    "ancient Rome", "the piano", "deserts", "earthquakes", "the stars", "bridges", "apples", "sharks", "soap",
+    "the post office", "wind turbines", "butterflies",
 )
+TEMPLATES_PER_TOPIC = 4  # 48 topics x 4 templates (rotating): 192 training conversations
 HELD_OUT_TOPICS = ("penguins", "glaciers", "the printing press", "solar panels", "birds", "the olympic games",
                    "cheese", "lighthouses")
 HELD_OUT_TEMPLATES = (0, 2, 5)  # three templates per held-out topic: 24 conversations
 
 
 def train_conversations() -> list[list[dict[str, str]]]:
-    return [[{"role": "user", "content": t.format(topic)}] for topic in TRAIN_TOPICS for t in TEMPLATES]
+    return [[{"role": "user", "content": TEMPLATES[(j + 2 * m) % len(TEMPLATES)].format(topic)}]
+            for j, topic in enumerate(TRAIN_TOPICS) for m in range(TEMPLATES_PER_TOPIC)]
 
 
 def held_out_conversations() -> list[list[dict[str, str]]]:

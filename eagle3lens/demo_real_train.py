@@ -116,7 +116,7 @@ def train(draft: Eagle3Draft, seqs: Seq[Sequence], held: Seq[Sequence], *, steps
         opt.step()
         sched.step()
     draft.eval()
-    return {"final_train_loss": round(float(loss), 4), "heldout_accuracy_by_step": accuracy(draft, held, ttt),
+    return {"final_train_loss": round(float(loss.detach()), 4), "heldout_accuracy_by_step": accuracy(draft, held, ttt),
             "accuracy_definition": "held-out reply positions, teacher-forced TTT step k: draft argmax == the "
                                    "target's argmax over the draft vocabulary",
             "loss": "KL(target || draft) over the draft vocabulary", "steps": steps, "ttt_steps": ttt,
