@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -71,7 +73,9 @@ def test_the_drafters_are_trained_with_their_vocabularies(real_dir: Path) -> Non
     twin = Checkpoint.open(real_dir / real["draft_specforge"])
     assert twin.layout == "eagle" and torch.equal(twin.read("midlayer.mlp.down_proj.weight"),
                                                   draft.read("layers.0.mlp.down_proj.weight"))
-    for name, size in (("draft", 8192), ("draft_raw", 8192), ("draft_small_vocab", 512)):
+    full, small = real["draft_vocab_size"], real["recipe"]["small_draft_vocab"]
+    assert small < full <= 49152
+    for name, size in (("draft", full), ("draft_raw", full), ("draft_small_vocab", small)):
         ckpt = Checkpoint.open(real_dir / real[name])
         d2t, t2d = ckpt.read("d2t"), ckpt.read("t2d")
         assert d2t.numel() == size == int(t2d.sum()) and ckpt.config["draft_vocab_size"] == size
@@ -82,6 +86,26 @@ def test_the_drafters_are_trained_with_their_vocabularies(real_dir: Path) -> Non
     coverage = real["heldout_reply_coverage"]
     assert coverage["draft-small-vocab"] < coverage["draft"]
     assert real["training"]["draft"]["heldout_accuracy_by_step"][0] > 0.3
+
+
+def test_the_template_less_data_is_what_the_doctor_names(real_dir: Path) -> None:
+    from eagle3lens.probes.chat import check_template
+
+    real = _real(real_dir)
+    target, chat = real_dir / real["target"], real_dir / real["chat"]
+    for name in ("train", "chat"):
+        assert not check_template(real_dir / real["dumps"][name], target, chat).findings
+    for name in ("train_raw", "chat_raw"):
+        (finding,) = check_template(real_dir / real["dumps"][name], target, chat).findings
+        assert finding.code == "data/template-mismatch"
+
+
+def test_the_cli_answers_from_the_cache(real_dir: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "eagle3lens", "demo", "--real", str(real_dir), "--json"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["real"] == _real(real_dir) and out["root"] == str(real_dir)
 
 
 def test_a_second_build_is_the_cached_one(real_dir: Path, tmp_path: Path) -> None:
