@@ -26,7 +26,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 $(VENV)/.installed-dev: $(VENV)/.installed pyproject.toml
-	$(BIN)/pip install -q -e ".[notebook,remote,dev]"
+	$(BIN)/pip install -q -e ".[notebook,remote,dev,real]"
 	touch $@
 
 # The main job on the built-in demo incident: build it, run the doctor, write the HTML report.

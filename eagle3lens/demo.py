@@ -459,31 +459,36 @@ def _save(path: Path, tensors: dict[str, torch.Tensor], config: dict[str, Any]) 
     _write_json(path / "config.json", config)
 
 
-def _layer_config() -> dict[str, Any]:
-    """The HF Llama config of the single draft layer (speculators' nested ``transformer_layer_config``)."""
+def _layer_config(target: dict[str, Any] = TARGET, rope_theta: float = 10000.0) -> dict[str, Any]:
+    """The HF Llama config of the single draft layer (speculators' nested ``transformer_layer_config``) for a
+    target of sizes ``target`` (the tiny demo's, or the real demo's)."""
     return {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": TARGET["hidden_size"],
-        "intermediate_size": TARGET["intermediate_size"], "num_attention_heads": TARGET["num_attention_heads"],
-        "num_key_value_heads": TARGET["num_key_value_heads"], "head_dim": TARGET["head_dim"],
-        "num_hidden_layers": 1, "vocab_size": V, "max_position_embeddings": TARGET["max_position_embeddings"],
-        "rms_norm_eps": TARGET["rms_norm_eps"], "rope_theta": 10000.0, "rope_scaling": None,
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": target["hidden_size"],
+        "intermediate_size": target["intermediate_size"], "num_attention_heads": target["num_attention_heads"],
+        "num_key_value_heads": target["num_key_value_heads"], "head_dim": target["head_dim"],
+        "num_hidden_layers": 1, "vocab_size": target["vocab_size"],
+        "max_position_embeddings": target["max_position_embeddings"],
+        "rms_norm_eps": target["rms_norm_eps"], "rope_theta": rope_theta, "rope_scaling": None,
         "hidden_act": "silu", "attention_bias": False, "mlp_bias": False, "initializer_range": 0.02,
         "tie_word_embeddings": False, "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "float32",
     }
 
 
-def _write_speculators(path: Path, state: dict[str, torch.Tensor]) -> None:
+def _write_speculators(path: Path, state: dict[str, torch.Tensor], target: dict[str, Any] = TARGET,
+                       aux_ids: list[int] = AUX_IDS, rope_theta: float = 10000.0) -> None:
+    """speculators layout (``layers.0.*``, nested layer config, top-level aux ids); sizes from ``target``, the
+    draft vocab from the state's ``lm_head``."""
     config = {
         "architectures": ["Eagle3Speculator"],
         "speculators_model_type": "eagle3",
         "speculators_version": "0.3.0",
-        "draft_vocab_size": N,
+        "draft_vocab_size": int(state["lm_head.weight"].shape[0]),
         "norm_before_residual": False,
         "norm_before_fc": False,
         "fc_norm": False,
         "norm_output": False,
-        "target_hidden_size": TARGET["hidden_size"],
-        "eagle_aux_hidden_state_layer_ids": AUX_IDS,
+        "target_hidden_size": target["hidden_size"],
+        "eagle_aux_hidden_state_layer_ids": aux_ids,
         "speculators_config": {
             "algorithm": "eagle3",
             "default_proposal_method": "greedy",
@@ -491,18 +496,19 @@ def _write_speculators(path: Path, state: dict[str, torch.Tensor]) -> None:
                                   "verifier_accept_k": 1, "accept_tolerance": 0.0}],
             "verifier": {"name_or_path": "../target", "architectures": ["LlamaForCausalLM"]},
         },
-        "transformer_layer_config": _layer_config(),
+        "transformer_layer_config": _layer_config(target, rope_theta),
         "torch_dtype": "float32",
     }
     _save(path, state, config)
 
 
-def _write_eagle(path: Path, state: dict[str, torch.Tensor], aux_ids: list[int] = SGLANG_AUX_IDS) -> None:
+def _write_eagle(path: Path, state: dict[str, torch.Tensor], aux_ids: list[int] = SGLANG_AUX_IDS,
+                 target: dict[str, Any] = TARGET, rope_theta: float = 10000.0) -> None:
     """SpecForge layout: ``midlayer.*``, flat config, SGLang-convention ids, embeddings not saved."""
     tensors = {k.replace("layers.0.", "midlayer.", 1): v for k, v in state.items() if not k.startswith("embed_tokens")}
-    layer = _layer_config()
-    config = {**layer, "architectures": ["LlamaForCausalLMEagle3"], "draft_vocab_size": N,
-              "target_hidden_size": TARGET["hidden_size"],
+    layer = _layer_config(target, rope_theta)
+    config = {**layer, "architectures": ["LlamaForCausalLMEagle3"],
+              "draft_vocab_size": int(state["lm_head.weight"].shape[0]), "target_hidden_size": target["hidden_size"],
               "eagle_config": {"eagle_aux_hidden_state_layer_ids": aux_ids, "use_aux_hidden_state": True}}
     _save(path, tensors, config)
 

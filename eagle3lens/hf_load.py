@@ -112,10 +112,10 @@ def _load(root: Path, load: Any, *args: Any, config: str = "config.json", **kwar
         hf_logging.set_verbosity(verbosity)
 
 
-def _one_line(root: Path, what: str, load: Any, *args: Any, config: str = "config.json") -> Any:
+def _one_line(root: Path, what: str, load: Any, *args: Any, config: str = "config.json", **kwargs: Any) -> Any:
     """``_load``, any failure of transformers or tokenizers on the user's files said in one line."""
     try:
-        return _load(root, load, *args, config=config)
+        return _load(root, load, *args, config=config, **kwargs)
     except CheckpointError:
         raise
     except Exception as exc:  # noqa: BLE001 -- a third-party reader failing on a user's files, whatever it raises
@@ -134,12 +134,13 @@ def load_config(root: str | Path) -> Any:
     return _one_line(root, "config", AutoConfig.from_pretrained, str(root))
 
 
-def load_tokenizer(root: str | Path) -> Any:
-    """``AutoTokenizer`` of the directory ``root`` (checked; no code run)."""
+def load_tokenizer(root: str | Path, **kwargs: Any) -> Any:
+    """``AutoTokenizer`` of the directory ``root`` with ``kwargs`` (``gguf_file=``; checked; no code run)."""
     from transformers import AutoTokenizer
 
     root = check_directory(root)
-    return _one_line(root, "tokenizer", AutoTokenizer.from_pretrained, str(root), config="tokenizer_config.json")
+    return _one_line(root, "tokenizer", AutoTokenizer.from_pretrained, str(root), config="tokenizer_config.json",
+                     **kwargs)
 
 
 def load_causal_lm(root: str | Path, **kwargs: Any) -> Any:

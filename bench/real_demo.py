@@ -1,0 +1,89 @@
+"""Benchmark: ``eagle3lens demo --real`` built from nothing (the content cache bypassed), against its floor.
+
+    .venv/bin/python bench/real_demo.py [--out DIR] [--measure [--engine-python PY]]
+
+Runs the build in a child process (a fresh cache folder, so nothing is reused but the downloaded wheel) and prints
+its wall time, CPU time and peak RSS (the child's own VmHWM) against the floor: <= 15 min and <= 6 GB on this
+2-core machine. On a shared machine the wall time depends on what runs beside it: the CPU time over two cores is
+the build's own share. With ``--measure``, the real engine (vLLM's CPU build) then serves the held-out chat with
+each drafter and variant at K = 3 and prints the accept length it counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _rss import PEAK_RSS_KB  # noqa: E402
+
+FLOOR_S, FLOOR_GB = 15 * 60, 6.0
+CHILD = f"""
+import resource, sys, time
+from pathlib import Path
+from eagle3lens.demo_real import build_real
+t = time.monotonic()
+build_real(Path(sys.argv[1]), cache=Path(sys.argv[2]), progress=lambda m: print(f"{{time.monotonic() - t:7.1f}} s  {{m}}", flush=True))
+usage = resource.getrusage(resource.RUSAGE_SELF)
+print("RESULT", time.monotonic() - t, usage.ru_utime + usage.ru_stime, {PEAK_RSS_KB})
+"""
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, help="where the demo goes (default: a temporary folder)")
+    parser.add_argument("--measure", action="store_true", help="serve the drafters with the real engine afterwards")
+    parser.add_argument("--engine-python", default=os.environ.get("EAGLE3LENS_ENGINE_PYTHON", ".engine-venv/bin/python"))
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="eagle3lens-real-") as work:
+        out = args.out or Path(work) / "real"
+        done = subprocess.run([sys.executable, "-c", CHILD, str(out), str(Path(work) / "cache")], text=True,
+                              stdout=subprocess.PIPE, env={**os.environ, "OMP_NUM_THREADS": "2"})
+        lines = done.stdout.splitlines()
+        print("\n".join(line for line in lines if not line.startswith("RESULT")))
+        result = [line for line in lines if line.startswith("RESULT")]
+        if done.returncode or not result:
+            print(f"build failed (exit {done.returncode})", file=sys.stderr)
+            return 1
+        wall, cpu, rss_kb = (float(v) for v in result[0].split()[1:])
+        rss_gb = rss_kb / (1 << 20)
+        print(f"build: {wall / 60:.1f} min wall (floor {FLOOR_S // 60} min: {'ok' if wall <= FLOOR_S else 'OVER'}), "
+              f"{cpu / 60:.1f} min CPU ({cpu / 2 / 60:.1f} min over 2 cores), peak RSS {rss_gb:.2f} GB "
+              f"(floor {FLOOR_GB:g} GB: {'ok' if rss_gb <= FLOOR_GB else 'OVER'})")
+        if args.measure:
+            measure_all(out, str(Path(args.engine_python).absolute()))
+        ok = wall <= FLOOR_S and rss_gb <= FLOOR_GB
+    return 0 if ok else 1
+
+
+def measure_all(root: Path, engine_python: str) -> None:
+    """Accept length the real engine counts for each drafter and variant on the held-out chat (K = 3)."""
+    from eagle3lens.engines.measure import measure
+    from eagle3lens.hf_load import load_tokenizer
+
+    real = json.loads((root / "manifest.json").read_text(encoding="utf-8"))["real"]
+    target, launch = root / real["target"], real["launch"]
+    tokenizer = load_tokenizer(target)
+    prompts = [tokenizer(tokenizer.apply_chat_template(json.loads(line), add_generation_prompt=True, tokenize=False),
+                         add_special_tokens=False)["input_ids"]
+               for line in (root / real["chat"]).read_text(encoding="utf-8").splitlines()]
+    served = {"draft (healthy)": (real["draft"], 0.0), "draft-specforge": (real["draft_specforge"], 0.0),
+              **{name: (v["draft"], v["temperature"]) for name, v in real["variants"].items()}}
+    for name, (draft, temperature) in served.items():
+        started = time.monotonic()
+        m = measure(target, root / draft, prompts, k=launch["num_speculative_tokens"], max_tokens=launch["max_tokens"],
+                    stop_token_ids=launch["stop_token_ids"], temperature=temperature, python=engine_python)
+        figure = f"{m.accept_len:.2f}" if m.accept_len is not None else f"stopped: {m.stop.text() if m.stop else '?'}"
+        rates = ", ".join(f"{r:.2f}" for r in (m.counts.per_position if m.counts else ()))
+        print(f"{name:22} T={temperature:<4} accept length {figure} (per position {rates}; "
+              f"{m.engine} {m.build}, {time.monotonic() - started:.0f} s)", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
