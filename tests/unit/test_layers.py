@@ -41,6 +41,7 @@ LAYER_OF: dict[str, str] = {
     "served": "served",
     "probes": "probes",
     "doctor": "workflows", "convert": "workflows", "demo": "workflows", "demo_chat": "workflows", "demo_built": "workflows",
+    "demo_real": "workflows", "demo_real_model": "workflows", "demo_real_data": "workflows", "demo_real_train": "workflows",
     "engines.audit": "workflows", "engines.audit_execute": "workflows",
     "notebook.runner": "workflows", "notebook.remote_run": "workflows",
     "plots": "views",
