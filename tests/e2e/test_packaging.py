@@ -62,7 +62,7 @@ def test_make_demo_installs_what_the_demo_needs_and_make_test_the_dev_tools(tmp_
     """`make demo` installed the [dev] extra (ruff, mypy, playwright...) only to show the demo (4 min 37 s fresh)."""
     demo, test = _make_plan("demo", tmp_path), _make_plan("test", tmp_path)
     assert '-e ".[notebook,remote]"' in demo and "dev]" not in demo and "eagle3lens doctor" in demo
-    assert '-e ".[notebook,remote,dev]"' in test and "pytest" in test and "ruff check" in test
+    assert '-e ".[notebook,remote,dev,real]"' in test and "pytest" in test and "ruff check" in test
     assert test.count(f"-m venv {tmp_path / 'venv'}") == 1  # one venv for both
 
 
