@@ -46,3 +46,26 @@ def rewrite_tensor(file: Path, name: str, dtype: str, shape: list[int], data: by
         out[key] = {"dtype": dt, "shape": sh, "data_offsets": [len(blob), len(blob) + len(chunk)]}
         blob += chunk
     file.write_bytes(raw_safetensors(out, blob))
+
+
+def killed_at(step: int, run) -> int:
+    """Run ``run()`` in a forked child that dies (os._exit) at its ``step``-th rename/replace/link; its exit code."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        calls = [0]
+
+        def dying(real):
+            def call(*args, **kwargs):
+                calls[0] += 1
+                if calls[0] == step:
+                    os._exit(9)
+                return real(*args, **kwargs)
+            return call
+
+        os.rename, os.replace, os.link = dying(os.rename), dying(os.replace), dying(os.link)
+        try:
+            run()
+            os._exit(0)
+        finally:
+            os._exit(3)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 from _builders import draft_tensors, sharded, speculators_config, write
-from _hostile import one_line_error
+from _hostile import killed_at, one_line_error
 from safetensors.torch import save_file
 
 from eagle3lens.checkpoint import Checkpoint
@@ -24,29 +24,6 @@ from eagle3lens.errors import (
 
 
 # -- 20: convert --in-place killed at any step, then rerun -----------------------------------------------
-def _killed_at(step: int, run) -> int:
-    """Run ``run()`` in a forked child that dies (os._exit) at its ``step``-th rename/replace/link; its exit code."""
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - child
-        calls = [0]
-
-        def dying(real):
-            def call(*args, **kwargs):
-                calls[0] += 1
-                if calls[0] == step:
-                    os._exit(9)
-                return real(*args, **kwargs)
-            return call
-
-        os.rename, os.replace, os.link = dying(os.rename), dying(os.replace), dying(os.link)
-        try:
-            run()
-            os._exit(0)
-        finally:
-            os._exit(3)
-    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-
-
 def _hidden_leftovers(parent: Path) -> list[str]:
     return sorted(p.name for p in parent.iterdir() if p.name.startswith("."))
 
@@ -59,7 +36,7 @@ def test_in_place_killed_at_every_step_is_recovered_by_a_rerun(tmp_path: Path) -
     while True:
         parent = tmp_path / f"step{step}"
         src = write(parent / "ckpt", original, speculators_config())
-        code = _killed_at(step, lambda src=src: convert(src, "sglang==0.5.11", None, in_place=True))
+        code = killed_at(step, lambda src=src: convert(src, "sglang==0.5.11", None, in_place=True))
         assert code in (0, 9)
         # nothing lost whatever the step: the source is at CKPT or at CKPT.orig
         assert src.is_dir() or (parent / "ckpt.orig").is_dir()

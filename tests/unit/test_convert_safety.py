@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 from _builders import draft_tensors, speculators_config, write
+from _hostile import killed_at
 
 from eagle3lens.checkpoint import Checkpoint
 from eagle3lens.cli import main
@@ -89,29 +90,6 @@ def test_a_killed_runs_own_temp_dir_is_still_removed(draft, tmp_path, monkeypatc
     assert not (out / MARKER).exists()  # the marker never reaches the output
 
 
-def _killed_at(step: int, run) -> int:
-    """Run ``run()`` in a forked child that dies at its ``step``-th rename/replace/link."""
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - child
-        calls = [0]
-
-        def dying(real):
-            def call(*args, **kwargs):
-                calls[0] += 1
-                if calls[0] == step:
-                    os._exit(9)
-                return real(*args, **kwargs)
-            return call
-
-        os.rename, os.replace, os.link = dying(os.rename), dying(os.replace), dying(os.link)
-        try:
-            run()
-            os._exit(0)
-        finally:
-            os._exit(3)
-    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-
-
 def test_any_later_convert_recovers_an_interrupted_in_place_run(tmp_path):
     """Killed at every step of an --in-place run, then a convert of the same source to a new OUT (not the same
     --in-place run): the source is back where it was, and no journal or temp dir is left beside it."""
@@ -120,7 +98,7 @@ def test_any_later_convert_recovers_an_interrupted_in_place_run(tmp_path):
     while True:
         parent = tmp_path / f"step{step}"
         src = write(parent / "ckpt", original, speculators_config())
-        code = _killed_at(step, lambda src=src: convert(src, "sglang==0.5.11", None, in_place=True))
+        code = killed_at(step, lambda src=src: convert(src, "sglang==0.5.11", None, in_place=True))
         if code == 0:
             break
         assert code == 9
@@ -186,7 +164,7 @@ def test_a_kill_between_the_in_place_renames_is_recovered_before_repair_d2t_read
         parent = tmp_path / f"step{step}"
         src = parent / "ck"
         shutil.copytree(demo_dir / "broken-d2t-double-subtracted", src)
-        code = _killed_at(step, lambda src=src: convert(src, None, None, in_place=True,
+        code = killed_at(step, lambda src=src: convert(src, None, None, in_place=True,
                                                         tensor_overrides=_repair_tensors(str(src), None)))
         assert code == 9, "the run ended before its second rename"
         if not src.exists():
