@@ -77,7 +77,7 @@ def audit_cell(draft: Path, root: Path, site: str) -> tuple[float, float, float,
 
 def audit(cached_only: bool, engines: list[str]) -> None:
     from eagle3lens.engines.audit_drafts import build_drafts
-    from eagle3lens.engines.audit_execute import representatives
+    from eagle3lens.release_audit import representatives
     from eagle3lens.engines.release_env import release_env
     from eagle3lens.engines.wheels import CACHE
 

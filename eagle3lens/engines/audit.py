@@ -1,12 +1,9 @@
-"""Maintainer tool: compare released wheels with the per-release source hash table, or run one release's own
-loader on the built-in drafts (:mod:`.audit_execute`).
+"""Maintainer tool: compare released wheels with the per-release source hash table (running a release's own loader
+on the built-in drafts is ``python -m eagle3lens.release_audit``: it judges loads, a workflow above this layer).
 
     python -m eagle3lens.engines.audit --engine sglang --versions 0.5.20:0.5.24 [--cache DIR]
-    python -m eagle3lens.engines.audit --release sglang==0.5.24 [--cache DIR] [--draft NAME ...]
-    python -m eagle3lens.engines.audit --execute [--engine E] [--cached-only] [--draft NAME ...]
 
-``--execute`` runs one release of every group of both engines (:mod:`.groups`) on the built-in drafts and prints a
-table of (release, draft) -> agree / disagree / not executed (why). For each release in the range (``pip index versions``), ``pip download --no-deps`` its wheel into the
+For each release in the range (``pip index versions``), ``pip download --no-deps`` its wheel into the
 cache, hash the files the profiles cite, and print the releases and files that are new or changed.
 Adding a release is: run this, read the changed files, add rows to ``sglang.py`` / ``vllm.py``. The same run
 scans each wheel's model classes for EAGLE-3 aux-capture support (:mod:`.capture_scan`) and prints where they
@@ -28,7 +25,6 @@ from typing import Sequence
 
 from packaging.version import InvalidVersion, Version
 
-from ..errors import UsageError
 from .groups import FileHashes
 from .wheels import CACHE, fetch
 from .versions import RELEASES
@@ -133,43 +129,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--engine", choices=sorted(RELEASES))
     parser.add_argument("--versions", metavar="LOW:HIGH", help="inclusive range, or one version")
-    parser.add_argument("--release", metavar="NAME==VERSION",
-                        help="run this release's own loader on the built-in drafts; exit 1 where it and the "
-                             "simulation disagree")
-    parser.add_argument("--root", type=Path, help="with --release or alone: an engine directory to run instead of "
-                                                  "the fetched wheel")
-    parser.add_argument("--draft", action="append", help="only this built-in draft (repeatable)")
     parser.add_argument("--cache", type=Path, default=CACHE)
-    parser.add_argument("--execute", action="store_true",
-                        help="run one release of every group (of --engine, else both engines) on the built-in "
-                             "drafts: a table of executed vs simulated outcomes; exit 1 where any disagrees")
-    parser.add_argument("--cached-only", action="store_true",
-                        help="with --execute: fetch nothing; a group whose wheel is not in the cache is not executed")
+    parser.add_argument("--release", "--root", "--draft", dest="moved", nargs="?", const=True, help=argparse.SUPPRESS)
+    parser.add_argument("--execute", "--cached-only", dest="moved", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.execute:
-        from .audit_execute import audit_groups, table
-
-        if args.versions or args.release or args.root:
-            parser.error("--execute runs one release of every group: no --versions, --release or --root")
-        audits = audit_groups([args.engine] if args.engine else sorted(RELEASES), args.cache, args.draft,
-                              cached_only=args.cached_only,
-                              on_release=lambda a: print(f"{a.release}: " + ", ".join(
-                                  f"{c.draft} {c.outcome}" for c in a.cells), file=sys.stderr, flush=True))
-        print(table(audits))
-        return 1 if any(c.outcome == "disagree" for a in audits for c in a.cells) else 0
-    if args.release or args.root:
-        from .audit_execute import run
-
-        if args.engine or args.versions:
-            parser.error("--release/--root run the loaders; --engine/--versions compare source hashes: one or the "
-                         "other")
-        try:
-            return run(args.release, args.root, args.cache, args.draft)
-        except (UsageError, KeyError) as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
+    if args.moved:  # running the loaders judges their loads: a workflow above the engines layer
+        parser.error("running releases' loaders moved: python -m eagle3lens.release_audit --release NAME==VERSION "
+                     "| --root DIR | --execute")
     if not (args.engine and args.versions):
-        parser.error("give --engine and --versions, or --release")
+        parser.error("give --engine and --versions")
     args.cache.mkdir(parents=True, exist_ok=True)
     rows = audit(args.engine, args.versions, args.cache)
     for row in rows:

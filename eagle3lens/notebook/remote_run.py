@@ -22,14 +22,14 @@ import stat
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from .._version import __version__
 from ..errors import RemoteError, UsageError
-from ..findings import Finding, Severity, to_jsonable
+from ..findings import Finding
+from ..run_results import HostRun, Preflight, RemoteRun
 from .runner import cell_failed, cell_label, code_cells, first_line, is_injected, papermill_state, resolve
 from ..remote.files import EXEC_FILES, RemoteFiles
 from ..remote.ssh import SshConnection, SshTarget, connect, load_ssh_config, resolve_host
@@ -56,85 +56,6 @@ def _shipped(name: str) -> bytes:
 
 
 PREFLIGHT = _shipped("preflight.py").decode("utf-8")
-
-
-@dataclass(frozen=True)
-class Preflight:
-    """What the remote interpreter offers; ``problems`` stop the run, ``notes`` do not."""
-
-    python: str = ""
-    executable: str = ""
-    eagle3lens: str | None = None
-    papermill: str | None = None
-    gpus: tuple[str, ...] = ()
-    gpu_source: str | None = None
-    workdir: str = ""
-    free_bytes: int | None = None
-    problems: tuple[str, ...] = ()
-    notes: tuple[str, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        return to_jsonable(self.__dict__)
-
-
-@dataclass(frozen=True)
-class HostRun:
-    """The outcome on one host. ``status``: ok, failed, timeout, interrupted, disconnected or refused."""
-
-    host: str
-    status: str
-    out_dir: Path | None = None
-    exit_code: int | None = None
-    error: str | None = None
-    last_cell: str | None = None
-    notes: tuple[str, ...] = ()  # what the user should know even when the run went well (no GPU, no SFTP, ...)
-    files: tuple[str, ...] = ()
-    findings: tuple[Finding, ...] = ()
-    preflight: Preflight | None = None
-    remote_dir: str | None = None
-    remote_dir_removed: bool = False
-    seconds: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "ok"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "host": self.host, "status": self.status, "exit_code": self.exit_code, "error": self.error,
-            "last_cell": self.last_cell, "notes": list(self.notes), "out_dir": str(self.out_dir) if self.out_dir else None,
-            "files": list(self.files), "findings": [f.to_dict() for f in self.findings],
-            "preflight": self.preflight.to_dict() if self.preflight else None,
-            "remote_dir": self.remote_dir, "remote_dir_removed": self.remote_dir_removed,
-            "seconds": round(self.seconds, 3),
-        }
-
-
-@dataclass(frozen=True)
-class RemoteRun:
-    """One notebook run on several hosts, side by side."""
-
-    notebook: str
-    hosts: tuple[HostRun, ...]
-    findings: tuple[Finding, ...] = field(default=())
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "findings", tuple(f for h in self.hosts for f in h.findings))
-
-    @property
-    def ok(self) -> bool:
-        return all(h.ok for h in self.hosts)
-
-    def exit_code(self, fail_on: Severity | str = Severity.CRITICAL) -> int:
-        """2 when a host did not run to the end, 1 when a fetched finding is at/above ``fail_on``, else 0."""
-        if not self.ok:
-            return 130 if any(h.status == "interrupted" for h in self.hosts) else 2
-        bar = Severity.parse(fail_on).rank
-        return 1 if any(f.severity.rank >= bar for f in self.findings) else 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"tool": "eagle3lens", "version": __version__, "notebook": self.notebook,
-                "hosts": [h.to_dict() for h in self.hosts]}
 
 
 def _q(word: str) -> str:

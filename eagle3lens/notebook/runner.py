@@ -13,7 +13,6 @@ import os
 import sys
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
@@ -21,6 +20,7 @@ from ..errors import NotebookCellError, UsageError
 from ..findings import Finding, to_jsonable
 from ..io.safewrite import check_destination, write_text_atomic
 from ..io.textsafe import clip
+from ..run_results import NotebookRun
 
 FINDINGS_MIME = "application/vnd.eagle3lens.findings+json"
 """Mimetype of the display output that carries a walkthrough's findings."""
@@ -149,25 +149,6 @@ def resolve(name_or_path: str | Path) -> Path:
     if not matches:
         raise UsageError(f"unknown walkthrough {clip(repr(name), 120)}: choose one of {', '.join(known)} or give a .ipynb path")
     return matches[0]
-
-
-@dataclass(frozen=True)
-class NotebookRun:
-    """The outputs of one headless walkthrough run."""
-
-    notebook: Path
-    executed: Path
-    html: Path
-    findings_json: Path
-    parameters: Mapping[str, Any]
-    findings: tuple[Finding, ...]
-    seconds: float
-    extra: Mapping[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return to_jsonable({"notebook": self.notebook, "executed": self.executed, "html": self.html,
-                            "findings_json": self.findings_json, "parameters": dict(self.parameters),
-                            "seconds": round(self.seconds, 3)})
 
 
 def notebook_parameters(path: str | Path) -> tuple[str, ...] | None:

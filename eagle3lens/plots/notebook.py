@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..notebook.runner import NotebookRun
+from ..run_results import NotebookRun
 from .registry import rich_view
 from .style import markup
 

@@ -42,8 +42,8 @@ VIEWS: dict[str, str] = {
     "eagle3lens.probes.chat.TemplateCheck": "eagle3lens.plots.traffic",
     "eagle3lens.probes.chain_break.ChainComparison": "eagle3lens.plots.traffic",
     "eagle3lens.demo_built.DemoBuilt": "eagle3lens.plots.demo",
-    "eagle3lens.notebook.remote_run.RemoteRun": "eagle3lens.plots.remote",
-    "eagle3lens.notebook.runner.NotebookRun": "eagle3lens.plots.notebook",
+    "eagle3lens.run_results.RemoteRun": "eagle3lens.plots.remote",
+    "eagle3lens.run_results.NotebookRun": "eagle3lens.plots.notebook",
 }
 _loaded: set[str] = set()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..findings import Severity
-from ..notebook.remote_run import RemoteRun
+from ..run_results import RemoteRun
 from .registry import rich_view
 from .style import markup
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from eagle3lens.engines.audit_execute import audit_release
+from eagle3lens.release_audit import audit_release
 from eagle3lens.engines.release_env import release_env
 from eagle3lens.probes.executed import execute_load
 

@@ -144,10 +144,10 @@ def test_vllm_0_10_2_mla_draft_raises_at_its_first_mla_key_after_gathering(demo_
 
 
 def test_audit_of_a_real_release_agrees_on_every_built_in_draft(capsys) -> None:
-    """``python -m eagle3lens.engines.audit --release sglang==0.5.23`` on the cached wheel: the ten built-in drafts
+    """``python -m eagle3lens.release_audit --release sglang==0.5.23`` on the cached wheel: the ten built-in drafts
     through its own loader agree with the simulation, the MLA draft whose yarn rope lacks ``factor`` included (both
     refuse it when its config.json is read: transformers' rope validation, engines/construct.config_rope_error)."""
-    from eagle3lens.engines.audit import main
+    from eagle3lens.release_audit import main
 
     release_root("sglang", "0.5.23")
     code = main(["--release", "sglang==0.5.23"])

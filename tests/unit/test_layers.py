@@ -9,10 +9,10 @@ The order, lowest first (docs/development.md states it for readers; this table i
 3. ``engines``: release data, the profile interpreter, ``--execute``'s harness, launches, the config writer;
 4. ``served``: what a release runs: the load walk, aux layers, stops, fc, vocab mapping;
 5. ``probes``: judgments (findings) over served facts and data, the executed load held against the walk;
-6. ``workflows``: doctor, convert, demo, the release audit, notebook runs (local and over SSH): each produces
-   result data the views draw;
+6. ``workflows``: doctor, convert, demo, the release audit (``release_audit``: it runs engines and judges their
+   loads), and the result data of notebook runs (``run_results``), which the views draw;
 7. ``views``: ``plots/``;
-8. ``front``: the renderer, the notebook kernel and widgets;
+8. ``front``: the renderer, ``notebook/`` (the kernel, widgets, the runs local and over SSH);
 9. ``glue``: the CLI, ``commands/`` and the package facade.
 
 Every ``import`` counts: top level, inside a function, under ``TYPE_CHECKING``, absolute or relative, and
@@ -42,8 +42,7 @@ LAYER_OF: dict[str, str] = {
     "probes": "probes",
     "doctor": "workflows", "convert": "workflows", "demo": "workflows", "demo_chat": "workflows", "demo_built": "workflows",
     "demo_real": "workflows", "demo_real_model": "workflows", "demo_real_data": "workflows", "demo_real_train": "workflows",
-    "engines.audit": "workflows", "engines.audit_execute": "workflows",
-    "notebook.runner": "workflows", "notebook.remote_run": "workflows",
+    "release_audit": "workflows", "run_results": "workflows",
     "plots": "views",
     "render": "front", "notebook": "front", "demo_readme": "front",
     "": "glue", "cli": "glue", "__main__": "glue", "commands": "glue",

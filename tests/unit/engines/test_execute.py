@@ -244,9 +244,9 @@ def test_real_dependencies_follow_the_release_requirements(tmp_path: Path) -> No
 
 @pytest.mark.slow
 def test_audit_release_prints_where_the_miniature_engine_disagrees(engine: Path, capsys) -> None:
-    """``python -m eagle3lens.engines.audit --root DIR``: the built-in drafts through the miniature 0.5.11, whose
+    """``python -m eagle3lens.release_audit --root DIR``: the built-in drafts through the miniature 0.5.11, whose
     loader renames layers.0. to midlayer. where the simulated 0.5.11 drops it; exit 1, each difference printed."""
-    from eagle3lens.engines.audit import main
+    from eagle3lens.release_audit import main
 
     code = main(["--root", str(engine), "--draft", "specforge", "--draft", "sglang-layers0"])
     out = capsys.readouterr().out
@@ -259,14 +259,14 @@ def test_audit_release_prints_where_the_miniature_engine_disagrees(engine: Path,
 
 @pytest.mark.slow
 def test_audit_release_exits_0_when_the_engine_agrees(engine: Path, capsys) -> None:
-    from eagle3lens.engines.audit import main
+    from eagle3lens.release_audit import main
 
     assert main(["--root", str(engine), "--draft", "specforge"]) == 0
     assert "agrees with the simulation on all 1 built-in drafts" in capsys.readouterr().out
 
 
 def test_audit_release_refuses_a_root_of_another_release(engine: Path, capsys) -> None:
-    from eagle3lens.engines.audit import main
+    from eagle3lens.release_audit import main
 
     assert main(["--release", "sglang==0.5.23", "--root", str(engine)]) == 2
     assert "holds sglang==0.5.11, not sglang==0.5.23" in capsys.readouterr().err
@@ -344,3 +344,14 @@ def test_logs_name_keys_by_dotted_words_or_the_key_in_flight() -> None:
             {"message": "xnorm.weight and lm_head.weights are other names", "key": None}]
     assert logs_by_key(logs, keys) == {"norm.weight": [logs[0]["message"]], "fc.weight": [logs[0]["message"]],
                                        "odd key/x": [logs[1]["message"]]}
+
+
+def test_the_engines_audit_points_at_the_release_audit_for_running_loaders(capsys) -> None:
+    """Running a release's loader judges its load (a workflow): ``engines.audit`` says where that moved, one line."""
+    from eagle3lens.engines.audit import main
+
+    for argv in (["--release", "sglang==0.5.11"], ["--execute"], ["--root", "/nonexistent", "--draft", "eagle"]):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        err = capsys.readouterr().err.strip().splitlines()
+        assert exc.value.code == 2 and "python -m eagle3lens.release_audit" in err[-1]

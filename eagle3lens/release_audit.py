@@ -1,31 +1,35 @@
-"""Maintainer tool: run one release's own loader on the built-in drafts and print where the profile disagrees.
+"""Maintainer tool (a workflow: it runs engines and judges their loads): one release's own loader on the built-in
+drafts, held against the simulation, or one release of every group as a table.
 
-    python -m eagle3lens.engines.audit --release sglang==0.5.24 [--cache DIR] [--draft NAME ...]
-    python -m eagle3lens.engines.audit --root DIR            (an engine directory already there)
+    python -m eagle3lens.release_audit --release sglang==0.5.24 [--cache DIR] [--draft NAME ...]
+    python -m eagle3lens.release_audit --root DIR            (an engine directory already there)
+    python -m eagle3lens.release_audit --execute [--engine E] [--cached-only]
 
 The release's wheel is fetched into the cache (``pip download --no-deps``) and unpacked without its compiled
-extensions (:mod:`.wheels`); every built-in draft (:mod:`.audit_drafts`) goes through its own ``load_weights``
-(:mod:`.execute`, one worker process for all of them) and is held against the simulation of the same release
+extensions (:mod:`eagle3lens.engines.wheels`); every built-in draft (:mod:`eagle3lens.engines.audit_drafts`) goes through its own ``load_weights``
+(:mod:`eagle3lens.engines.execute`, one worker process for all of them) and is held against the simulation of the same release
 (:mod:`eagle3lens.probes.executed`). Each ``engine/simulation-disagrees`` is printed; the exit status is 1 when any is.
 """
 
 from __future__ import annotations
 
+import argparse
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from ..checkpoint import Checkpoint
-from ..errors import UsageError
-from ..io.textsafe import clip, printable
-from .audit_drafts import DRAFTS, build_drafts
-from .execute import Execution, engine_at, release_profile, simulated_class
-from .execute_child import execute_isolated, execute_many_isolated
-from ..probes.execute_verdict import BEFORE_LOAD, judged
-from ..probes.executed import executed_result
-from .versions import is_release, parse_version, spec_parts
+from .checkpoint import Checkpoint
+from .errors import UsageError
+from .io.textsafe import clip, printable
+from .engines.audit_drafts import DRAFTS, build_drafts
+from .engines.execute import Execution, engine_at, release_profile, simulated_class
+from .engines.execute_child import execute_isolated, execute_many_isolated
+from .probes.execute_verdict import BEFORE_LOAD, judged
+from .probes.executed import executed_result
+from .engines.versions import is_release, parse_version, spec_parts
 
 
 @dataclass(frozen=True)
@@ -70,7 +74,7 @@ class ReleaseAudit:
 
 def engine_root(release: str, cache: Path) -> Path:
     """The unpacked wheel of ``NAME==VERSION`` (fetched into ``cache`` on first use)."""
-    from .wheels import unpacked
+    from .engines.wheels import unpacked
 
     name, version, _ = spec_parts(release)
     if name not in ("sglang", "vllm") or version is None:
@@ -118,7 +122,7 @@ def audit_release(root: Path, drafts: Sequence[str] | None = None) -> ReleaseAud
 
 
 def _cell(release: str, draft: str, ckpt: Checkpoint, ex: Execution, found: Sequence[Disagreement]) -> Cell:
-    from ..probes.keys import simulate_load
+    from .probes.keys import simulate_load
 
     sim = simulate_load(ckpt, release_profile(ex.engine, ex.version, ckpt.config))
     raising = any(f.fate == "raises" for f in sim.fates)
@@ -188,7 +192,7 @@ HEADER = ("| release | draft | outcome | executed | simulated | why |\n"
 def representatives(name: str, cache: Path) -> list[tuple[str, str]]:
     """One release of each of ``name``'s groups: (group label, version), the newest already unpacked in ``cache``,
     else the group's newest."""
-    from . import sglang, vllm
+    from .engines import sglang, vllm
 
     out = []
     for profile in {"sglang": sglang.PROFILES, "vllm": vllm.PROFILES}[name]:
@@ -202,7 +206,7 @@ def audit_groups(engines: Sequence[str], cache: Path, drafts: Sequence[str] | No
                  ) -> list[ReleaseAudit]:
     """The built-in drafts through one release of every group of ``engines`` (fetched into ``cache``, or with
     ``cached_only`` only those already there: the rest are cells not executed, saying so)."""
-    from .wheels import unpacked
+    from .engines.wheels import unpacked
 
     out = []
     names = list(drafts) if drafts else list(DRAFTS)
@@ -230,3 +234,46 @@ def table(audits: Sequence[ReleaseAudit]) -> str:
     counts = {k: sum(c.outcome == k for c in cells) for k in ("agree", "disagree", "not executed")}
     summary = ", ".join(f"{n} {k}" for k, n in counts.items())
     return "\n".join([HEADER, *(c.row() for c in cells), "", f"{len(cells)} cells: {summary}"])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from .engines import RELEASES
+    from .engines.wheels import CACHE
+
+    parser = argparse.ArgumentParser(prog="python -m eagle3lens.release_audit", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--release", metavar="NAME==VERSION",
+                        help="run this release's own loader on the built-in drafts; exit 1 where it and the "
+                             "simulation disagree")
+    parser.add_argument("--root", type=Path, help="an engine directory to run instead of the fetched wheel")
+    parser.add_argument("--draft", action="append", help="only this built-in draft (repeatable)")
+    parser.add_argument("--cache", type=Path, default=CACHE)
+    parser.add_argument("--execute", action="store_true",
+                        help="run one release of every group (of --engine, else both engines) on the built-in "
+                             "drafts: a table of executed vs simulated outcomes; exit 1 where any disagrees")
+    parser.add_argument("--engine", choices=sorted(RELEASES), help="with --execute: only this engine's groups")
+    parser.add_argument("--cached-only", action="store_true",
+                        help="with --execute: fetch nothing; a group whose wheel is not in the cache is not executed")
+    args = parser.parse_args(argv)
+    if args.execute:
+        if args.release or args.root:
+            parser.error("--execute runs one release of every group: no --release or --root")
+        audits = audit_groups([args.engine] if args.engine else sorted(RELEASES), args.cache, args.draft,
+                              cached_only=args.cached_only,
+                              on_release=lambda a: print(f"{a.release}: " + ", ".join(
+                                  f"{c.draft} {c.outcome}" for c in a.cells), file=sys.stderr, flush=True))
+        print(table(audits))
+        return 1 if any(c.outcome == "disagree" for a in audits for c in a.cells) else 0
+    if not (args.release or args.root):
+        parser.error("give --release NAME==VERSION, --root DIR or --execute")
+    if args.engine:
+        parser.error("--engine goes with --execute")
+    try:
+        return run(args.release, args.root, args.cache, args.draft)
+    except (UsageError, KeyError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
