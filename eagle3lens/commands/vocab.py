@@ -8,7 +8,11 @@ from pathlib import Path
 from ..checkpoint import Checkpoint
 from ..errors import UsageError
 from ..findings import Report
+from ..io.inputs import read_regular
+from ..io.textsafe import printable
 from . import add_output_options, example_epilog, finish, positive_int
+
+MAX_TEXT_BYTES = 64 << 20  # a text sample to count tokens in; larger samples add nothing to the counts
 
 
 def run(args: argparse.Namespace) -> int:
@@ -22,9 +26,10 @@ def run(args: argparse.Namespace) -> int:
         if not args.tokenizer:
             raise UsageError("--text needs --tokenizer to count tokens")
         try:
-            text = Path(args.text).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise UsageError(f"{args.text}: cannot read the text sample ({exc})") from None
+            text = read_regular(args.text, MAX_TEXT_BYTES, "text sample").decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise UsageError(f"{printable(args.text)}: the text sample is not UTF-8 ({exc.reason} at byte "
+                             f"{exc.start})") from None
     counts = _served_counts(ckpt, args) if args.chat or args.prompts else args.counts
     report = Report(checkpoint=ckpt.summary())
     report.add("vocab", inspect_vocab(ckpt, target=args.target, tokenizer=args.tokenizer, token_counts=counts,
