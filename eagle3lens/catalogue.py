@@ -37,7 +37,8 @@ PROBES: dict[str, tuple[str, ...]] = {
     "detect": ("engines/detect.py",),
     "acceptance": ("probes/acceptance.py", "probes/acceptance_probe.py", "probes/acceptance_findings.py",
                    "probes/acceptance_entry.py", "probes/measured.py"),
-    "provenance": ("probes/provenance.py", "probes/chat.py"),  # `engines --detect`: the engine actually installed
+    "provenance": ("probes/provenance.py", "probes/chat.py"),
+    "budget": ("probes/budget.py",),  # `engines --detect`: the engine actually installed
 }
 
 
@@ -202,6 +203,15 @@ CODES: tuple[Code, ...] = (
     Code("data/template-mismatch", owner="provenance", severity="warning", rank=196,
          meaning="the dump's token stream lacks the served chat template's markers (special tokens, role headers, "
                  "generation prompt): the draft trained on text rendered otherwise than the server renders it"),
+    Code("budget/template-cost", owner="budget", severity="warning", rank=197,
+         meaning="offline, the draft accepts less on the served traffic (rendered with the served chat template) than "
+                 "on its training dump, both as trained within the draft vocabulary: the template's price"),
+    Code("budget/vocabulary-cost", owner="budget", severity="warning", rank=198,
+         meaning="offline, on the served traffic, the draft accepts less checked against the target's whole "
+                 "vocabulary (as the server verifies) than within its draft vocabulary: the vocabulary's price"),
+    Code("budget/sampling-cost", owner="budget", severity="warning", rank=199,
+         meaning="offline, on the served traffic, the draft accepts less under the served sampling (temperature, "
+                 "top-k, top-p) than greedily: the sampling's price"),
     Code("logs/zero-acceptance", owner="logs", severity="critical", rank=220,
          meaning="mean accept length ≤ 1.05: proposals are (almost) never right"),
     Code("logs/low-acceptance", owner="logs", severity="warning", rank=220,

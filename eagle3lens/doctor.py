@@ -67,6 +67,8 @@ def rank_causes(findings: list[Finding], measured: tuple[float, float] | None = 
             continue
         if f.evidence.get("stage"):  # the server stops before the draft runs
             explains = "no speculation: the server does not start"
+        elif f.area == "budget":  # a lever outside the checkpoint, priced on the served traffic
+            explains = f"lower acceptance: {-float(f.evidence.get('delta') or 0):.2f} of the budget"
         elif calm and measured is not None:
             explains = f"no measured loss (offline: as served {measured[0]:.2f}, as trained {measured[1]:.2f})"
         else:
@@ -161,6 +163,9 @@ class DoctorInputs:
     steps: int | None = None
     measure: Callable[[Any, Any, Any], Any] | None = None
     execute_timeout: float | None = None
+    sampling: Any = None  # the served sampling (a probes.traffic_result.Sampling) the estimate also scores
+    expected_accept_len: float | None = None  # what training promised: the budget's first row, the log's yardstick
+    budget: bool = False  # build the acceptance budget (promise -> template -> ... -> served)
 
     @property
     def live(self) -> bool:
@@ -312,7 +317,7 @@ def _logs(inputs: DoctorInputs, state: DoctorState) -> None:
     profile = state.profile
     log_engine = profile.spec if profile is not None and profile.name in LOG_ENGINES else None
     state.run("logs", parse_log, inputs.log, engine=log_engine, num_draft_tokens=inputs.num_draft_tokens,
-              baseline_tps=inputs.baseline_tps)
+              baseline_tps=inputs.baseline_tps, expected_accept_len=inputs.expected_accept_len)
 
 
 def _prediction_applies(inputs: DoctorInputs, state: DoctorState) -> str | None:
@@ -366,12 +371,50 @@ def _doctor_acceptance(inputs: DoctorInputs, state: DoctorState, scenario: str |
 
     assert state.tgt is not None
     log, chat = inputs.log, inputs.chat
+    apart = _traffic_apart(inputs)  # the budget scores the served traffic apart: it, not the dump, meets the log
     return doctor_acceptance(state.ckpt, state.tgt, state.profile, data=inputs.data, prompts=inputs.prompts,
-                             logged_accept_len=logs.summary.mean_accept_len if logs is not None else None,
+                             logged_accept_len=logs.summary.mean_accept_len if logs is not None and not apart
+                             else None,
                              log_path=str(log) if log is not None else None, scenario=scenario,
                              chat=_chat_samples(state.ckpt, state.tgt, chat, state.profile) if inputs.data is None
                              and chat is not None else None, steps=inputs.steps or served_k, log_steps=served_k,
-                             measure=inputs.measure, fixed=fixed_draft)
+                             measure=None if apart else inputs.measure, fixed=fixed_draft,
+                             sampling=None if apart else inputs.sampling)
+
+
+def _traffic_apart(inputs: DoctorInputs) -> bool:
+    """The budget's served traffic is scored apart from the dump: a dump and served conversations both given."""
+    return inputs.budget and inputs.data is not None and inputs.chat is not None
+
+
+def _budget(inputs: DoctorInputs, state: DoctorState) -> None:
+    """The acceptance budget over the estimate above (the dump its promise where it scored one), or over the served
+    conversations scored apart at the same K, with the dump as trained as the promise."""
+    from .probes.budget import acceptance_budget
+
+    report = state.report
+    acceptance = report.results["acceptance"]
+    logs = report.results.get("logs")
+    logged = logs.summary.mean_accept_len if logs is not None else None
+    promise = None
+    traffic = acceptance
+    if _traffic_apart(inputs):
+        from .probes.acceptance import doctor_acceptance
+
+        assert state.tgt is not None and inputs.chat is not None
+        traffic, note = doctor_acceptance(
+            state.ckpt, state.tgt, state.profile, chat=_chat_samples(state.ckpt, state.tgt, inputs.chat, state.profile),
+            logged_accept_len=logged, log_path=str(inputs.log) if inputs.log is not None else None,
+            steps=acceptance.steps, log_steps=_served_k(logs, state.launch)[0], measure=inputs.measure, fixed=False,
+            sampling=inputs.sampling)
+        promise = acceptance
+        report.findings.extend(f for f in traffic.findings
+                               if f.code in ("acceptance/served-vs-log-mismatch", "engine/served-disagrees"))
+        if note:
+            report.notes.append(note)
+    state.run("budget", acceptance_budget, traffic, promise=promise, expected=inputs.expected_accept_len,
+              logged=logged, log=str(inputs.log) if inputs.log is not None else None)
+    report.notes.extend(report.results["budget"].notes)
 
 
 def _chain_applies(_inputs: DoctorInputs, state: DoctorState) -> str | None:
@@ -433,6 +476,7 @@ STEPS: tuple[Step, ...] = (
     Step("chain", _chain_applies, _chain),
     Step("provenance", _provenance_applies, _provenance),
     Step("template", _template_applies, _template),
+    Step("budget", lambda i, s: None if i.budget and "acceptance" in s.ran else NOT_ASKED, _budget),
 )
 
 
@@ -459,6 +503,9 @@ def diagnose(
     steps: int | None = None,
     measure: Callable[[Any, Any, Any], Any] | None = None,
     execute_timeout: float | None = None,
+    sampling: Any = None,
+    expected_accept_len: float | None = None,
+    budget: bool = False,
 ) -> Report:
     """Run the applicable probes on a draft and return a Report whose findings are ranked causes first.
 
@@ -477,13 +524,16 @@ def diagnose(
     them as the server renders them; with ``data``, the dump's template is checked against them.
     ``steps``: K the acceptance estimate drafts (default: the K the launch or log states, else the draft's config).
     ``measure``: ``(result, samples, teacher) -> result`` puts the real engine's count on the same samples beside
-    the estimate (``--measure``).
+    the estimate (``--measure``). ``sampling`` (a :class:`~eagle3lens.probes.traffic_result.Sampling`): the
+    estimate also scores the served sampling. ``expected_accept_len``: what training promised (the log is judged
+    against it). ``budget``: add the acceptance budget (:mod:`eagle3lens.probes.budget`) over the estimate.
     """
     return run_doctor(DoctorInputs(
         draft, target=target, engine=engine, log=log, baseline_tps=baseline_tps, num_draft_tokens=num_draft_tokens,
         scenario=scenario, weights=weights, device_map=device_map, dtype=dtype, progress=progress, launch=launch,
         data=data, prompts=prompts, execute=execute, chat=chat, engine_root=engine_root, execution=execution,
-        steps=steps, measure=measure, execute_timeout=execute_timeout))
+        steps=steps, measure=measure, execute_timeout=execute_timeout, sampling=sampling,
+        expected_accept_len=expected_accept_len, budget=budget))
 
 
 def run_doctor(inputs: DoctorInputs) -> Report:
@@ -497,10 +547,11 @@ def run_doctor(inputs: DoctorInputs) -> Report:
             state.skipped[step.name] = reason
     report = state.report
     measured = _measured(report)
-    # the log probe's own fix is "run the doctor": here the causes above are the fix (the low-acceptance budget,
-    # `acceptance --chat ... --log`, stays: it prices what the doctor does not)
+    # the log probe's own fix is "run the doctor": here the causes above are the fix; low acceptance's fix, the
+    # doctor with the budget's inputs, stays until the budget is shown
     report.findings = rank_findings([replace(f, fix=None) if f.area == "logs" and (f.fix or "").startswith(
-        "eagle3lens doctor") else f for f in report.findings])
+        "eagle3lens doctor") and (f.code != "logs/low-acceptance" or "budget" in report.results) else f
+        for f in report.findings])
     triage = Triage(rank_causes(report.findings, measured), tuple(state.ran), state.skipped)
     report.results = {"doctor": triage, **report.results}
     return report

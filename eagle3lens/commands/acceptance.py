@@ -12,6 +12,8 @@ from ..io.textsafe import printable
 from ..probes.engine_init import EMPTY_MEMORY
 from ..progress import TqdmBars
 from ._measure import add_measure_options, check_host_options
+from ._served import add_served_options, check_sampling_options, sampling_notes, wants_budget
+from ._served import served_sampling as served_sampling_of
 from ._target import require_target_weights
 from . import add_output_options, example_epilog, finish, positive_int
 
@@ -24,11 +26,7 @@ def run(args: argparse.Namespace) -> int:
     if sum(x is not None for x in (args.data, args.prompts, args.chat)) != 1:
         raise UsageError("give --data D (a hidden-state dump), or --target T with --prompts F or --chat FILE.jsonl "
                          "(live capture), one of them")
-    if (args.top_p is not None or args.top_k is not None) and args.temperature is None:
-        raise UsageError("--top-p / --top-k need --temperature: they shape the distribution the server samples from")
-    if args.temperature is not None and (args.request is not None or args.launch is not None):
-        raise UsageError("give --temperature (score at T) or --request / --launch (score as the server resolves "
-                         "the request's sampling), not both")
+    check_sampling_options(args)
     if args.target is None:
         raise UsageError("acceptance needs --target T: its final norm and lm_head give the teacher's tokens")
     require_target_weights(args.target, "acceptance", "06_acceptance")
@@ -42,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
         from ._measure import measured_engine
 
         args.engine = measured_engine(args)
-    sampling, served_sampling, remark = _sampling(args)
+    sampling, served_sampling, remark = served_sampling_of(args)
     draft = Checkpoint.open(args.draft).require_draft()
     log, steps, steps_note, served_k = _served_k(args)
     target: Any = args.target
@@ -76,15 +74,15 @@ def run(args: argparse.Namespace) -> int:
         result = with_measurement(args, result, data, target, sampling)
     report = Report(checkpoint=draft.summary(), engine=result.engine)
     report.add("acceptance", result)
-    report.notes.extend(result.notes)
-    from ..probes.traffic import sampling_notes
+    if wants_budget(args):
+        from ..probes.budget import acceptance_budget
 
-    if served_sampling is not None:
-        report.notes.append(served_sampling.note())
-    if remark is not None:
-        report.notes.append(f"--temperature: {remark}")
-    if sampling is not None or (served_sampling is None and remark is None):  # served greedily: no default named
-        report.notes.extend(sampling_notes(result, sampling, args.engine))
+        budget = acceptance_budget(result, expected=args.expected_accept_len, log=args.log,
+                                   logged=log.summary.mean_accept_len if log is not None else None)
+        report.add("budget", budget)
+        report.notes.extend(budget.notes)
+    report.notes.extend(result.notes)
+    report.notes.extend(sampling_notes(args, result, sampling, served_sampling, remark))
     if steps_note is not None:
         report.notes.append(steps_note)
     if agreement is not None:
@@ -113,7 +111,8 @@ def _served_k(args: argparse.Namespace) -> tuple[Any, int | None, str | None, in
     log = None
     if args.log is not None:
         engine_name = args.engine.split("==")[0] if args.engine else None
-        log = parse_log(args.log, engine=args.engine if engine_name in ("sglang", "vllm") else None)
+        log = parse_log(args.log, engine=args.engine if engine_name in ("sglang", "vllm") else None,
+                        expected_accept_len=args.expected_accept_len)
     launch = parse_launch(args.launch) if args.launch is not None else \
         launch_from_log(args.log) if args.log is not None else None
     served, source = served_steps(log, launch)
@@ -121,62 +120,6 @@ def _served_k(args: argparse.Namespace) -> tuple[Any, int | None, str | None, in
         return log, args.steps, None, served
     note = f"K = {served} draft steps, from {source} (--steps to override)"
     return log, check_steps(served, f"K from {source}"), note, served
-
-
-def _sampling(args: argparse.Namespace) -> tuple[Any, Any, str | None]:
-    """The sampling to score (None: greedy only); from --request / --launch, how the server resolved it; for
-    --temperature, what the serving engine does to that temperature (raised, or served greedily), if anything."""
-    from ..engines.versions import spec_parts
-    from ..probes.served_sampling import served_temperature
-    from ..probes.traffic_result import Sampling
-
-    if args.temperature is not None:
-        top_k = 0 if args.top_k in (None, -1) else args.top_k  # -1: off, as both engines write it
-        temperature, remark = args.temperature, None
-        engine = spec_parts(args.engine)[0] if args.engine else None
-        if engine in ("sglang", "vllm") and temperature > 0:  # the engine's own rule, as --request gets it
-            temperature, remark = served_temperature(engine, temperature)
-            if temperature == 0:
-                return None, None, remark
-        return Sampling(temperature, 1.0 if args.top_p is None else args.top_p, top_k), None, remark
-    if args.request is None and args.launch is None:
-        return None, None, None
-    from ..launch import launch_from_log, parse_launch
-    from ..probes.served_sampling import read_request, resolve_sampling
-
-    launch = parse_launch(args.launch) if args.launch is not None else \
-        launch_from_log(args.log) if args.log is not None else None
-
-    engine, release, _ = spec_parts(args.engine) if args.engine else (
-        launch.engine if launch is not None else None, None, None)
-    banner = launch.engine_version if launch is not None and launch.engine == engine else None
-    if engine not in ("sglang", "vllm"):
-        raise UsageError("--request / --launch: name the serving engine (--engine sglang or vllm, or a --launch "
-                         "command line): each resolves a request's sampling its own way")
-    if launch is not None and launch.engine != engine:
-        raise UsageError(f"--launch starts {launch.engine}, but --engine is {args.engine}")
-    request = read_request(args.request) if args.request is not None else None
-    served = resolve_sampling(engine, request=request, options=launch.options if launch is not None else None,
-                              target=args.target, endpoint="chat" if args.chat is not None else "completions",
-                              release=_release(release) if release else _banner_release(banner))
-    return served.sampling, served, None
-
-
-def _release(release: str) -> str:
-    """The release ``--engine E==V`` names, checked."""
-    from ..engines.versions import parse_version
-
-    return str(parse_version(release))
-
-
-def _banner_release(version: str | None) -> str | None:
-    """The release a log's banner names, when it is a version number (else the newest read)."""
-    from ..engines.versions import parse_version
-
-    try:
-        return str(parse_version(version)) if version else None
-    except UsageError:
-        return None
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -196,6 +139,8 @@ def register(sub: argparse._SubParsersAction) -> None:
             "--top-p 0.9",
             "eagle3lens acceptance demo/speculators --target demo/target --chat demo/chat.jsonl --engine vllm==0.33.0 "
             "--request request.json",
+            "eagle3lens acceptance demo/eagle --target demo/target --chat demo/chat.jsonl --engine sglang==0.5.11 "
+            "--temperature 0.7 --expected-accept-len 1.5 --log demo/sglang-eagle.log   # the budget",
             "eagle3lens acceptance out/draft --data hs/ --target big/target --device cuda --steps 3 --json"))
     p.add_argument("draft", metavar="DRAFT", help="draft checkpoint (directory or file)")
     p.add_argument("--data", metavar="D", help="hidden-state dump: a folder or one sample file")
@@ -206,27 +151,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--chat", metavar="FILE.jsonl",
                    help="live capture over served conversations: one JSON list of {role, content} messages a line, "
                         "rendered with the target tokenizer's chat_template (generation prompt on)")
-    p.add_argument("--temperature", type=float, metavar="T",
-                   help="also score speculative sampling at temperature T (as SGLang and vLLM verify: the draft's "
-                        "greedy token accepted with the target's probability of it)")
-    p.add_argument("--top-p", type=float, metavar="P", help="with --temperature: the target's top-p")
-    p.add_argument("--top-k", type=int, metavar="K", help="with --temperature: the target's top-k (0 or -1: off), applied "
-                                                          "before top-p as both engines do")
-    p.add_argument("--request", metavar="FILE.json",
-                   help="a request body as sent to the server (chat, completions or SGLang /generate): score the "
-                        "temperature, top-k and top-p the engine serves it with (the request's, else the launch's and the "
-                        "model's generation_config.json defaults, as the engine resolves them)")
-    p.add_argument("--launch", metavar="CMD",
-                   help="the server command line: its sampling defaults (vLLM --generation-config / "
-                        "--override-generation-config, SGLang --sampling-defaults / --preferred-sampling-params) "
-                        "apply to what the request leaves out (else read from --log's start-up line)")
     p.add_argument("--log", metavar="F", help="server log: vLLM's per-position acceptance rates beside the offline "
                                               "curve (where they part), or SGLang's accept length and rate beside "
                                               "the offline chain's")
     p.add_argument("--engine", metavar="E", help="serving engine NAME[==VERSION]: adds the as-served and fixed views")
-    p.add_argument("--steps", type=positive_int, metavar="K",
-                   help="draft steps per verify step (default: the K the --launch or --log states, else the config's "
-                        "speculative tokens, else 3)")
+    add_served_options(p)
     p.add_argument("--scenario", choices=("aux-off",),
                    help="the engine captures no aux states (final state fed; on SGLang its EAGLE algorithm, which also "
                         "installs the target's embed and head)")

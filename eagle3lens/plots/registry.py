@@ -38,6 +38,7 @@ VIEWS: dict[str, str] = {
     "eagle3lens.engines.detect.Detection": "eagle3lens.plots.engines",
     "eagle3lens.probes.prediction.WiringPrediction": "eagle3lens.plots.prediction",
     "eagle3lens.probes.acceptance_result.AcceptanceResult": "eagle3lens.plots.acceptance",
+    "eagle3lens.probes.budget.Budget": "eagle3lens.plots.budget",
     "eagle3lens.probes.provenance.ProvenanceResult": "eagle3lens.plots.provenance",
     "eagle3lens.probes.chat.TemplateCheck": "eagle3lens.plots.traffic",
     "eagle3lens.probes.chain_break.ChainComparison": "eagle3lens.plots.traffic",

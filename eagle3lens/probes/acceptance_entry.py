@@ -23,6 +23,7 @@ from .acceptance_result import AcceptanceResult
 from .acceptance_samples import checked
 from .acceptance_setup import Fixer, trained_setup
 from .data import Sample, iter_samples
+from .traffic_result import Sampling
 
 
 def check_data(draft: str | Path | Checkpoint, data: str | Path, *, target: str | Path,
@@ -114,13 +115,15 @@ def doctor_acceptance(draft: Checkpoint, target: Any, engine: str | EngineProfil
                       scenario: str | None = None, chat: tuple[list[Sample], Any] | None = None,
                       steps: int | None = None, log_steps: int | None = None,
                       measure: Callable[[AcceptanceResult, Any, Any], AcceptanceResult] | None = None,
-                      fixed: bool | Fixer = True) -> tuple[AcceptanceResult, str | None]:
+                      fixed: bool | Fixer = True, sampling: Sampling | None = None
+                      ) -> tuple[AcceptanceResult, str | None]:
     """The acceptance probe as the doctor runs it, at ``steps`` (the K the server drafts, where the log or launch
     says): as served held against the logged accept len (:func:`log_comparison`).
 
     Returns the result (with ``acceptance/served-vs-log-mismatch`` added on disagreement) and, on agreement,
     the note that the served acceptance is explained by the causes found. ``fixed``: what makes the fixed
-    view's checkpoint (the doctor passes ``eagle3lens.convert.fixed_draft``), as :func:`estimate_acceptance`.
+    view's checkpoint (the doctor passes ``eagle3lens.convert.fixed_draft``), as :func:`estimate_acceptance`;
+    ``sampling``: also score the served sampling (the log is then held against the sampled figure).
     """
 
     samples: Any = data
@@ -133,7 +136,8 @@ def doctor_acceptance(draft: Checkpoint, target: Any, engine: str | EngineProfil
         samples, teacher = live_samples(draft, target, prompts, engine)
     result = estimate_acceptance(draft, samples, target=teacher, engine=engine, steps=steps, fixed=fixed,
                                  scenario=scenario if scenario == "aux-off" else None,
-                                 served_vocab=data is None, traffic="dump" if data is not None else
+                                 sampling=sampling, served_vocab=data is None,
+                                 traffic="dump" if data is not None else
                                  "chat" if chat is not None else "prompts")
     if measure is not None:
         result = measure(result, samples, teacher)

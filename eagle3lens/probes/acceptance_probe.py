@@ -18,7 +18,7 @@ from ..target_runtime import Teacher
 from .acceptance_findings import gap_findings
 from .acceptance_result import AcceptanceResult
 from .acceptance_samples import Origin, checked, count, prepare
-from .acceptance_score import Counts, score, shared_counts
+from .acceptance_score import Counts, score, score_in_vocab, shared_counts
 from .acceptance_setup import (
     FixedDraft,
     Fixer,
@@ -157,6 +157,8 @@ class _Run:
         self.scorer = TrafficScorer(K, sampling, teacher.lm_head, model=teacher.model,
                                     vocab_view=("as_served" if "as_served" in plan.setups else "as_trained")
                                     if served_vocab else None, source=traffic)
+        # the served vocabulary's price: the as-trained chain against the target's greedy token over the draft vocab
+        self.in_vocab = Counts(K)
         self.agree = [0.0, 0.0]
         self.done = 0
         self.capture = tuple(sorted({k for st, is_serving in plan.setups.values() for k in st.layers
@@ -187,6 +189,8 @@ class _Run:
             preds = chains.get(id(counts))
             if serving and preds is not None and self.scorer.active:
                 self.scorer.add(name, setup.draft, preds, prepared, id(counts))
+            if name == "as_trained" and preds is not None:
+                score_in_vocab(setup.draft, preds, prepared, self.K, self.in_vocab)
         for name, setup in self.plan.toggles.items():
             if id(self.toggle_counts[name]) not in scored:
                 score(setup, prepared, self.K, self.toggle_counts[name], True)
@@ -216,7 +220,8 @@ def _result(run: _Run, ckpt: Checkpoint, data_name: str, label: str | None, teac
         notes.append(f"the target was run on {origin.checked} samples' tokens: the data's last hidden states are "
                      "its own")
     result = AcceptanceResult(str(ckpt.path), data_name, label, K, run.done, views, toggles, agreement,
-                              notes=tuple(notes), traffic=run.scorer.result({n: v.accept_len for n, v in views.items()}))
+                              notes=tuple(notes), traffic=run.scorer.result({n: v.accept_len for n, v in views.items()}),
+                              in_vocab_accept_len=run.in_vocab.view("in_vocab", {}, None, True).accept_len)
     findings = gap_findings(result, ckpt)
     if origin.foreign:
         from .provenance import not_from_target

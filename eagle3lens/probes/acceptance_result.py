@@ -65,6 +65,9 @@ class AcceptanceResult:
     notes: tuple[str, ...] = ()
     traffic: Traffic | None = None  # sampling as served and the served vocabulary, when asked for
     measured: Measurement | None = None  # the real engine's own count on the same prompts (``--measure``)
+    # the as-trained greedy chain per round checked against the target's greedy token over the draft vocabulary
+    # (what training's metrics check); ``as_trained`` checks it against the full vocabulary, as the server does
+    in_vocab_accept_len: float | None = None
 
     def accept_len(self, view: str) -> float | None:
         v = self.views.get(view)
@@ -73,7 +76,8 @@ class AcceptanceResult:
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {name: view.to_dict() for name, view in self.views.items()}
         out.update(toggles=dict(self.toggles), draft=self.draft, data=self.data, engine=self.engine, steps=self.steps,
-                   samples=self.samples, greedy_agreement=self.greedy_agreement, notes=list(self.notes))
+                   samples=self.samples, greedy_agreement=self.greedy_agreement, notes=list(self.notes),
+                   in_vocab_accept_len=self.in_vocab_accept_len)
         if self.traffic is not None:
             out["traffic"] = self.traffic.to_dict()
         if self.measured is not None:

@@ -154,8 +154,11 @@ def _score_metrics(preds: list[torch.Tensor], p: Prepared, K: int, counts: Count
     counts.block_len += float(((block_run + 1) * block_valid.float()).sum())
 
 
-def _score_serving(module: Eagle3Draft, preds: list[torch.Tensor], p: Prepared, K: int, counts: Counts) -> None:
-    """Per start (every verify start) and per round (the starts the engine's walk drafts at, :mod:`.rounds`)."""
+def _score_serving(module: Eagle3Draft, preds: list[torch.Tensor], p: Prepared, K: int, counts: Counts,
+                   teacher: torch.Tensor | None = None) -> None:
+    """Per start (every verify start) and per round (the starts the engine's walk drafts at, :mod:`.rounds`);
+    the chain checked against ``teacher`` (target ids per position; default the target's greedy tokens)."""
+    teacher = p.teacher_full if teacher is None else teacher
     T = p.ids.shape[0]
     n = T - K + 1  # verify starts with all K draft positions inside the sequence
     if n <= 0:
@@ -166,13 +169,19 @@ def _score_serving(module: Eagle3Draft, preds: list[torch.Tensor], p: Prepared, 
     for k in range(K):
         proposed = map_to_target(preds[k][:n], d2t(module))
         counts.cond_total[k] += float((run & starts).sum())
-        run = run & (proposed == p.teacher_full[k:k + n])
+        run = run & (proposed == teacher[k:k + n])
         runs.append(run)
         counts.full_hit[k] += float((run & starts).sum())
         counts.full_total[k] += float(starts.sum())
     rounds, hits = round_counts(torch.stack(runs), starts)
     counts.rounds += rounds
     counts.round_hit = [a + b for a, b in zip(counts.round_hit, hits, strict=True)]
+
+
+def score_in_vocab(module: Eagle3Draft, preds: list[torch.Tensor], p: Prepared, K: int, counts: Counts) -> None:
+    """The serving chain checked against the target's greedy token over the draft vocabulary (what training's
+    metrics check): the chain's acceptance were the target never to want a token the draft cannot propose."""
+    _score_serving(module, preds, p, K, counts, teacher=map_to_target(p.teacher_draft, d2t(module)))
 
 
 def chain(module: Eagle3Draft, ids: torch.Tensor, feature: torch.Tensor, gate: FcGate, steps: int,

@@ -75,7 +75,7 @@ class _Judged:
     era: str  # the worked arithmetic of the release's convention, and the other readings
     evidence: dict[str, Any]
     fix: str  # re-run the doctor (or the measured acceptance, for a server's counters)
-    budget: str  # price each lever outside the checkpoint on the served conversations
+    budget: str  # the doctor's acceptance budget: each lever outside the checkpoint priced on the served traffic
 
 
 def _judged(result: LogResult) -> _Judged:
@@ -88,10 +88,12 @@ def _judged(result: LogResult) -> _Judged:
     fix = fix_command("acceptance", "DRAFT_CHECKPOINT", "--target", "TARGET", "--prompts", "PROMPTS", "--engine",
                       "installed", "--measure") if counters else \
         fix_command("doctor", "DRAFT_CHECKPOINT", "--engine", spec, "--log", log)
-    # low, not zero: the causes sit outside the checkpoint as often as in it; acceptance prices each lever
-    budget = fix_command("acceptance", "DRAFT_CHECKPOINT", "--target", "TARGET", "--chat", "SERVED_CHATS.jsonl",
+    # low, not zero: the causes sit outside the checkpoint as often as in it; the doctor's budget prices each lever
+    promised = s.expected_accept_len
+    budget = fix_command("doctor", "DRAFT_CHECKPOINT", "--target", "TARGET", "--chat", "SERVED_CHATS.jsonl",
                          "--request", "REQUEST.json", *(("--engine", "installed", "--measure") if counters else
-                                                         ("--engine", spec, "--log", log)))
+                                                         ("--engine", spec, "--log", log)),
+                         *(("--expected-accept-len", f"{promised:g}") if promised is not None else ()))
     evidence: dict[str, Any] = {
         "engine": result.engine, "formats": dict(result.formats), "acceptance_lines": s.acceptance_lines,
         "mean_accept_len": s.mean_accept_len, "median_accept_len": s.median_accept_len,
@@ -198,9 +200,10 @@ def _low(j: _Judged, length: float) -> Finding | None:
         f"Draft acceptance is low: {j.what} {length:.2f}{j.lines}",
         "; ".join(reasons) + ". " + j.era + " Some signal is left, so look for partial mismatches: "
         "aux layer ids, norm_before_fc or other config flags, vocab mapping; and outside the checkpoint: "
-        "the served chat template, the sampling temperature, the served vocabulary. The fix command "
-        "estimates each on your served conversations and request, at the log's K, beside the logged "
-        "figure.",
+        "the served chat template, the sampling temperature, the served vocabulary. The fix command prints "
+        "the acceptance budget: what training promised, then what the template, the vocabulary, the "
+        "sampling and the engine each cost on your served conversations and request, at the log's K, down "
+        "to the logged figure.",
         {**j.evidence, "expected_accept_len": s.expected_accept_len, "baseline_tps": s.baseline_tps,
          "mean_gen_tps": s.mean_gen_tps, "break_even_accept_len": s.break_even_accept_len},
         j.budget)

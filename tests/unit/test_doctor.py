@@ -306,15 +306,16 @@ def test_doctor_offers_the_scenarios_and_dtypes_trace_offers() -> None:
 
 
 def test_low_acceptance_points_at_the_acceptance_budget_not_back_at_itself(demo_dir, tmp_path) -> None:
-    """A log low but not zero (1.20 at K = 4, below the 1.40 break-even): the finding's fix is the acceptance
-    command that prices template, sampling and vocabulary against the log, and the doctor keeps it."""
+    """A log low but not zero (1.20 at K = 4, below the 1.40 break-even): the finding's fix is the doctor with the
+    budget's inputs (served conversations and request), which prices template, sampling and vocabulary against the
+    log; a doctor that shows no budget keeps it."""
     log = tmp_path / "sglang.log"
     log.write_text((demo_dir / "sglang.log").read_text().replace("accept len: 1.00, accept rate: 0.00",
                                                                  "accept len: 1.20, accept rate: 0.05"))
     report = diagnose(demo_dir / "speculators", engine="sglang==0.5.11", log=log, weights=False)
     (low,) = [f for f in report.findings if f.code == "logs/low-acceptance"]
     words = shlex.split(low.fix or "")
-    assert words[:2] == ["eagle3lens", "acceptance"] and "--chat" in words and words[-2:] == ["--log", str(log)]
+    assert words[:2] == ["eagle3lens", "doctor"] and "--chat" in words and words[-2:] == ["--log", str(log)]
     from eagle3lens.cli import build_parser
 
     args = build_parser().parse_args(words[1:])  # the command it names takes those options
