@@ -1,4 +1,4 @@
-"""Views of served traffic: sampled beside greedy acceptance, the served vocabulary, the template check."""
+"""Views of served traffic: sampled beside greedy acceptance, the served vocabulary, where the chain breaks."""
 
 from __future__ import annotations
 
@@ -7,10 +7,8 @@ from typing import Any
 
 from rich.markup import escape
 
-from ..io.textsafe import printable
 from ..probes.acceptance_result import AcceptanceResult
 from ..probes.chain_break import ChainComparison
-from ..probes.chat import TemplateCheck
 from .registry import figures, html_view, rich_view
 
 
@@ -124,56 +122,6 @@ def traffic_figures(result: AcceptanceResult) -> list[Any]:
     if result.traffic.vocab is not None:
         out.append(vocab_figure(result))
     return out
-
-
-def marked_tokens(check: TemplateCheck) -> str:
-    """The shown sample as one line: shared tokens plain, [-x] only in the dump, [+x] only served."""
-    return " ".join(t if op == "=" else f"[{op}{t}]" for op, t in check.shown)
-
-
-@rich_view.register
-def template_rich(check: TemplateCheck) -> Any:
-    from rich.console import Group
-    from rich.table import Table
-    from rich.text import Text
-
-    table = Table(title=f"served chat template markers in {len(check.markers)} kinds, {check.samples} sequences",
-                  expand=False)
-    table.add_column("marker")
-    table.add_column("sequences holding it")
-    for label, n in check.carried.items():
-        table.add_row(escape(printable(label)), f"{n} / {check.samples}")
-    parts: list[Any] = [table]
-    if check.shown:
-        line = Text()
-        for op, tok in check.shown:
-            line.append(printable(tok if op == "=" else f"[{op}{tok}]") + " ", style={"=": "", "-": "bold red", "+": "bold green"}[op])
-        parts += [Text("one sequence against its content as served (red: only in the dump, green: only served):"),
-                  line]
-    return Group(*parts)
-
-
-@html_view.register
-def template_html(check: TemplateCheck) -> str:
-    rows = "".join(f"<tr><td>{html.escape(label)}</td><td>{n} / {check.samples}</td></tr>"
-                   for label, n in check.carried.items())
-    style = {"=": "", "-": "color:#c62828;text-decoration:line-through", "+": "color:#2e7d32;font-weight:bold"}
-    shown = " ".join(f"<span style=\"{style[op]}\">{html.escape(tok)}</span>" for op, tok in check.shown)
-    return (f"<h3>Served chat template ({check.samples} sequences)</h3><table><tr><th>marker</th><th>sequences"
-            f"</th></tr>{rows}</table>" + (f"<p>One sequence against its content as served:</p><p>{shown}</p>"
-                                           if shown else ""))
-
-
-@figures.register
-def template_figures(check: TemplateCheck) -> list[Any]:
-    import plotly.graph_objects as go  # type: ignore[import-untyped]
-
-    labels = list(check.carried)
-    fig = go.Figure(go.Bar(x=labels, y=[check.carried[m] / check.samples for m in labels],
-                           marker_color=["#c62828" if m in check.missing else "#2e7d32" for m in labels]))
-    fig.update_layout(title="Share of the dump's sequences holding each served-template marker", height=340,
-                      yaxis_range=[0, 1])
-    return [fig]
 
 
 def _whole_rows(c: ChainComparison) -> list[tuple[str, str, str]]:
