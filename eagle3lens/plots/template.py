@@ -6,6 +6,7 @@ reads ``<s>`` as a strikethrough.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from ..probes.chat import TemplateCheck
@@ -101,7 +102,8 @@ def markers_figure(check: TemplateCheck) -> Any:
         fig.add_trace(go.Bar(x=[plotly_text(m) for m in names], y=[side.markers[m][1] for m in names],
                              name="count in the sequence shown: served", marker_color="#1565c0", yaxis="y2", offsetgroup=2))
     fig.update_layout(barmode="group", height=380, legend={"orientation": "h", "y": -0.3},
-                      title=plotly_text("Served-template markers: the dump against what the server sends"),
+                      title=plotly_text(f"Served-template markers: {Path(check.data).name} against what the server "
+                                        "sends"),
                       yaxis={"range": [0, 1.1], "title": "share of dump sequences"},
                       yaxis2={"overlaying": "y", "side": "right", "title": "count in one sequence", "rangemode": "tozero",
                               "dtick": 1})
