@@ -100,35 +100,13 @@ def timeout_s(args: argparse.Namespace) -> float:
 
 def measure_samples(args: argparse.Namespace, samples: Sequence[Any], teacher: Any, steps: int,
                     sampling: Any) -> tuple[Any, list[list[int]]]:
-    """Serve the prompts of ``samples`` (each sample's tokens before its first scored one) with the real engine,
-    each for as many tokens as the estimate scored after it; returns the measurement and those continuations."""
-    import torch
+    """``probes.measured.serve_samples`` with the command's engine, Python, host and time limit."""
+    from ..probes.measured import serve_samples
 
-    from ..engines.measure import measure
-    from ..probes.data import stop_ids
-
-    prompts, continuations = [], []
-    for sample in samples:
-        mask = sample.loss_mask.nonzero()
-        start = int(mask[0]) if mask.numel() else len(sample)
-        ids = [int(i) for i in sample.token_ids]
-        if start == 0 or start >= len(ids):
-            continue  # nothing before the first scored token to prompt with, or nothing after it
-        prompts.append(ids[:start])
-        continuations.append(ids[start:])
-    if not prompts:
-        raise UsageError("--measure: no sample has a prompt followed by scored tokens to serve")
-    stops = stop_ids(teacher) if isinstance(teacher, torch.nn.Module) else _checkpoint_stop_ids(teacher)
-    temperature = 0.0 if sampling is None else float(sampling.temperature)
-    top_p = 1.0 if sampling is None else float(sampling.top_p)
-    top_k = -1 if sampling is None or not sampling.top_k else int(sampling.top_k)
     target, draft = served_paths(args)
-    measurement = measure(target, draft, prompts, k=steps, max_tokens=[len(c) for c in continuations],
-                          stop_token_ids=sorted(stops), temperature=temperature, top_p=top_p, top_k=top_k,
-                          engine=(args.engine or "vllm").split("==")[0], python=args.engine_python,
-                          timeout_s=timeout_s(args), host=getattr(args, "host", None),
-                          ssh_config=getattr(args, "ssh_config", None))
-    return measurement, continuations
+    return serve_samples(target, draft, samples, teacher, steps, sampling, engine=(args.engine or "vllm").split("==")[0],
+                         python=args.engine_python, timeout_s=timeout_s(args), host=getattr(args, "host", None),
+                         ssh_config=getattr(args, "ssh_config", None))
 
 
 def with_measurement(args: argparse.Namespace, result: Any, data: Any, teacher: Any, sampling: Any = None) -> Any:
@@ -152,34 +130,16 @@ def with_measurement(args: argparse.Namespace, result: Any, data: Any, teacher: 
                    notes=(*result.notes, *notes))
 
 
-def _checkpoint_stop_ids(target: Any) -> frozenset[int]:
-    """The eos ids of a target checkpoint's config.json and generation_config.json (an id or a list), read as the
-    engine reads them, where no model was loaded (``--data``: only the head was read)."""
-    from ..checkpoint import Checkpoint
-    from ..io.inputs import inside
-    from ..io.jsonio import read_json
-
-    ckpt = target if isinstance(target, Checkpoint) else Checkpoint.open(target)
-    configs: list[Any] = [ckpt.config or {}]
-    generation = ckpt.root / "generation_config.json"
-    if generation.exists():
-        inside(ckpt.root, generation, what="generation_config.json")
-        configs.append(read_json(generation, "generation config", UsageError))
-    values = [c.get("eos_token_id") for c in configs if isinstance(c, dict)]
-    items = [i for v in values for i in (v if isinstance(v, list) else [v])]
-    return frozenset(i for i in items if isinstance(i, int) and not isinstance(i, bool))
-
-
 def measure_conversion(args: argparse.Namespace, source: Any, output: Any) -> Any:
     """``convert --measure``: the source and the output served on ``--prompts`` (each continued for
     ``--new-tokens``, ending at the target's eos), judged (``probes.measured.judge_conversion``)."""
     from ..engines.measure import measure
     from ..probes.data import read_prompts
-    from ..probes.measured import judge_conversion
+    from ..probes.measured import checkpoint_stop_ids, judge_conversion
 
     prompts = [[int(i) for i in p] for p in read_prompts(args.prompts, tokenizer_dir=args.target)]
     common: dict[str, Any] = dict(k=args.steps or 3, max_tokens=args.new_tokens,
-                                  stop_token_ids=sorted(_checkpoint_stop_ids(args.target)),
+                                  stop_token_ids=sorted(checkpoint_stop_ids(args.target)),
                                   engine=args.engine.split("==")[0], python=args.engine_python,
                                   timeout_s=timeout_s(args))
     return judge_conversion(measure(args.target, source, prompts, **common),

@@ -21,7 +21,8 @@ from typing import Any, Mapping, Sequence
 from ..errors import Eagle3LensError
 from ..findings import Report
 from .runner import FINDINGS_MIME, findings_of
-from ..plots.registry import VIEWS, figures, html_view, rich_view
+from ..plots.registry import VIEWS, html_view, rich_view
+from ..plots.registry import figures as figures_of
 from ..io.textsafe import printable
 
 __all__ = ["FINDINGS_MIME", "codes", "demo", "default_demo_dir", "file_parameters", "findings_of", "init",
@@ -88,7 +89,7 @@ def _result_html(obj: Any) -> str | None:
     if fragment is None:
         view = rich_view(obj)
         fragment = _rich_html(view) if view is not None else None
-    figs = figures(obj)
+    figs = figures_of(obj)
     if fragment is None and not figs:
         return None
     return (fragment or "") + "".join(_figure_html(fig) for fig in figs)
@@ -115,20 +116,25 @@ def show_figure(fig: Any) -> None:
              "text/plain": f"<plotly figure: {fig.layout.title.text or 'untitled'}>"}, raw=True)
 
 
-def show(obj: Any) -> None:
-    """Display a probe result (its HTML view, else its rich view) and its plotly figures.
+def show(obj: Any, figures: bool = True) -> None:
+    """Display a probe result (its HTML view, else its rich view) and, unless ``figures=False`` (a page that draws
+    the figures it wants itself, each once), its plotly figures.
 
-    A :class:`Report` shows its verdict and findings, then each probe's result under a heading.
+    A :class:`Report` shows its verdict and findings, then each probe's result under a heading; a string (a
+    page's note where it has no result) is printed.
     """
     from IPython.display import HTML, display
 
+    if isinstance(obj, str):
+        print(printable(obj))
+        return
     if isinstance(obj, Report):
         from ..render import render_report_fragment
 
         display(HTML(render_report_fragment(obj)))
         for name, result in obj.results.items():
             display(HTML(f"<h3>{html.escape(printable(name))}</h3>"))
-            show(result)
+            show(result, figures)
         return
     fragment = html_view(obj)
     view = rich_view(obj) if fragment is None else None
@@ -140,7 +146,7 @@ def show(obj: Any) -> None:
         Console(force_jupyter=True, width=120).print(view)
     else:
         display(obj)
-    for fig in figures(obj):
+    for fig in figures_of(obj) if figures else []:
         show_figure(fig)
 
 

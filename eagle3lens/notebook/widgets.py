@@ -133,3 +133,44 @@ def acceptance_toggles(result: Any) -> widgets.VBox:
     # first view, and a headless run never routes a figure through an Output widget's captured stream
     hint = widgets.HTML("<i>choose a cause to see it fixed alone against as served and as trained</i>")
     return widgets.VBox([hint, buttons, out])
+
+
+def temperature_slider(sweep: Any, value: float) -> widgets.VBox:
+    """A slider over the temperatures ``sweep`` scored (``pages.temperature_sweep``): moving it redraws the
+    sampled figure at that temperature. Its static twin (for headless runs) is ``temperature_figure`` at ``value``."""
+    from .kernel import show_figure
+    from ..plots.traffic import temperature_figure
+
+    out = widgets.Output()
+    slider = widgets.SelectionSlider(options=list(sweep.temperatures), value=value, description="temperature",
+                                     continuous_update=False)
+
+    def redraw(_: Any = None) -> None:
+        with out:
+            out.clear_output(wait=True)
+            show_figure(temperature_figure(sweep.temperatures, sweep.accept_len, sweep.full_acc, slider.value,
+                                           sweep.measured_accept_len()))
+
+    slider.observe(redraw, names="value")
+    hint = widgets.HTML("<i>move the slider to see the same draft and traffic at another temperature</i>")
+    return widgets.VBox([hint, slider, out])
+
+
+def template_toggle(dump: Any, served: Any, cost: float | None) -> widgets.VBox:
+    """Buttons between the draft on its dump and on the served-template traffic: the template's cost drawn.
+    Its static twin is ``plots.traffic.template_cost_figure(dump, served, "served", cost)``."""
+    from .kernel import show_figure
+    from ..plots.traffic import template_cost_figure
+
+    out = widgets.Output()
+    buttons = widgets.ToggleButtons(options=[("the dump (training data)", "dump"), ("served-template traffic", "served")],
+                                    value=None, description="traffic")
+
+    def redraw(_: Any = None) -> None:
+        with out:
+            out.clear_output(wait=True)
+            show_figure(template_cost_figure(dump, served, buttons.value, cost))
+
+    buttons.observe(redraw, names="value")
+    hint = widgets.HTML("<i>choose the traffic: the same draft on the data it was trained on, and as served</i>")
+    return widgets.VBox([hint, buttons, out])

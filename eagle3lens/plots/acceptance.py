@@ -9,6 +9,7 @@ from rich.markup import escape
 
 from ..probes.acceptance_result import CAUSE_LABELS, AcceptanceResult
 from .registry import figures, html_view, rich_view
+from .style import plotly_text
 
 VIEW_TITLES = {"metrics": "training metrics (speculators, teacher-forced)", "as_trained": "as trained (greedy chain)",
                "as_served": "as served", "fixed": "after convert"}
@@ -41,7 +42,7 @@ def view_rows(result: AcceptanceResult) -> list[tuple[str, str, str, str, str, s
         line = view.error or ("not scored: " + view.unavailable if view.unavailable else "; ".join(view.log_lines.values()))
         per_start = _num(view.per_start.accept_len) if view.per_start is not None else "-"
         rows.append((_title(result, name), _num(view.accept_len),
-                     " ".join(f"{a:.3f}" for a in view.full_acc), " ".join(f"{c:.3f}" for c in view.cond_acc),
+                     " ".join(f"{a:.2f}" for a in view.full_acc), " ".join(f"{c:.2f}" for c in view.cond_acc),
                      per_start, line))
     return rows
 
@@ -94,7 +95,7 @@ def accept_len_figure(result: AcceptanceResult) -> Any:
     import plotly.graph_objects as go  # type: ignore[import-untyped]
 
     names = [n for n, v in result.views.items() if v.accept_len is not None]
-    fig = go.Figure(go.Bar(x=[_title(result, n) for n in names], y=[result.views[n].accept_len for n in names],
+    fig = go.Figure(go.Bar(x=[plotly_text(_title(result, n)) for n in names], y=[result.views[n].accept_len for n in names],
                            marker_color=[COLORS.get(n, "#616161") for n in names],
                            text=[f"{result.views[n].accept_len:.2f}" for n in names], textposition="outside"))
     fig.add_hline(y=1.0, line_dash="dash", line_color="#c62828", annotation_text="bonus token only (1.00)")
@@ -111,7 +112,7 @@ def per_position_figure(result: AcceptanceResult) -> Any:
     for name, view in result.views.items():
         if view.full_acc:
             fig.add_trace(go.Bar(x=[f"position {k + 1}" for k in range(len(view.full_acc))], y=list(view.full_acc),
-                                 name=_title(result, name), marker_color=COLORS.get(name)))
+                                 name=plotly_text(_title(result, name)), marker_color=COLORS.get(name)))
     fig.update_layout(barmode="group", title="Per-position acceptance per round: step k and every earlier step right",
                       height=380, yaxis_title="rate", yaxis_range=[0, 1], legend={"orientation": "h", "y": -0.2})
     return fig
@@ -126,7 +127,7 @@ def toggles_figure(result: AcceptanceResult, selected: str | None = None) -> Any
     values = [served, *result.toggles.values(), trained]
     colors = ["#c62828"] + ["#ffb300" if c == selected or selected is None else "#ffe082" for c in result.toggles] \
         + ["#2e7d32"]
-    fig = go.Figure(go.Bar(x=labels, y=[v if v is not None else 0 for v in values], marker_color=colors,
+    fig = go.Figure(go.Bar(x=[plotly_text(x) for x in labels], y=[v if v is not None else 0 for v in values], marker_color=colors,
                            text=[_num(v) for v in values], textposition="outside"))
     fig.update_layout(title="Which cause explains the gap: each fixed alone (per round)", height=360,
                       yaxis_title="accept length (bonus included)")

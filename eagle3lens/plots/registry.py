@@ -40,7 +40,7 @@ VIEWS: dict[str, str] = {
     "eagle3lens.probes.acceptance_result.AcceptanceResult": "eagle3lens.plots.acceptance",
     "eagle3lens.probes.budget.Budget": "eagle3lens.plots.budget",
     "eagle3lens.probes.provenance.ProvenanceResult": "eagle3lens.plots.provenance",
-    "eagle3lens.probes.chat.TemplateCheck": "eagle3lens.plots.traffic",
+    "eagle3lens.probes.chat.TemplateCheck": "eagle3lens.plots.template",
     "eagle3lens.probes.chain_break.ChainComparison": "eagle3lens.plots.traffic",
     "eagle3lens.demo_built.DemoBuilt": "eagle3lens.plots.demo",
     "eagle3lens.run_results.RemoteRun": "eagle3lens.plots.remote",

@@ -2,7 +2,8 @@
 
 ``markup(x)`` is for text inside rich markup (control characters made visible, then ``[`` escaped),
 ``plain(x)`` for a rich ``Text`` (no markup), ``html_text(x)`` for HTML (control characters made
-visible, then HTML-escaped).
+visible, then HTML-escaped), ``plotly_text(x)`` for a plotly label, title, tick or hover text (plotly reads a
+subset of HTML there: ``<s>`` strikes the rest through, ``<br>`` breaks the line; it decodes the escapes back).
 """
 
 from __future__ import annotations
@@ -47,3 +48,9 @@ def markup(text: object, *, newlines: bool = False) -> str:
 def html_text(text: object, *, newlines: bool = False) -> str:
     """Data inside HTML: control characters as visible escapes, then HTML-escaped (quotes too)."""
     return html.escape(printable(text, newlines=newlines))
+
+
+def plotly_text(text: object) -> str:
+    """Data inside a plotly string (trace name, category, title, hover text): control characters as visible
+    escapes, then HTML-escaped, which plotly shows as the text itself (``<s>`` stays ``<s>``, not a strikethrough)."""
+    return html.escape(printable(text), quote=False)

@@ -1,16 +1,15 @@
-"""Views of served traffic: sampled beside greedy acceptance, the served vocabulary, the template check."""
+"""Views of served traffic: sampled beside greedy acceptance, the served vocabulary, where the chain breaks."""
 
 from __future__ import annotations
 
 import html
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich.markup import escape
 
-from ..io.textsafe import printable
 from ..probes.acceptance_result import AcceptanceResult
 from ..probes.chain_break import ChainComparison
-from ..probes.chat import TemplateCheck
 from .registry import figures, html_view, rich_view
 
 
@@ -26,7 +25,7 @@ def traffic_rows(result: AcceptanceResult) -> list[tuple[str, str, str, str, str
     def num(value: float | None) -> str:
         return "-" if value is None else f"{value:.2f}"
 
-    return [(name, num(v.greedy_accept_len), num(v.accept_len), " ".join(f"{a:.3f}" for a in v.full_acc),
+    return [(name, num(v.greedy_accept_len), num(v.accept_len), " ".join(f"{a:.2f}" for a in v.full_acc),
              num(v.per_start.accept_len if v.per_start is not None else None))
             for name, v in result.traffic.sampled.items()]
 
@@ -36,12 +35,12 @@ def vocab_rows(result: AcceptanceResult) -> list[tuple[str, str]]:
     if vocab is None:
         return []
     rows = [("target tokens outside the draft vocab", f"{vocab.oov_tokens} of {vocab.tokens}"),
-            ("per position (share of verify starts)", " ".join(f"{s:.3f}" for s in vocab.oov_share)),
+            ("per position (share of verify starts)", " ".join(f"{s:.2f}" for s in vocab.oov_share)),
             ("chains cut there by the vocabulary", " ".join(str(c) for c in vocab.cut)),
             ("accept len ceiling with this vocab (greedy tokens)",
              f"{vocab.ceiling_accept_len:.2f} of {1 + vocab.steps} (cost {vocab.cost:.2f})")]
     if vocab.sampled_oov_share is not None:
-        rows.append(("sampled mass outside, per position", " ".join(f"{s:.3f}" for s in vocab.sampled_oov_share)))
+        rows.append(("sampled mass outside, per position", " ".join(f"{s:.2f}" for s in vocab.sampled_oov_share)))
     return rows
 
 
@@ -126,71 +125,21 @@ def traffic_figures(result: AcceptanceResult) -> list[Any]:
     return out
 
 
-def marked_tokens(check: TemplateCheck) -> str:
-    """The shown sample as one line: shared tokens plain, [-x] only in the dump, [+x] only served."""
-    return " ".join(t if op == "=" else f"[{op}{t}]" for op, t in check.shown)
-
-
-@rich_view.register
-def template_rich(check: TemplateCheck) -> Any:
-    from rich.console import Group
-    from rich.table import Table
-    from rich.text import Text
-
-    table = Table(title=f"served chat template markers in {len(check.markers)} kinds, {check.samples} sequences",
-                  expand=False)
-    table.add_column("marker")
-    table.add_column("sequences holding it")
-    for label, n in check.carried.items():
-        table.add_row(escape(printable(label)), f"{n} / {check.samples}")
-    parts: list[Any] = [table]
-    if check.shown:
-        line = Text()
-        for op, tok in check.shown:
-            line.append(printable(tok if op == "=" else f"[{op}{tok}]") + " ", style={"=": "", "-": "bold red", "+": "bold green"}[op])
-        parts += [Text("one sequence against its content as served (red: only in the dump, green: only served):"),
-                  line]
-    return Group(*parts)
-
-
-@html_view.register
-def template_html(check: TemplateCheck) -> str:
-    rows = "".join(f"<tr><td>{html.escape(label)}</td><td>{n} / {check.samples}</td></tr>"
-                   for label, n in check.carried.items())
-    style = {"=": "", "-": "color:#c62828;text-decoration:line-through", "+": "color:#2e7d32;font-weight:bold"}
-    shown = " ".join(f"<span style=\"{style[op]}\">{html.escape(tok)}</span>" for op, tok in check.shown)
-    return (f"<h3>Served chat template ({check.samples} sequences)</h3><table><tr><th>marker</th><th>sequences"
-            f"</th></tr>{rows}</table>" + (f"<p>One sequence against its content as served:</p><p>{shown}</p>"
-                                           if shown else ""))
-
-
-@figures.register
-def template_figures(check: TemplateCheck) -> list[Any]:
-    import plotly.graph_objects as go  # type: ignore[import-untyped]
-
-    labels = list(check.carried)
-    fig = go.Figure(go.Bar(x=labels, y=[check.carried[m] / check.samples for m in labels],
-                           marker_color=["#c62828" if m in check.missing else "#2e7d32" for m in labels]))
-    fig.update_layout(title="Share of the dump's sequences holding each served-template marker", height=340,
-                      yaxis_range=[0, 1])
-    return [fig]
-
-
 def _whole_rows(c: ChainComparison) -> list[tuple[str, str, str]]:
     """The whole-chain figures (a log without per-position rates): what the log printed beside the offline's."""
     w = c.whole
     assert w is not None
-    rows = [("accept len", f"{w.logged_accept_len:.3f}", f"{w.offline_accept_len:.3f}")]
+    rows = [("accept len", f"{w.logged_accept_len:.2f}", f"{w.offline_accept_len:.2f}")]
     if w.logged_rate is not None or w.offline_rate is not None:
         rows.append((f"accept rate ({w.rate_formula or 'formula unknown'})", _maybe(w.logged_rate),
                      _maybe(w.offline_rate)))
     if c.offline:
-        rows.append(("position 1 rate", f"<= {max(0.0, w.logged_accept_len - 1):.3f}", f"{c.offline[0]:.3f}"))
+        rows.append(("position 1 rate", f"<= {max(0.0, w.logged_accept_len - 1):.2f}", f"{c.offline[0]:.2f}"))
     return rows
 
 
 def _maybe(x: float | None) -> str:
-    return "-" if x is None else f"{x:.3f}"
+    return "-" if x is None else f"{x:.2f}"
 
 
 @rich_view.register
@@ -211,7 +160,7 @@ def chain_rich(c: ChainComparison) -> Any:
         table.add_column(col)
     for k, (logged, offline) in enumerate(zip(c.logged, c.offline, strict=True)):
         mark = "first parting" if c.first_parting == k + 1 else ""
-        table.add_row(str(k + 1), f"{logged:.3f}", f"{offline:.3f}", mark)
+        table.add_row(str(k + 1), f"{logged:.2f}", f"{offline:.2f}", mark)
     return table
 
 
@@ -222,7 +171,7 @@ def chain_html(c: ChainComparison) -> str:
                        for a, b, d in _whole_rows(c))
         return (f"<h3>The whole chain: the log beside offline {html.escape(c.view)} over {len(c.offline)} "
                 f"positions</h3><table><tr><th></th><th>logged</th><th>offline</th></tr>{body}</table>")
-    rows = "".join(f"<tr><td>{k + 1}</td><td>{a:.3f}</td><td>{b:.3f}</td><td>"
+    rows = "".join(f"<tr><td>{k + 1}</td><td>{a:.2f}</td><td>{b:.2f}</td><td>"
                    f"{'first parting' if c.first_parting == k + 1 else ''}</td></tr>"
                    for k, (a, b) in enumerate(zip(c.logged, c.offline, strict=True)))
     return (f"<h3>Per-position acceptance: the log beside offline {html.escape(c.view)}</h3><table><tr><th>position"
@@ -246,3 +195,63 @@ def chain_figures(c: ChainComparison) -> list[Any]:
     fig.update_layout(title="Where the chain breaks: per-position acceptance", height=360, yaxis_range=[0, 1],
                       xaxis_title="draft position")
     return [fig]
+
+
+def temperature_figure(temperatures: Sequence[float], accept_len: Sequence[float | None],
+                       full_acc: Sequence[Sequence[float]], selected: float,
+                       measured: Mapping[float, float | None] | None = None) -> Any:
+    """Accept length against the server's temperature (0 = greedy), the selected one marked, and its per-position
+    acceptance beside greedy's; the engine's measured accept length where there is one."""
+    import plotly.graph_objects as go  # type: ignore[import-untyped]
+    from plotly.subplots import make_subplots  # type: ignore[import-untyped]
+
+    k = temperatures.index(selected)
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.45, 0.55], subplot_titles=(
+        "accept length per round against the temperature", f"per position at T = {selected:g} beside greedy"))
+    fig.add_trace(go.Scatter(x=list(temperatures), y=list(accept_len), mode="lines+markers", name="estimate",
+                             line={"color": "#1565c0"}), row=1, col=1)
+    fig.add_trace(go.Scatter(x=[selected], y=[accept_len[k]], mode="markers+text", name=f"T = {selected:g}",
+                             marker={"size": 14, "color": "#e65100"}, text=[_two(accept_len[k])],
+                             textposition="top center", showlegend=False), row=1, col=1)
+    points = {t: v for t, v in (measured or {}).items() if v is not None}
+    if points:
+        fig.add_trace(go.Scatter(x=list(points), y=list(points.values()), mode="markers", name="measured by the engine",
+                                 marker={"symbol": "x", "size": 12, "color": "#2e7d32"}), row=1, col=1)
+    x = [f"position {p + 1}" for p in range(len(full_acc[k]))]
+    if selected != 0.0 and 0.0 in temperatures:
+        fig.add_trace(go.Bar(x=x, y=list(full_acc[temperatures.index(0.0)]), name="greedy", marker_color="#90a4ae"),
+                      row=1, col=2)
+    fig.add_trace(go.Bar(x=x, y=list(full_acc[k]), name=f"T = {selected:g}", marker_color="#e65100",
+                         text=[f"{a:.2f}" for a in full_acc[k]], textposition="outside"), row=1, col=2)
+    said = f"accept len {_two(accept_len[k])}" + (f", measured {_two(points[selected])}" if selected in points else "")
+    fig.update_layout(title=f"Sampling as served: T = {selected:g}, {said}", height=400, barmode="group",
+                      legend={"orientation": "h", "y": -0.2})
+    fig.update_yaxes(title_text="accept length (bonus included)", rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(title_text="rate", range=[0, 1.1], row=1, col=2)
+    fig.update_xaxes(title_text="temperature", row=1, col=1)
+    return fig
+
+
+def template_cost_figure(dump: AcceptanceResult, served: AcceptanceResult, selected: str = "served",
+                         cost: float | None = None) -> Any:
+    """The same draft on its dump (the traffic it was trained on) and on the served-template traffic, per position,
+    the selected one in front; the title states the template's cost."""
+    import plotly.graph_objects as go  # type: ignore[import-untyped]
+
+    fig = go.Figure()
+    for name, result, color in (("dump", dump, "#2e7d32"), ("served", served, "#c62828")):
+        view = result.views["as_trained"]
+        label = {"dump": "the dump (training data)", "served": "served-template traffic"}[name]
+        fig.add_trace(go.Bar(x=[f"position {p + 1}" for p in range(len(view.full_acc))], y=list(view.full_acc),
+                             name=f"{label}: accept len {_two(view.accept_len)}", marker_color=color,
+                             opacity=1.0 if name == selected else 0.3,
+                             text=[f"{a:.2f}" for a in view.full_acc] if name == selected else None,
+                             textposition="outside"))
+    title = "The template's cost: " + ("-" if cost is None else f"{cost:.2f} accept length") + " (greedy)"
+    fig.update_layout(barmode="group", title=title, height=360, yaxis_range=[0, 1.1], yaxis_title="rate",
+                      legend={"orientation": "h", "y": -0.2})
+    return fig
+
+
+def _two(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"

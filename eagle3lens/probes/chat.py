@@ -13,10 +13,9 @@ of a conversation holds (role headers, turn ends, bos) and its generation prompt
 
 from __future__ import annotations
 
-import difflib
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +25,10 @@ from ..io.inputs import MiB, read_regular
 from ..io.jsonio import bounded_int
 from ..progress import Counter, Progress
 from .limits import check_length, max_positions
+from .served_render import SideBySide, render, side_by_side
 
 MAX_CHAT_BYTES = 64 * MiB
 MAX_MESSAGES = 4096
-SHOWN = 48  # tokens of the sample shown beside its served rendering
 PROBE = [{"role": "user", "content": "Hello"}]  # the conversation the markers are read from without --chat
 Conversation = list[dict[str, str]]
 
@@ -91,15 +90,6 @@ def load_tokenizer(target: Any) -> Any:
     if not getattr(tokenizer, "chat_template", None):
         raise NoChatTemplate(target, "the tokenizer has no chat_template: the server would refuse chat requests")
     return tokenizer
-
-
-def render(tokenizer: Any, conversation: Conversation, generation_prompt: bool = True) -> list[int]:
-    """Token ids of ``conversation`` as the server renders it (template text, then tokenized without specials);
-    the template runs within a bound on time and size (``chat_template.render_chat``)."""
-    from ..chat_template import render_chat
-
-    text = render_chat(tokenizer, conversation, add_generation_prompt=generation_prompt)
-    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
 def _longest_token(tokenizer: Any) -> int:
@@ -179,8 +169,9 @@ class TemplateCheck:
     samples: int
     markers: dict[str, tuple[int, ...]]
     carried: dict[str, int]  # marker label -> samples holding it
-    shown: tuple[tuple[str, str], ...] = ()  # ("=" both | "-" dump only | "+" served only, token)
+    shown: tuple[tuple[str, str], ...] = ()  # ("=" both | "-" dump only | "+" served only, token), where missing
     findings: tuple[Finding, ...] = field(default_factory=tuple)
+    side: SideBySide | None = None  # the first sequence lacking a marker (else the first) beside what is served
 
     @property
     def missing(self) -> list[str]:
@@ -189,27 +180,13 @@ class TemplateCheck:
     def to_dict(self) -> dict[str, Any]:
         return to_jsonable({"data": self.data, "target": self.target, "samples": self.samples,
                             "markers": {k: list(v) for k, v in self.markers.items()}, "carried": self.carried,
-                            "missing": self.missing, "shown": [list(p) for p in self.shown]})
+                            "missing": self.missing, "shown": [list(p) for p in self.shown],
+                            "side_by_side": self.side.to_dict() if self.side is not None else None})
 
 
 def _holds(ids: Sequence[int], run: tuple[int, ...]) -> bool:
     n = len(run)
     return any(tuple(ids[i:i + n]) == run for i in range(len(ids) - n + 1)) if n > 1 else run[0] in ids
-
-
-def side_by_side(tokenizer: Any, dump_ids: Sequence[int], served_ids: Sequence[int]) -> tuple[tuple[str, str], ...]:
-    """The dump's tokens and the served rendering's, aligned: "=" in both, "-" only the dump's, "+" only served."""
-    def names(ids: Sequence[int]) -> list[str]:
-        return [str(t) for t in tokenizer.convert_ids_to_tokens(list(ids))]
-
-    a, b = list(dump_ids), list(served_ids)
-    out: list[tuple[str, str]] = []
-    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
-        if op == "equal":
-            out += [("=", t) for t in names(a[i1:i2])]
-        else:
-            out += [("-", t) for t in names(a[i1:i2])] + [("+", t) for t in names(b[j1:j2])]
-    return tuple(out)
 
 
 def check_template(data: str | Path, target: str | Path, chat: str | Path | None = None,
@@ -218,37 +195,40 @@ def check_template(data: str | Path, target: str | Path, chat: str | Path | None
 
     The markers are read from the template's rendering of the first conversation of ``chat`` (else a one-line
     user turn); a marker that fewer than half of the first ``limit`` sequences hold is missing, and
-    ``data/template-mismatch`` shows the first such sequence beside its content rendered with the template.
+    ``data/template-mismatch`` shows the first such sequence beside what the server sends for its conversation
+    (``served_render.side_by_side``: the chat's closest conversation, generation prompt on, then the sequence's own
+    reply); ``side`` holds that pair for every check.
     """
     from .data import iter_samples
 
     tokenizer = load_tokenizer(target)
-    probe = read_chat(chat)[0] if chat is not None else PROBE
-    wanted = markers(tokenizer, probe)
-    seqs = [s.token_ids.tolist() for s in iter_samples(data, limit=limit)]
-    if not seqs:
+    conversations = read_chat(chat) if chat is not None else []
+    wanted = markers(tokenizer, conversations[0] if conversations else PROBE)
+    samples = [(s.token_ids.tolist(), s.loss_mask.tolist()) for s in iter_samples(data, limit=limit)]
+    if not samples:
         raise CheckpointError(data, "no samples to check")
+    seqs = [ids for ids, _ in samples]
     carried = {label: sum(_holds(ids, run) for ids in seqs) for label, run in wanted.items()}
     check = TemplateCheck(str(data), str(target), len(seqs), wanted, carried)
+    lacking = next((k for k, ids in enumerate(seqs) if not all(_holds(ids, wanted[m]) for m in check.missing)), 0)
+    side = side_by_side(tokenizer, *samples[lacking], conversations)
     if not check.missing:
-        return check
-    sample = next(ids for ids in seqs if not all(_holds(ids, wanted[m]) for m in check.missing))
-    content = tokenizer.decode(sample[:SHOWN], skip_special_tokens=True)
-    served = render(tokenizer, [{"role": "user", "content": content}])
-    shown = side_by_side(tokenizer, sample[:SHOWN], served[:2 * SHOWN])
+        return replace(check, side=side)
+    shown = side.aligned
     marks = " ".join(t if op == "=" else f"[{op}{t}]" for op, t in shown)
     finding = Finding(
         "data/template-mismatch", Severity.WARNING,
         f"the dump lacks the served chat template's {', '.join(check.missing)}",
         f"Of {len(seqs)} sequences, {', '.join(f'{m}: {carried[m]}' for m in check.missing)} hold these markers, "
         f"which the target tokenizer's chat_template puts in every served conversation: the draft was trained on "
-        f"text rendered otherwise (no template, another model's, another system prompt). One sequence against the "
-        f"same content as served ([-x] only in the dump, [+x] only served): {marks}",
+        f"text rendered otherwise (no template, another model's, another system prompt). One sequence against "
+        f"{side.conversation} as served, generation prompt and the sequence's own reply after it ([-x] only in the "
+        f"dump, [+x] only served): {marks}",
         evidence={"data": str(data), "samples": len(seqs), "carried": carried, "missing": check.missing,
                   "shown": [list(p) for p in shown]},
         fix="regenerate the training data with the served template (the target tokenizer's apply_chat_template) and "
             "retrain, or serve with the template the data was rendered with")
-    return TemplateCheck(check.data, check.target, check.samples, wanted, carried, shown, (finding,))
+    return replace(check, shown=shown, findings=(finding,), side=side)
 
 
 def served_template_check(data: str | Path, target: str | Path, chat: str | Path | None = None) -> TemplateCheck | None:

@@ -11,9 +11,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ..engines.measure import Measurement
+from ..errors import UsageError
 from ..findings import Finding, Severity
 from .acceptance_result import AcceptanceResult
 
@@ -79,6 +81,59 @@ def judge(result: AcceptanceResult, measurement: Measurement,
                     f"{notes[0]}; they differ by {abs(measured - estimate):.3f}, more than the {tol:.3f} noise allows. "
                     "Most likely not modelled: " + "; ".join(NOT_MODELLED) + ". The measured figure is the "
                     "server's.", evidence=evidence),), tuple(notes[1:])
+
+
+def serve_samples(target: str | Path, draft: str | Path, samples: Sequence[Any], teacher: Any, steps: int,
+                  sampling: Any = None, *, engine: str = "vllm", python: str | None = None,
+                  timeout_s: float | None = None, host: str | None = None,
+                  ssh_config: str | Path | None = None) -> tuple[Measurement, list[list[int]]]:
+    """Serve the prompts of ``samples`` (each sample's tokens before its first scored one) with the real engine,
+    each for as many tokens as the estimate scored after it, at ``sampling`` (None: greedy); returns the
+    measurement and those continuations. ``teacher``: the loaded target or its checkpoint (its eos ids end
+    generation)."""
+    import torch
+
+    from ..engines.measure import DEFAULT_TIMEOUT_S, measure
+    from .data import stop_ids
+
+    prompts, continuations = [], []
+    for sample in samples:
+        mask = sample.loss_mask.nonzero()
+        start = int(mask[0]) if mask.numel() else len(sample)
+        ids = [int(i) for i in sample.token_ids]
+        if start == 0 or start >= len(ids):
+            continue  # nothing before the first scored token to prompt with, or nothing after it
+        prompts.append(ids[:start])
+        continuations.append(ids[start:])
+    if not prompts:
+        raise UsageError("--measure: no sample has a prompt followed by scored tokens to serve")
+    stops = stop_ids(teacher) if isinstance(teacher, torch.nn.Module) else checkpoint_stop_ids(teacher)
+    temperature = 0.0 if sampling is None else float(sampling.temperature)
+    top_p = 1.0 if sampling is None else float(sampling.top_p)
+    top_k = -1 if sampling is None or not sampling.top_k else int(sampling.top_k)
+    measurement = measure(target, draft, prompts, k=steps, max_tokens=[len(c) for c in continuations],
+                          stop_token_ids=sorted(stops), temperature=temperature, top_p=top_p, top_k=top_k,
+                          engine=engine, python=python, timeout_s=timeout_s or DEFAULT_TIMEOUT_S, host=host,
+                          ssh_config=ssh_config)
+    return measurement, continuations
+
+
+def checkpoint_stop_ids(target: Any) -> frozenset[int]:
+    """The eos ids of a target checkpoint's config.json and generation_config.json (an id or a list), read as the
+    engine reads them, where no model was loaded (``--data``: only the head was read)."""
+    from ..checkpoint import Checkpoint
+    from ..io.inputs import inside
+    from ..io.jsonio import read_json
+
+    ckpt = target if isinstance(target, Checkpoint) else Checkpoint.open(target)
+    configs: list[Any] = [ckpt.config or {}]
+    generation = ckpt.root / "generation_config.json"
+    if generation.exists():
+        inside(ckpt.root, generation, what="generation_config.json")
+        configs.append(read_json(generation, "generation config", UsageError))
+    values = [c.get("eos_token_id") for c in configs if isinstance(c, dict)]
+    items = [i for v in values for i in (v if isinstance(v, list) else [v])]
+    return frozenset(i for i in items if isinstance(i, int) and not isinstance(i, bool))
 
 
 def _fmt(value: float | None) -> str:

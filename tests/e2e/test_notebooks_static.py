@@ -51,8 +51,12 @@ def test_the_check_sees_each_kind_of_logic() -> None:
     assert logic_in("nb.show(simulate_load(checkpoint, engine))\nwidgets.probe_panel(lambda x: f(x), {})") == []
 
 
+PAGE_PATHS = {"demo_dir", "real_dir", "checkpoint", "target", "chat", "data", "templated", "log"}  # pages' path arguments
+
+
 def demo_filled(path: Path) -> set[str]:
-    """The parameters a walkthrough fills from the demo's paths (``chat = chat or str(demo.chat)``, ``nb.demo(demo_dir)``)."""
+    """The parameters a walkthrough fills from the demo's paths (``chat = chat or str(demo.chat)``, ``nb.demo(demo_dir)``,
+    or handed to a page resolver that does: ``pages.low_acceptance(demo_dir, real_dir, chat=chat, ...)``)."""
     def reads_demo(node: ast.AST) -> bool:
         return any(isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "demo"
                    for n in ast.walk(node))
@@ -68,6 +72,10 @@ def demo_filled(path: Path) -> set[str]:
                     found |= {t.id for t, v in pairs if isinstance(t, ast.Name) and reads_demo(v)}
             elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "demo"):
                 found |= {a.id for a in node.args if isinstance(a, ast.Name)}
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                  and isinstance(node.func.value, ast.Name) and node.func.value.id == "pages"):
+                found |= {a.id for a in [*node.args, *(k.value for k in node.keywords)] if isinstance(a, ast.Name)
+                          and a.id in PAGE_PATHS}
     return found
 
 

@@ -3,8 +3,8 @@
 Every module under ``eagle3lens/`` is parsed with ``ast``; every ``import`` counts, at top level, inside a
 function or under ``TYPE_CHECKING``, absolute or relative.
 
-* **view side**: ``eagle3lens.plots.*``, ``render``, ``widgets`` and the notebook kernel module ``notebook``
-  (with rich, plotly, ipywidgets and IPython);
+* **view side**: ``eagle3lens.plots.*``, ``render``, ``widgets``, the notebook kernel module ``notebook`` and the
+  walkthroughs' page helpers ``notebook.pages`` (with rich, plotly, ipywidgets and IPython);
 * **glue**: ``cli``, ``__main__`` and ``commands.*`` (they compose data and views);
 * **data side**: everything else (probes, engines, findings, doctor, checkpoint, convert, errors, a new
   catalogue...): it imports no view module nor view library, directly or through another module.
@@ -18,7 +18,8 @@ from pathlib import Path
 from _paths import ROOT
 
 PACKAGE = ROOT / "eagle3lens"
-VIEW_MODULES = ("eagle3lens.plots", "eagle3lens.render", "eagle3lens.notebook.widgets", "eagle3lens.notebook.kernel")
+VIEW_MODULES = ("eagle3lens.plots", "eagle3lens.render", "eagle3lens.notebook.widgets", "eagle3lens.notebook.kernel",
+                "eagle3lens.notebook.pages")
 VIEW_LIBRARIES = ("rich", "plotly", "ipywidgets", "IPython")
 GLUE = ("eagle3lens.cli", "eagle3lens.__main__", "eagle3lens.commands")
 

@@ -34,10 +34,11 @@ def test_dump_without_the_template_is_a_mismatch(demo_dir: Path) -> None:
     assert set(raw.missing) == {"<|system|>", "<|user|>", "<|end|>", "<|assistant|>",
                                 "generation prompt '<|assistant|>'"}
     assert raw.carried["<s>"] == raw.samples == 8  # bos is there: raw text after bos
-    added = [tok for op, tok in raw.shown if op == "+"]
-    assert added[:1] == ["<|user|>"] and "<|assistant|>" in added
+    added = [tok for op, tok in raw.shown if op == "+"]  # the served turns: system, user, then the generation prompt
+    assert added == ["<|system|>", "<|end|>", "<|user|>", "<|end|>", "<|assistant|>"]
     assert not [tok for op, tok in raw.shown if op == "-"]  # the content itself is the same
     assert "[+<|user|>]" in raw.findings[0].detail
+    assert raw.side is not None and [s.part for s in raw.side.served] == ["system", "user", "generation prompt", "reply"]
     templated = chat.check_template(demo_dir / "hidden-states-chat", demo_dir / "target", chat=demo_dir / "chat.jsonl")
     assert templated.findings == () and templated.missing == [] and templated.shown == ()
 
