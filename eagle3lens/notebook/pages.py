@@ -200,10 +200,13 @@ def _engine(engine: str | None, python: str | None) -> str | None:
 
 
 def template_cost(dump: Any, served: Any) -> float | None:
-    """The template's cost in accept length: the draft on its dump (the traffic it was trained on) less the same
-    draft on the served-template traffic, both greedy, at the page's K. The one place the walkthroughs read it."""
-    a, b = dump.accept_len("as_trained"), served.accept_len("as_trained")
-    return None if a is None or b is None else a - b
+    """The template's cost in accept length, as the acceptance budget prices it (its ``template`` row: the draft
+    on its dump less the same draft on the served-template traffic, greedy, at the page's K): the one place the
+    walkthroughs read it, so the page and ``doctor``/``acceptance`` print one figure."""
+    from ..probes.budget import acceptance_budget
+
+    delta = acceptance_budget(served, promise=dump).row("template").delta
+    return None if delta is None else -delta
 
 
 def sampling(temperature: float, top_p: float = 1.0) -> Any:

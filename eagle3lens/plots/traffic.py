@@ -235,7 +235,8 @@ def temperature_figure(temperatures: Sequence[float], accept_len: Sequence[float
 def template_cost_figure(dump: AcceptanceResult, served: AcceptanceResult, selected: str = "served",
                          cost: float | None = None) -> Any:
     """The same draft on its dump (the traffic it was trained on) and on the served-template traffic, per position,
-    the selected one in front; the title states the template's cost."""
+    the selected one in front; the legend's accept lengths and the title's cost are the acceptance budget's (greedy,
+    checked within the draft vocabulary, as training's metrics check it)."""
     import plotly.graph_objects as go  # type: ignore[import-untyped]
 
     fig = go.Figure()
@@ -243,11 +244,12 @@ def template_cost_figure(dump: AcceptanceResult, served: AcceptanceResult, selec
         view = result.views["as_trained"]
         label = {"dump": "the dump (training data)", "served": "served-template traffic"}[name]
         fig.add_trace(go.Bar(x=[f"position {p + 1}" for p in range(len(view.full_acc))], y=list(view.full_acc),
-                             name=f"{label}: accept len {_two(view.accept_len)}", marker_color=color,
+                             name=f"{label}: accept len {_two(result.in_vocab_accept_len)}", marker_color=color,
                              opacity=1.0 if name == selected else 0.3,
                              text=[f"{a:.2f}" for a in view.full_acc] if name == selected else None,
                              textposition="outside"))
-    title = "The template's cost: " + ("-" if cost is None else f"{cost:.2f} accept length") + " (greedy)"
+    title = ("The template's cost: " + ("-" if cost is None else f"{cost:.2f} accept length")
+             + " (greedy, as the acceptance budget prices it)")
     fig.update_layout(barmode="group", title=title, height=360, yaxis_range=[0, 1.1], yaxis_title="rate",
                       legend={"orientation": "h", "y": -0.2})
     return fig

@@ -150,11 +150,13 @@ def acceptance_budget(traffic: AcceptanceResult, *, promise: AcceptanceResult | 
                  "--expected-accept-len" if expected is not None else
                  "not measured: give --data D (the training dump) or --expected-accept-len X")
     source = traffic.traffic.source if traffic.traffic is not None else None
+    served = live or promise is not None  # beside its own promise, a dump is the served traffic (a served capture)
     template_label = ("served-template traffic (chat)" if source == "chat" else
-                      "served traffic (prompts, no chat template)")
-    rows.add("template", template_label, traffic.in_vocab_accept_len if live else None,
-             f"the served {'conversations' if source == 'chat' else 'prompts'}: as trained, within the draft "
-             "vocabulary" if live else
+                      "served traffic (prompts, no chat template)" if source == "prompts" else
+                      "served traffic (a dump of it)")
+    what = {"chat": "the served conversations", "prompts": "the served prompts"}.get(source or "", f"{traffic.data}")
+    rows.add("template", template_label, traffic.in_vocab_accept_len if served else None,
+             f"{what}: as trained, within the draft vocabulary" if served else
              "not measured: give --chat FILE.jsonl (the served conversations)", "budget/template-cost",
              COST_FIXES["template"])
     rows.add("vocabulary", "with the served vocabulary", traffic.accept_len("as_trained"),

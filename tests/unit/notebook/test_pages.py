@@ -44,10 +44,13 @@ def test_a_manifest_that_is_not_a_real_demo_is_one_line(tmp_path: Path, real: ob
 
 def test_the_template_cost_is_the_dump_less_the_served_traffic(demo_dir: Path) -> None:
     from eagle3lens.probes.acceptance import estimate_acceptance
+    from eagle3lens.probes.budget import acceptance_budget
 
     draft, target = demo_dir / "speculators", demo_dir / "target"
     raw = estimate_acceptance(draft, demo_dir / "hidden-states-raw", target=target, fixed=False, steps=3)
     chat = estimate_acceptance(draft, demo_dir / "hidden-states-chat", target=target, fixed=False, steps=3)
     cost = pages.template_cost(raw, chat)
-    assert cost == pytest.approx(raw.accept_len("as_trained") - chat.accept_len("as_trained"))
+    # the budget's figure (doctor and acceptance print the same): rounded to 0.01, within the draft vocabulary
+    assert cost == pytest.approx(round(raw.in_vocab_accept_len, 2) - round(chat.in_vocab_accept_len, 2))
+    assert cost == -acceptance_budget(chat, promise=raw).row("template").delta
     assert pages.template_cost(chat, chat) == 0.0
