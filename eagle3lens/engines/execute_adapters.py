@@ -9,6 +9,7 @@ in :data:`SGLANG_STATE` / :data:`VLLM_STATE` and land in the result's ``stand_in
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import inspect
 import json
@@ -19,7 +20,8 @@ import types
 from pathlib import Path
 from typing import Any, Callable
 
-from .standins import StandIn, StandIns, is_placeholder, placeholder
+from ..errors import StandInCalled
+from .standins import StandIn, StandInModule, StandIns, is_placeholder, placeholder
 
 # the draft classes the project knows, by architecture: module where each engine defines it
 SGLANG_CLASSES = {
@@ -142,7 +144,52 @@ def _sglang_cuda_norms(stand: StandIns) -> None:
                               "non-NVIDIA fallback to vLLM's, stood in here"))
 
 
+class JITFunction:
+    """What ``@triton.jit`` returns on the server: triton's ``JITFunction``, holding the kernel's Python function in
+    ``fn`` (its signature is read by SGLang's ``CachedKernel``); launching it (``kernel[grid](...)``) or calling it
+    fails loudly, as a stand-in does."""
+
+    def __init__(self, fn: Callable[..., Any], **options: Any) -> None:  # noqa: ARG002 (triton's jit options)
+        self.fn = fn
+        functools.update_wrapper(self, fn)
+
+    def __getitem__(self, grid: Any) -> Callable[..., Any]:  # noqa: ARG002 (triton's launch syntax)
+        return self.__call__
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise StandInCalled(f"triton kernel {self.fn.__qualname__} launched: triton is a stand-in here")
+
+
+def triton_jit(fn: Callable[..., Any] | None = None, **options: Any) -> Any:
+    """``triton.jit`` as triton defines it: ``@triton.jit`` and ``@triton.jit(**options)`` give a JITFunction."""
+    if fn is not None:
+        return JITFunction(fn, **options)
+    return lambda f: JITFunction(f, **options)
+
+
+def _sglang_triton(stand: StandIns, module: types.ModuleType) -> None:
+    """SGLang 0.5.3 on wraps some kernels at import in ``CachedKernel``, which asserts that ``@triton.jit`` returned
+    triton's ``JITFunction`` (0.5.3 always; 0.5.10 on where ``is_cuda()``, as on the server). The triton stand-in
+    answers ``jit`` and ``runtime.jit.JITFunction`` as triton does (:class:`JITFunction`), so the check holds."""
+    if not isinstance(module, StandInModule):  # the real triton (a GPU host): nothing to fill
+        return
+    runtime = types.SimpleNamespace(jit=types.SimpleNamespace(JITFunction=JITFunction, jit=triton_jit),
+                                    JITFunction=JITFunction)
+    fills = {"triton": {"jit": triton_jit, "runtime": runtime, "JITFunction": JITFunction},
+             "triton.runtime": {"jit": runtime.jit, "JITFunction": JITFunction},
+             "triton.runtime.jit": {"jit": triton_jit, "JITFunction": JITFunction}}[module.__name__]
+    for name, value in fills.items():  # the stand-in module is the harness's own: set, not patched
+        setattr(module, name, value)
+    if not any(s.target == "triton.jit" for s in stand.used):  # part of the module stand-in: listed with it
+        stand.used.append(StandIn("triton.jit", "module", "jit as triton defines it: @triton.jit gives a JITFunction "
+                                  "holding the kernel's Python function (SGLang's CachedKernel asserts one, 0.5.3 on); "
+                                  "launching it fails"))
+
+
 SGLANG_STATE: dict[str, Callable[[StandIns, types.ModuleType], None]] = {
+    "triton": _sglang_triton,
+    "triton.runtime": _sglang_triton,
+    "triton.runtime.jit": _sglang_triton,
     "sglang.srt.utils": _sglang_utils,
     "sglang.srt.distributed.parallel_state": _parallel_state,
     "sglang.srt.layers.dp_attention": _sglang_dp_attention,
