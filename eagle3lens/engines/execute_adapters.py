@@ -164,7 +164,7 @@ class JITFunction:
     def __getitem__(self, grid: Any) -> Callable[..., Any]:  # noqa: ARG002 (triton's launch syntax)
         return self.__call__
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:  # noqa: ARG002 (any launch arguments)
         raise StandInCalled(f"triton kernel {self.fn.__qualname__} launched: triton is a stand-in here")
 
 
