@@ -9,6 +9,7 @@ in :data:`SGLANG_STATE` / :data:`VLLM_STATE` and land in the result's ``stand_in
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import inspect
 import json
@@ -19,7 +20,8 @@ import types
 from pathlib import Path
 from typing import Any, Callable
 
-from .standins import StandIn, StandIns, is_placeholder, placeholder
+from ..errors import StandInCalled
+from .standins import StandIn, StandInModule, StandIns, is_placeholder, placeholder
 
 # the draft classes the project knows, by architecture: module where each engine defines it
 SGLANG_CLASSES = {
@@ -110,11 +112,19 @@ def _sglang_configs_utils(stand: StandIns, module: types.ModuleType) -> None:
 
 def _sglang_utils(stand: StandIns, module: types.ModuleType) -> None:
     """SGLang 0.4.x: without CUDA its layers (RMSNorm, SiluAndMul, rotary) fall back to vLLM's classes; the server
-    runs on CUDA, where they are SGLang's own (their kernels stood in)."""
+    runs on CUDA, where they are SGLang's own (their kernels stood in). Its CPU AMX check as the server answers it."""
     if callable(vars(module).get("is_cuda_available")):
         stand.patch(module, "is_cuda_available", lambda: True,
                     "the server runs on CUDA: the layers pick SGLang's own CUDA classes (kernels stood in), not the "
                     "non-NVIDIA fallback to vLLM's")
+    import torch
+
+    if callable(vars(module).get("cpu_has_amx_support")) and not hasattr(torch._C._cpu, "_is_amx_tile_supported"):
+        # 0.4.7-0.5.2 call it at import, unguarded (0.5.3 on catches the AttributeError itself)
+        stand.patch(module, "cpu_has_amx_support", lambda: False,
+                    "this torch has no torch._C._cpu._is_amx_tile_supported (the release's torch 2.8 has): the "
+                    "answer of the server, whose sgl_kernel (a CUDA build) has no convert_weight_packed, so "
+                    "is_intel_amx_backend_available is False and so is the AMX check")
 
 
 def _sglang_cuda_norms(stand: StandIns) -> None:
@@ -142,7 +152,52 @@ def _sglang_cuda_norms(stand: StandIns) -> None:
                               "non-NVIDIA fallback to vLLM's, stood in here"))
 
 
+class JITFunction:
+    """What ``@triton.jit`` returns on the server: triton's ``JITFunction``, holding the kernel's Python function in
+    ``fn`` (its signature is read by SGLang's ``CachedKernel``); launching it (``kernel[grid](...)``) or calling it
+    fails loudly, as a stand-in does."""
+
+    def __init__(self, fn: Callable[..., Any], **options: Any) -> None:  # noqa: ARG002 (triton's jit options)
+        self.fn = fn
+        functools.update_wrapper(self, fn)
+
+    def __getitem__(self, grid: Any) -> Callable[..., Any]:  # noqa: ARG002 (triton's launch syntax)
+        return self.__call__
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:  # noqa: ARG002 (any launch arguments)
+        raise StandInCalled(f"triton kernel {self.fn.__qualname__} launched: triton is a stand-in here")
+
+
+def triton_jit(fn: Callable[..., Any] | None = None, **options: Any) -> Any:
+    """``triton.jit`` as triton defines it: ``@triton.jit`` and ``@triton.jit(**options)`` give a JITFunction."""
+    if fn is not None:
+        return JITFunction(fn, **options)
+    return lambda f: JITFunction(f, **options)
+
+
+def _sglang_triton(stand: StandIns, module: types.ModuleType) -> None:
+    """SGLang 0.5.3 on wraps some kernels at import in ``CachedKernel``, which asserts that ``@triton.jit`` returned
+    triton's ``JITFunction`` (0.5.3 always; 0.5.10 on where ``is_cuda()``, as on the server). The triton stand-in
+    answers ``jit`` and ``runtime.jit.JITFunction`` as triton does (:class:`JITFunction`), so the check holds."""
+    if not isinstance(module, StandInModule):  # the real triton (a GPU host): nothing to fill
+        return
+    runtime = types.SimpleNamespace(jit=types.SimpleNamespace(JITFunction=JITFunction, jit=triton_jit),
+                                    JITFunction=JITFunction)
+    fills = {"triton": {"jit": triton_jit, "runtime": runtime, "JITFunction": JITFunction},
+             "triton.runtime": {"jit": runtime.jit, "JITFunction": JITFunction},
+             "triton.runtime.jit": {"jit": triton_jit, "JITFunction": JITFunction}}[module.__name__]
+    for name, value in fills.items():  # the stand-in module is the harness's own: set, not patched
+        setattr(module, name, value)
+    if not any(s.target == "triton.jit" for s in stand.used):  # part of the module stand-in: listed with it
+        stand.used.append(StandIn("triton.jit", "module", "jit as triton defines it: @triton.jit gives a JITFunction "
+                                  "holding the kernel's Python function (SGLang's CachedKernel asserts one, 0.5.3 on); "
+                                  "launching it fails"))
+
+
 SGLANG_STATE: dict[str, Callable[[StandIns, types.ModuleType], None]] = {
+    "triton": _sglang_triton,
+    "triton.runtime": _sglang_triton,
+    "triton.runtime.jit": _sglang_triton,
     "sglang.srt.utils": _sglang_utils,
     "sglang.srt.distributed.parallel_state": _parallel_state,
     "sglang.srt.layers.dp_attention": _sglang_dp_attention,
@@ -202,22 +257,32 @@ def flattened(config: dict[str, Any], draft_class: str) -> dict[str, Any]:
 
 
 def _sglang_publish(ckpt_dir: Path, flat: dict[str, Any] | None, stand: StandIns) -> None:
-    """SGLang with ``runtime_context`` (0.5.19 on): models read config namespaces (``spec``, ``model`` ...) and,
-    from 0.5.23, ranks, widths, groups and the device from it, which the launcher publishes. Done as a one-GPU
-    launcher does it, with the engine's own code: ``publish`` of a ``ServerArgs(model_path=..., device="cuda")``
-    (role scheduler; at world rank 0 where ``publish`` takes the spawn's ranks; its resolution derives every width). Stood in:
-    the model path (no target is loaded: the draft's config, flattened when the engine cannot read it) and the
-    process groups, which ``initialize_model_parallel`` builds with torch.distributed (the world-size-1 group)."""
+    """SGLang with ``runtime_context`` (0.5.16 on): models read the server args (0.5.16: ``get_server_args()``),
+    config namespaces (``spec``, ``model`` ..., 0.5.19 on) and, from 0.5.23, ranks, widths, groups and the device
+    from it, which the launcher publishes. Done as a one-GPU launcher does it, with the engine's own code: ``publish``
+    of a ``ServerArgs(model_path=..., device="cuda")`` (role scheduler; at world rank 0 where ``publish`` takes the
+    spawn's ranks; its resolution derives every width), or before ``publish`` (0.5.16-0.5.18) the target
+    ModelRunner's ``set_global_server_args_for_scheduler`` of it. Stood in: the model path (no target is loaded: the
+    draft's config, flattened when the engine cannot read it) and the process groups, which
+    ``initialize_model_parallel`` builds with torch.distributed (the world-size-1 group)."""
     try:
         context = importlib.import_module("sglang.srt.runtime_context")
     except ModuleNotFoundError:
         return
-    publish, ranks = getattr(context, "publish", None), getattr(context, "SpawnRanks", None)
-    if publish is None:
-        return
-    from sglang.srt.server_args import ServerArgs  # the engine's own
+    from sglang.srt import server_args  # the engine's own
 
-    how: dict[str, Any] = {"role": "scheduler"}
+    publish, ranks = getattr(context, "publish", None), getattr(context, "SpawnRanks", None)
+    how: dict[str, Any] = {}
+    said = "sglang.srt.runtime_context.publish(ServerArgs)"
+    if publish is not None:
+        how["role"] = "scheduler"
+    elif callable(getattr(server_args, "set_global_server_args_for_scheduler", None)):
+        publish = server_args.set_global_server_args_for_scheduler
+        said = "sglang.srt.server_args.set_global_server_args_for_scheduler(ServerArgs)"
+    else:
+        return
+    ServerArgs = server_args.ServerArgs  # noqa: N806 (the engine's class)
+
     if ranks is not None and "ranks" in inspect.signature(publish).parameters:  # 0.5.23 on: the spawn's ranks
         how["ranks"] = ranks(world_rank=0)
 
@@ -229,7 +294,7 @@ def _sglang_publish(ckpt_dir: Path, flat: dict[str, Any] | None, stand: StandIns
         (model_path / "config.json").write_text(json.dumps(flat))
     publish(ServerArgs(model_path=str(model_path), device="cuda"), **how)
     stand.on_exit(context.reset_context)
-    stand.used.append(StandIn("sglang.srt.runtime_context.publish(ServerArgs)", "attribute",
+    stand.used.append(StandIn(said, "attribute",
                               "no target is loaded: published with model_path = the draft's config"
                               + (" (flattened)" if flat is not None else "") + ", device=cuda, world rank 0"))
     parallel = context.get_parallel()
