@@ -8,6 +8,7 @@ in :data:`SGLANG_STATE` / :data:`VLLM_STATE` and land in the result's ``stand_in
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import inspect
@@ -17,7 +18,7 @@ import sys
 import tempfile
 import types
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from .standins import StandIn, StandIns, is_placeholder, placeholder
 
@@ -344,9 +345,95 @@ def _vllm_platforms(stand: StandIns, module: types.ModuleType) -> None:
     stand.replace_item(plugins, "cpu", cpu_platform_plugin)
 
 
+def _vllm_cpu_attention(stand: StandIns, module: types.ModuleType) -> None:
+    """The server runs the draft on CUDA; the harness picks vLLM's CPU platform, whose attention backend may refuse
+    the draft's head size (0.8.5-0.9.2: ``torch_sdpa`` takes only PagedAttention's sizes 32-256) where the CUDA
+    server's does not. Where the release's own ``supports_head_size`` says the CPU choice refuses it, the attention
+    backend is the one this release's ``CudaPlatform.get_attn_backend_cls`` picks for the same arguments (for the
+    float32 the draft is built in: FlexAttention, any head size), and the stand-in is listed. An attention backend
+    holds no weights: the keys and parameters are the same under either."""
+    cpu = getattr(module, "CpuPlatform", None)
+    real = getattr(cpu, "get_attn_backend_cls", None)
+    if cpu is None or real is None:
+        return
+    held = cpu.__dict__["get_attn_backend_cls"]
+
+    def get_attn_backend_cls(_cls: Any, *args: Any, **kwargs: Any) -> Any:
+        chosen = real(*args, **kwargs)
+        head = kwargs.get("head_size", args[1] if len(args) > 1 else None)
+        try:
+            from vllm.attention.selector import supports_head_size  # 0.9.2 on
+        except ImportError:
+            return chosen
+        if not isinstance(head, int) or supports_head_size(chosen, head):
+            return chosen
+        from vllm.platforms.cuda import CudaPlatform
+
+        cuda = CudaPlatform.get_attn_backend_cls(*args, **kwargs)
+        target = "vllm.platforms.cpu.CpuPlatform.get_attn_backend_cls"
+        if not any(s.target == target for s in stand.used):
+            stand.used.append(StandIn(target, "attribute", (
+                f"the draft runs on CUDA: the CPU backend {chosen} refuses head size {head}, so the attention "
+                f"backend is the one this release's CudaPlatform picks ({cuda}); no weights depend on it")))
+        return cuda
+
+    setattr(cpu, "get_attn_backend_cls", classmethod(get_attn_backend_cls))
+    stand.on_exit(lambda: setattr(cpu, "get_attn_backend_cls", held))
+
+
+# the torch.ops namespaces of vLLM's compiled extensions (vllm._C registers _C and its _C_* namespaces; vllm._moe_C,
+# vllm._flashmla_C ... their own): what the server's build registers, absent here with the extensions stood in
+VLLM_OP_NAMESPACES = ("_C", "_C_cache_ops", "_C_custom_ar", "_C_cuda_utils", "_moe_C", "_rocm_C", "_flashmla_C",
+                      "_flashmla_extension_C")
+
+
+class CompiledOps:
+    """``torch.ops.<namespace>`` of a vLLM compiled extension while the draft is built: an op its build registers
+    and this machine lacks is a placeholder (listed), as the server's layers take a reference to it in their
+    constructors (0.9.2 and 0.25-0.26 ``SiluAndMul``: ``self.op = torch.ops._C.silu_and_mul`` on CPU and CUDA alike)
+    and the draft, built on the meta device, never runs it."""
+
+    def __init__(self, real: Any, namespace: str, stand: StandIns) -> None:
+        self._real, self._namespace, self._stand = real, namespace, stand
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        try:
+            return getattr(self._real, name)
+        except AttributeError:
+            target = f"torch.ops.{self._namespace}.{name}"
+            if not any(s.target == target for s in self._stand.used):
+                self._stand.used.append(StandIn(target, "attribute", (
+                    f"a compiled op of vLLM's extension (its CPU and CUDA builds register it; stood in here): the "
+                    "constructor keeps a reference to it, the draft is built on the meta device and never runs it")))
+            return placeholder(name, f"torch.ops.{self._namespace}")
+
+
+@contextlib.contextmanager
+def vllm_compiled_ops(stand: StandIns) -> Iterator[None]:
+    """While the draft is built (not while the engine imports, whose ``hasattr(torch.ops._C, ...)`` capability
+    probes get this machine's answer): vLLM's op namespaces answered by :class:`CompiledOps`."""
+    import torch
+
+    ops = torch.ops
+    held = {ns: ops.__dict__.get(ns) for ns in VLLM_OP_NAMESPACES}
+    for ns in VLLM_OP_NAMESPACES:
+        setattr(ops, ns, CompiledOps(getattr(ops, ns), ns, stand))
+    try:
+        yield
+    finally:
+        for ns, real in held.items():
+            if real is None:
+                delattr(ops, ns)
+            else:
+                setattr(ops, ns, real)
+
+
 VLLM_STATE: dict[str, Callable[[StandIns, types.ModuleType], None]] = {
     "vllm.distributed.parallel_state": _parallel_state,
     "vllm.platforms": _vllm_platforms,
+    "vllm.platforms.cpu": _vllm_cpu_attention,
 }
 
 
@@ -410,7 +497,7 @@ def vllm_build(ckpt_dir: Path, fallback_class: str, stand: StandIns) -> Built:  
         object.__setattr__(vllm_config, name, value)
     stand.used.append(StandIn("vllm.config.VllmConfig.model_config / speculative_config", "attribute",
                               "no target is loaded: the target's layer count and vocab from the draft config"))
-    with set_current_vllm_config(vllm_config), torch.device("meta"):
+    with set_current_vllm_config(vllm_config), torch.device("meta"), vllm_compiled_ops(stand):
         model = cls(**_accepted(cls.__init__, {"vllm_config": vllm_config, "prefix": ""}))
     return Built(model, module.__name__, class_name, recognised, notes)
 
