@@ -20,6 +20,7 @@ import types
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from ..io.textsafe import clip
 from .standins import StandIn, StandIns, is_placeholder, placeholder
 
 # the draft classes the project knows, by architecture: module where each engine defines it
@@ -377,7 +378,7 @@ def _vllm_cpu_attention(stand: StandIns, module: types.ModuleType) -> None:
                 f"backend is the one this release's CudaPlatform picks ({cuda}); no weights depend on it")))
         return cuda
 
-    setattr(cpu, "get_attn_backend_cls", classmethod(get_attn_backend_cls))
+    cpu.get_attn_backend_cls = classmethod(get_attn_backend_cls)
     stand.on_exit(lambda: setattr(cpu, "get_attn_backend_cls", held))
 
 
@@ -405,7 +406,7 @@ class CompiledOps:
             target = f"torch.ops.{self._namespace}.{name}"
             if not any(s.target == target for s in self._stand.used):
                 self._stand.used.append(StandIn(target, "attribute", (
-                    f"a compiled op of vLLM's extension (its CPU and CUDA builds register it; stood in here): the "
+                    "a compiled op of vLLM's extension (its CPU and CUDA builds register it; stood in here): the "
                     "constructor keeps a reference to it, the draft is built on the meta device and never runs it")))
             return placeholder(name, f"torch.ops.{self._namespace}")
 
@@ -437,7 +438,7 @@ VLLM_STATE: dict[str, Callable[[StandIns, types.ModuleType], None]] = {
 }
 
 
-def vllm_build(ckpt_dir: Path, fallback_class: str, stand: StandIns) -> Built:  # noqa: ARG001
+def vllm_build(ckpt_dir: Path, fallback_class: str, stand: StandIns) -> Built:
     """vLLM: the draft config read by vLLM's ``get_config`` (its speculators adapter included), wrapped in its
     ``EAGLEConfig`` for method eagle3 as ``SpeculativeConfig`` does; the class from its speculative-decoding model
     registry; built with ``vllm_config=`` under ``set_current_vllm_config``. The VllmConfig is vLLM's own default
@@ -451,25 +452,41 @@ def vllm_build(ckpt_dir: Path, fallback_class: str, stand: StandIns) -> Built:  
     from vllm.transformers_utils.config import get_config
     from vllm.transformers_utils.configs.eagle import EAGLEConfig
 
-    hf = get_config(str(ckpt_dir), trust_remote_code=False)
     kept: tuple[type, ...] = (EAGLEConfig,)
     try:
         from vllm.transformers_utils.configs.speculators import SpeculatorsConfig
         kept += (SpeculatorsConfig,)
     except ImportError:
         pass
+    notes: list[str] = []
+    raw = read_config_dict(ckpt_dir)
+    unread = False
+    try:
+        hf = get_config(str(ckpt_dir), trust_remote_code=False)
+    except ValueError as exc:  # a speculators config before vLLM 0.10.1: no adapter, no model_type at the top
+        if len(kept) > 1 or not isinstance(raw.get("transformer_layer_config"), dict):
+            raise
+        unread = True
+        made = tempfile.TemporaryDirectory(prefix="eagle3lens-config-")
+        stand.on_exit(made.cleanup)
+        (Path(made.name) / "config.json").write_text(json.dumps(flattened(raw, fallback_class)))
+        hf = get_config(made.name, trust_remote_code=False)
+        notes.append(f"this vllm reads no speculators config (its get_config raises {type(exc).__name__}: "
+                     f"{clip(str(exc), 120)}; the server stops at start); the keys were run through its EAGLE-3 "
+                     "class with the config flattened, as the simulation assumes")
     if not isinstance(hf, kept):
         hf = EAGLEConfig(hf, method="eagle3", model_type="eagle")
     table = getattr(registry, "_SPECULATIVE_DECODING_MODELS", {})
     archs = list(getattr(hf, "architectures", None) or [])
-    arch = next((a for a in archs if a in table), None)
-    notes: list[str] = []
+    arch = None if unread else next((a for a in archs if a in table), None)
     recognised = arch is not None
     if arch is None:
         arch = next((a for a, (_m, c) in table.items() if c == fallback_class or a == fallback_class), None)
         if arch is None:
             raise LookupError(f"this vllm has no {fallback_class} (architectures {archs})")
-        notes.append(f"vllm registers no EAGLE-3 class for architectures {archs}; the keys were run through {arch}")
+        if not unread:
+            notes.append(f"vllm registers no EAGLE-3 class for architectures {archs}; the keys were run through "
+                         f"{arch}")
     module_name, class_name = table[arch]
     module = importlib.import_module(f"vllm.model_executor.models.{module_name}")
     cls = getattr(module, class_name)
