@@ -309,7 +309,12 @@ def _instance(cls: Any, **overrides: Any) -> Any:
     """An instance of the engine's config dataclass holding its field defaults and ``overrides``, built without its
     validation (which would load the model it names)."""
     obj = object.__new__(cls)
-    for name, value in {**vars(_defaults_of(cls)), **overrides}.items():
+    if dataclasses.is_dataclass(cls):
+        defaults = vars(_defaults_of(cls))
+    else:  # vLLM 0.8's ModelConfig is a plain class: its __init__'s defaults
+        defaults = {n: p.default for n, p in inspect.signature(cls.__init__).parameters.items()
+                    if p.default is not inspect.Parameter.empty}
+    for name, value in {**defaults, **overrides}.items():
         if isinstance(inspect.getattr_static(cls, name, None), property):
             continue  # derived by this release (vLLM 0.9's ModelConfig.runner_type), not a field to set
         object.__setattr__(obj, name, value)
@@ -351,8 +356,8 @@ def _vllm_cpu_attention(stand: StandIns, module: types.ModuleType) -> None:
     the draft's head size (0.8.5-0.9.2: ``torch_sdpa`` takes only PagedAttention's sizes 32-256) where the CUDA
     server's does not. Where the release's own ``supports_head_size`` says the CPU choice refuses it, the attention
     backend is the one this release's ``CudaPlatform.get_attn_backend_cls`` picks for the same arguments (for the
-    float32 the draft is built in: FlexAttention, any head size), and the stand-in is listed. An attention backend
-    holds no weights: the keys and parameters are the same under either."""
+    float32 the draft is built in: FlexAttention, any head size) where that one takes the head size, and the
+    stand-in is listed. An attention backend holds no weights: the keys and parameters are the same under either."""
     cpu = getattr(module, "CpuPlatform", None)
     real = getattr(cpu, "get_attn_backend_cls", None)
     if cpu is None or real is None:
@@ -371,6 +376,8 @@ def _vllm_cpu_attention(stand: StandIns, module: types.ModuleType) -> None:
         from vllm.platforms.cuda import CudaPlatform
 
         cuda = CudaPlatform.get_attn_backend_cls(*args, **kwargs)
+        if not supports_head_size(cuda, head):  # the GPU server refuses this head size too: the CPU refusal stands
+            return chosen
         target = "vllm.platforms.cpu.CpuPlatform.get_attn_backend_cls"
         if not any(s.target == target for s in stand.used):
             stand.used.append(StandIn(target, "attribute", (
@@ -506,6 +513,10 @@ def vllm_build(ckpt_dir: Path, fallback_class: str, stand: StandIns) -> Built:
         vllm_config = VllmConfig()
     except AttributeError:  # 0.9's CPU platform updates the model config in __post_init__: there is none yet
         vllm_config = _instance(VllmConfig)
+        if vllm_config.compilation_config is None:  # what its __post_init__ does first (0.8: the field's default)
+            from vllm.config import CompilationConfig
+
+            object.__setattr__(vllm_config, "compilation_config", CompilationConfig())
         stand.used.append(StandIn("vllm.config.VllmConfig.__post_init__", "attribute",
                                   "the default VllmConfig cannot finish without a model: its field defaults"))
     speculative = _instance(SpeculativeConfig, draft_model_config=draft_model, target_model_config=target_model,
@@ -515,7 +526,9 @@ def vllm_build(ckpt_dir: Path, fallback_class: str, stand: StandIns) -> Built:
     stand.used.append(StandIn("vllm.config.VllmConfig.model_config / speculative_config", "attribute",
                               "no target is loaded: the target's layer count and vocab from the draft config"))
     with set_current_vllm_config(vllm_config), torch.device("meta"), vllm_compiled_ops(stand):
-        model = cls(**_accepted(cls.__init__, {"vllm_config": vllm_config, "prefix": ""}))
+        # vLLM 0.8's EagleProposer: cls(model_config=the draft's, start_layer_id=the target's layer count)
+        model = cls(**_accepted(cls.__init__, {"vllm_config": vllm_config, "prefix": "", "model_config": draft_model,
+                                               "start_layer_id": target_layers}))
     return Built(model, module.__name__, class_name, recognised, notes)
 
 
