@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib
+import importlib.util
 import inspect
 import json
 import re
@@ -418,6 +419,44 @@ class CompiledOps:
             return placeholder(name, f"torch.ops.{self._namespace}")
 
 
+def _vllm_proposer_class() -> str | None:
+    """The EAGLE-3 class vLLM 0.8's ``EagleProposer`` builds by name for method eagle3 (``self.model =
+    Eagle3LlamaForCausalLM(model_config=...)``, whatever ``config.architectures`` names), read from its source; None
+    where the proposer looks the class up (``get_model``, 0.9 on)."""
+    spec = importlib.util.find_spec("vllm.v1.spec_decode.eagle")
+    if spec is None or not spec.origin:
+        return None
+    found = re.search(r"self\.model\s*=\s*(Eagle3\w+)\(", Path(spec.origin).read_text(encoding="utf-8"))
+    return found.group(1) if found else None
+
+
+@contextlib.contextmanager
+def _meta_tensor_type(stand: StandIns) -> Iterator[None]:
+    """While the draft is built on the meta device: ``Tensor.type(torch.LongTensor)`` of a meta tensor keeps it on
+    meta with that dtype (vLLM 0.8's Eagle3LlamaForCausalLM builds ``draft_id_to_target_id`` as
+    ``torch.zeros(...).type(torch.LongTensor)``: on the server a CPU tensor, here a copy out of meta that fails)."""
+    import torch
+
+    real = torch.Tensor.type
+
+    def type_(self: Any, dtype: Any = None, non_blocking: bool = False, **kwargs: Any) -> Any:
+        wanted = getattr(dtype, "dtype", None)
+        if self.is_meta and isinstance(wanted, torch.dtype):
+            target = "torch.Tensor.type"
+            if not any(s.target == target for s in stand.used):
+                stand.used.append(StandIn(target, "attribute", (
+                    "the draft is built on the meta device: a meta tensor's .type(torch.XTensor) keeps it on meta "
+                    "with that dtype (on the server a CPU tensor of it)")))
+            return self.to(dtype=wanted)
+        return real(self, dtype, non_blocking, **kwargs)
+
+    torch.Tensor.type = type_  # type: ignore[method-assign,assignment]
+    try:
+        yield
+    finally:
+        torch.Tensor.type = real  # type: ignore[method-assign]
+
+
 @contextlib.contextmanager
 def vllm_compiled_ops(stand: StandIns) -> Iterator[None]:
     """While the draft is built (not while the engine imports, whose ``hasattr(torch.ops._C, ...)`` capability
@@ -486,6 +525,10 @@ def vllm_build(ckpt_dir: Path, fallback_class: str, stand: StandIns) -> Built:
     table = getattr(registry, "_SPECULATIVE_DECODING_MODELS", {})
     archs = list(getattr(hf, "architectures", None) or [])
     arch = None if unread else next((a for a in archs if a in table), None)
+    named = _vllm_proposer_class()
+    if named is not None and not unread:
+        arch = next((a for a, (_m, c) in table.items() if c == named), arch)
+        notes.append(f"this vllm's EagleProposer builds {named} for method eagle3 whatever the architectures name")
     recognised = arch is not None
     if arch is None:
         arch = next((a for a, (_m, c) in table.items() if c == fallback_class or a == fallback_class), None)
@@ -525,7 +568,8 @@ def vllm_build(ckpt_dir: Path, fallback_class: str, stand: StandIns) -> Built:
         object.__setattr__(vllm_config, name, value)
     stand.used.append(StandIn("vllm.config.VllmConfig.model_config / speculative_config", "attribute",
                               "no target is loaded: the target's layer count and vocab from the draft config"))
-    with set_current_vllm_config(vllm_config), torch.device("meta"), vllm_compiled_ops(stand):
+    with set_current_vllm_config(vllm_config), torch.device("meta"), vllm_compiled_ops(stand), \
+            _meta_tensor_type(stand):
         # vLLM 0.8's EagleProposer: cls(model_config=the draft's, start_layer_id=the target's layer count)
         model = cls(**_accepted(cls.__init__, {"vllm_config": vllm_config, "prefix": "", "model_config": draft_model,
                                                "start_layer_id": target_layers}))
