@@ -5,47 +5,13 @@ engine/simulation-disagrees (issue 34)."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from eagle3lens.release_audit import audit_release
-from eagle3lens.engines.release_env import release_env
-from eagle3lens.probes.executed import execute_load
+from _releases import audited, codes, executed, fates
 
 pytestmark = pytest.mark.slow
-
-
-def release_root(name: str, version: str) -> Path:
-    from eagle3lens.engines.wheels import unpacked
-
-    try:
-        root = unpacked(name, version)
-        release_env(root, name)  # its transformers fetched now, not inside the worker's time limit
-        return root
-    except (subprocess.CalledProcessError, OSError):
-        pytest.skip(f"the package index cannot be reached for {name}=={version}")
-    except subprocess.TimeoutExpired:
-        pytest.skip(f"pip download {name}=={version} did not finish in time")
-
-
-_RESULTS: dict[tuple[str, str, str], object] = {}
-
-
-def executed(demo_dir: Path, name: str, version: str, draft: str):
-    case = (name, version, draft)
-    if case not in _RESULTS:
-        _RESULTS[case] = execute_load(demo_dir / draft, root=release_root(name, version), isolate=True)
-    return _RESULTS[case]
-
-
-def codes(result) -> set[str]:
-    return {f.code for f in result.findings}
-
-
-def fates(result) -> dict[str, str]:
-    return {f.key: f.fate for f in result.fates}
 
 
 GREEN = (("sglang", "0.4.7"), ("sglang", "0.5.19"), ("vllm", "0.9.2"), ("vllm", "0.26.0"))
@@ -61,16 +27,6 @@ def test_demo_drafts_agree_with_the_simulation(release: tuple[str, str], draft: 
     result = executed(demo_dir, *release, draft)
     assert result.origin == "executed"
     assert "engine/simulation-disagrees" not in codes(result), [f.detail for f in result.findings]
-
-
-_AUDITS: dict[tuple[str, str], object] = {}
-
-
-def audited(name: str, version: str):
-    """The built-in drafts through the release (once per test session)."""
-    if (name, version) not in _AUDITS:
-        _AUDITS[name, version] = audit_release(release_root(name, version))
-    return _AUDITS[name, version]
 
 
 @pytest.mark.parametrize("release", GREEN, ids=lambda r: f"{r[0]}=={r[1]}")
