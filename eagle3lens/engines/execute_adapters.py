@@ -477,10 +477,40 @@ def vllm_compiled_ops(stand: StandIns) -> Iterator[None]:
                 setattr(ops, ns, real)
 
 
+def _vllm_cpu_kernels(stand: StandIns, module: types.ModuleType) -> None:
+    """``CpuPlatform.import_kernels`` loads the CPU build's compiled kernels (``vllm._C`` or its AVX2 variant), stood
+    in here; 0.17's picks one with ``torch._C._cpu._is_avx512_supported()``, which the torch here (newer than the
+    ``torch==2.10.0`` it pins) no longer has. Where that probe fails with AttributeError, nothing is loaded (the
+    kernels are stood in either way), and the stand-in is listed."""
+    cpu = getattr(module, "CpuPlatform", None)
+    real = getattr(cpu, "import_kernels", None)
+    if cpu is None or real is None:
+        return
+    held = cpu.__dict__.get("import_kernels")
+
+    def import_kernels(_cls: Any) -> None:
+        try:
+            real()
+        except AttributeError as exc:
+            target = "vllm.platforms.cpu.CpuPlatform.import_kernels"
+            if not any(s.target == target for s in stand.used):
+                stand.used.append(StandIn(target, "attribute", (
+                    f"its CPU-feature probe is not in this torch ({clip(str(exc), 100)}): the compiled kernels it "
+                    "would load are stood in here either way")))
+
+    cpu.import_kernels = classmethod(import_kernels)
+    stand.on_exit(lambda: setattr(cpu, "import_kernels", held) if held is not None else delattr(cpu, "import_kernels"))
+
+
+def _vllm_cpu_platform(stand: StandIns, module: types.ModuleType) -> None:
+    _vllm_cpu_attention(stand, module)
+    _vllm_cpu_kernels(stand, module)
+
+
 VLLM_STATE: dict[str, Callable[[StandIns, types.ModuleType], None]] = {
     "vllm.distributed.parallel_state": _parallel_state,
     "vllm.platforms": _vllm_platforms,
-    "vllm.platforms.cpu": _vllm_cpu_attention,
+    "vllm.platforms.cpu": _vllm_cpu_platform,
 }
 
 
