@@ -166,8 +166,8 @@ CODES: tuple[Code, ...] = (
                  "(beyond the measurement's noise), or stops where the estimate serves (or serves where it stops)"),
     Code("engine/not-executed", owner="keys", severity="warning", rank=240,
          meaning="`--execute`: the engine's own loader gave no verdict (its process exited, was interrupted, killed "
-                 "or timed out, printed terminal control sequences, or the execution harness failed the same way on "
-                 "a known-good draft): the simulated result stands"),
+                 "or timed out, printed terminal control sequences, or the execution harness failed: its stop says "
+                 "so, or a known-good draft of the class cannot be built either): the simulated result stands"),
     Code("engine/patched-source", owner="detect", severity="warning", rank=240,
          meaning="an installed engine's loader file matches no released wheel (source checkout or patch)"),
     Code("engine/mixed-release", owner="detect", severity="warning", rank=240,

@@ -39,10 +39,12 @@ from .shard_order import loader_order, relative
 from .standins import StandIn, StandIns, forget_modules
 
 # libraries that probe optional packages (triton, torchvision, PIL) when first imported: imported before any stand-in
-# exists, so they see this machine as it is and not the engine's stand-ins
+# exists, so they see this machine as it is and not the engine's stand-ins (nor vLLM 0.8's own TritonPlaceholder,
+# which it puts in sys.modules["triton"] and torch._inductor.ir, imported by its first torch.compile, reads
+# triton.__version__ of)
 PRELOAD = ("torch._dynamo", "torch._inductor.runtime.hints", "torch._dynamo.repro.after_dynamo", "torch._inductor.codecache",
-           "torch._functorch.aot_autograd", "transformers.modeling_utils", "transformers.generation",
-           "transformers.models.llama.modeling_llama")
+           "torch._functorch.aot_autograd", "torch._inductor.compile_fx", "transformers.modeling_utils",
+           "transformers.generation", "transformers.models.llama.modeling_llama")
 
 
 @dataclass(frozen=True)

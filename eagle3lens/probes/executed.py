@@ -115,6 +115,9 @@ def executed_result(ckpt: Checkpoint, ex: Execution, *, num_target_layers: int |
     # after the failing one, in the order pulled, were never written to (not reached), not dropped
     order = list(ex.processed)
     processed = set(order[:order.index(failing)] if failing in order else order)
+    # parameters load_weights removed after writing them (vLLM 0.9.0's draft_id_to_target_id = None): what went
+    # into them is discarded
+    removed = set(ex.params) - set(ex.params_after) if ex.phase == "done" else set()
     fates = []
     logged = logs_by_key(ex.logs, set(ckpt.tensors))
     for info in loader_order(ckpt, profile.shard_order, profile.tensor_order, ex.files):  # as fed
@@ -124,6 +127,8 @@ def executed_result(ckpt: Checkpoint, ex: Execution, *, num_target_layers: int |
         expected = None
         if key == failing:
             fate, reason = "raises", f"{ex.error['type']}: {ex.error['message']}" if ex.error else ""
+        elif key in writes and writes[key][0]["param"] in removed:
+            fate, reason = "dropped", f"written into {writes[key][0]['param']}, which load_weights then removed"
         elif key in writes:
             w = writes[key][0]
             param = w["param"]
@@ -284,6 +289,8 @@ def compare(sim: Any, fates: list[Any], sources: list[Any], ex: Execution) -> li
         s = sim_fates.get(f.key)
         if s is None or f.fate in ("not-reached", "raises") or s.fate == "raises":
             continue
+        if s.finding == "keys/d2t-discarded" and ex.phase != "done":
+            continue  # loaded, then discarded after load_weights returns (vLLM 0.9.0): this one raised first
         if (f.fate in WRITTEN) != (s.fate in WRITTEN) or (f.fate in WRITTEN and f.param != s.param
                                                            and f.fate != "converted"):
             out.append(disagreement(f"tensor {f.key}", _said(s), _said(f), {"tensor": f.key}))

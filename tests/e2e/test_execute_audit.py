@@ -5,58 +5,18 @@ engine/simulation-disagrees (issue 34)."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from eagle3lens.release_audit import audit_release
-from eagle3lens.engines.release_env import release_env
-from eagle3lens.probes.executed import execute_load
+from _releases import audited, codes, executed, fates
 
 pytestmark = pytest.mark.slow
 
 
-def release_root(name: str, version: str) -> Path:
-    from eagle3lens.engines.wheels import unpacked
-
-    try:
-        root = unpacked(name, version)
-        release_env(root, name)  # its transformers fetched now, not inside the worker's time limit
-        return root
-    except (subprocess.CalledProcessError, OSError):
-        pytest.skip(f"the package index cannot be reached for {name}=={version}")
-    except subprocess.TimeoutExpired:
-        pytest.skip(f"pip download {name}=={version} did not finish in time")
-
-
-_RESULTS: dict[tuple[str, str, str], object] = {}
-
-
-def executed(demo_dir: Path, name: str, version: str, draft: str):
-    case = (name, version, draft)
-    if case not in _RESULTS:
-        _RESULTS[case] = execute_load(demo_dir / draft, root=release_root(name, version), isolate=True)
-    return _RESULTS[case]
-
-
-def codes(result) -> set[str]:
-    return {f.code for f in result.findings}
-
-
-def fates(result) -> dict[str, str]:
-    return {f.key: f.fate for f in result.fates}
-
-
-GREEN = (("sglang", "0.4.7"), ("sglang", "0.5.19"))
-# releases whose import this harness cannot yet complete on the built-in drafts (the why is in each record):
-# vLLM 0.9.2's CPU attention refuses head size 16, vLLM 0.26.0's SiluAndMul reads torch.ops._C (a compiled op).
-# SGLang 0.5.3 now executes (tests/e2e/test_execute_sglang_releases.py, with a harness failure made by leaving a
-# stand-in out)
-HARNESS_GAPS = (pytest.param(("vllm", "0.9.2"), marks=pytest.mark.xfail(strict=True, reason=(
-    "open: the demo draft stops at SiluAndMul's torch.ops._C, the head-16 built-in control earlier at the CPU "
-    "attention's head-size check; the stops differ, so the harness failure is still judged a verdict"))),
-    ("vllm", "0.26.0"))
+# every release the issue names; a harness failure made by leaving a stand-in out is tested in
+# test_execute_sglang_releases.py and test_execute_vllm_releases.py
+GREEN = (("sglang", "0.4.7"), ("sglang", "0.5.3"), ("sglang", "0.5.19"), ("vllm", "0.9.2"), ("vllm", "0.26.0"))
 DEMO = ("eagle", "speculators", "kimi-mla")
 
 
@@ -72,7 +32,7 @@ def test_demo_drafts_agree_with_the_simulation(release: tuple[str, str], draft: 
 def test_every_built_in_draft_agrees(release: tuple[str, str]) -> None:
     """The builders the tests use (speculators, SpecForge, MLA, HF-prefixed, vLLM's class ...) through the release's
     own loader: every cell of the audit agrees."""
-    audit = audit_release(release_root(*release))
+    audit = audited(*release)
     assert {c.draft: c.outcome for c in audit.cells} == {c.draft: "agree" for c in audit.cells}, \
         [(c.draft, c.why) for c in audit.cells if c.outcome != "agree"]
 
@@ -112,12 +72,3 @@ def test_sglang_0_5_19_publishes_its_runtime_context(demo_dir: Path) -> None:
     assert result.execution["phase"] == "done"
     assert "sglang.srt.runtime_context.publish(ServerArgs)" in {s["target"] for s in result.stand_ins}
     assert result.execution["transformers"]["version"] == "5.12.1"
-
-
-@pytest.mark.parametrize("release", HARNESS_GAPS, ids=lambda r: f"{r[0]}=={r[1]}")
-def test_a_harness_failure_is_not_executed_never_a_disagreement(release: tuple[str, str], demo_dir: Path) -> None:
-    result = executed(demo_dir, *release, "eagle")
-    assert "engine/simulation-disagrees" not in codes(result)
-    if result.origin != "executed":
-        finding = next(f for f in result.findings if f.code == "engine/not-executed")
-        assert "harness" in finding.evidence["reason"] or "fails the same way" in finding.evidence["reason"]
