@@ -80,11 +80,11 @@ def generate(target: Any, tokenizer: Any, convs: list[list[dict[str, str]]], lay
     out: dict[int, Sequence] = {}
     for start in range(0, len(order), batch):
         chunk = order[start:start + batch]
-        out.update(zip(chunk, _greedy(target, [prompts[i] for i in chunk], layers, new_tokens, eos), strict=True))
+        out.update(zip(chunk, greedy_batch(target, [prompts[i] for i in chunk], layers, new_tokens, eos), strict=True))
     return [out[i] for i in range(len(prompts))]
 
 
-def _greedy(target: Any, prompts: list[list[int]], layers: list[int], new_tokens: int, eos: int) -> list[Sequence]:
+def greedy_batch(target: Any, prompts: list[list[int]], layers: list[int], new_tokens: int, eos: int) -> list[Sequence]:
     """One batch continued greedily with the target's KV cache: a prefill over the left-padded prompts, then one
     decode step per token, each keeping the aux states and final state it computed (only the last position goes
     through the lm_head)."""
