@@ -159,8 +159,9 @@ def _build_into(root: Path, gguf: Path, key: str, say: Callable[[str], None]) ->
         eos = int(cfg.eos_token_id)
         say("data: the target's own greedy replies to the built-in prompts, served template, aux states")
         convs, held_convs = data.train_conversations(), data.held_out_conversations()
-        seqs = data.generate(target, tokenizer, convs, layers, r["new_tokens"], r["generation_batch"], eos)
-        held = data.generate(target, tokenizer, held_convs, layers, r["new_tokens"], r["generation_batch"], eos)
+        with _threads(1):  # decode steps are small: two threads spent 4x the CPU and wall time of one here
+            seqs = data.generate(target, tokenizer, convs, layers, r["new_tokens"], r["generation_batch"], eos)
+            held = data.generate(target, tokenizer, held_convs, layers, r["new_tokens"], r["generation_batch"], eos)
         say("data: the same conversations as raw text (no template)")
         replies = [tokenizer.decode(s.ids[s.reply_start:], skip_special_tokens=True) for s in seqs]
         raw = data.raw_states(target, tokenizer, convs, replies, layers, r["generation_batch"] // 2, eos)
