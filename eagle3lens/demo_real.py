@@ -43,7 +43,7 @@ CACHE = Path(os.environ.get("EAGLE3LENS_REAL_DEMO_CACHE", Path.home() / ".cache"
 TOOL = "eagle3lens demo --real"
 THREADS = 2  # the machine's two shared cores, at most
 RECIPE: dict[str, Any] = {
-    "new_tokens": 64, "generation_batch": 32, "draft_vocab": 4096, "small_draft_vocab": 512,
+    "new_tokens": 64, "generation_batch": 64, "draft_vocab": 4096, "small_draft_vocab": 512,
     "ttt_steps": 3, "train_steps": 240, "train_batch": 8, "lr": 3e-3, "seed": 20260533,
     "served_k": 3, "temperatures": [0.7, 1.0], "dump_dtype": "bfloat16",
 }
@@ -159,23 +159,23 @@ def _build_into(root: Path, gguf: Path, key: str, say: Callable[[str], None]) ->
         eos = int(cfg.eos_token_id)
         say("data: the target's own greedy replies to the built-in prompts, served template, aux states")
         convs, held_convs = data.train_conversations(), data.held_out_conversations()
-        seqs = data.generate(target, tokenizer, convs, layers, r["new_tokens"], r["generation_batch"], eos)
-        held = data.generate(target, tokenizer, held_convs, layers, r["new_tokens"], r["generation_batch"], eos)
+        with _threads(1):  # decode steps are small: two threads spent 4x the CPU and wall time of one here
+            seqs = data.generate(target, tokenizer, convs, layers, r["new_tokens"], r["generation_batch"], eos)
+            held = data.generate(target, tokenizer, held_convs, layers, r["new_tokens"], r["generation_batch"], eos)
         say("data: the same conversations as raw text (no template)")
         replies = [tokenizer.decode(s.ids[s.reply_start:], skip_special_tokens=True) for s in seqs]
         raw = data.raw_states(target, tokenizer, convs, replies, layers, r["generation_batch"] // 2, eos)
         held_replies = [tokenizer.decode(s.ids[s.reply_start:], skip_special_tokens=True) for s in held]
         held_raw = data.raw_states(target, tokenizer, held_convs, held_replies, layers, r["generation_batch"], eos)
-        embed, lm_head = target.get_input_embeddings().weight.detach(), target.get_output_embeddings().weight.detach()
         sizes = _sizes(cfg)
         say("draft: training fc + decoder layer on the templated data (TTT)")
         counts = _reply_counts(seqs, cfg.vocab_size)
         d2t, t2d = draft_vocab(counts, r["draft_vocab"])
-        healthy, healthy_metrics = _trained(cfg, embed, lm_head, d2t, t2d, seqs, held, r["seed"])
+        healthy, healthy_metrics = _trained(target, layers, d2t, t2d, seqs, held)
         say("draft-raw: the same training on the raw-text data")
         raw_counts = _reply_counts(raw, cfg.vocab_size)
         d2t_raw, t2d_raw = draft_vocab(raw_counts, r["draft_vocab"])
-        raw_draft, raw_metrics = _trained(cfg, embed, lm_head, d2t_raw, t2d_raw, raw, held, r["seed"])
+        raw_draft, raw_metrics = _trained(target, layers, d2t_raw, t2d_raw, raw, held)
         say("writing drafts, dumps, chat and manifest")
         _write_drafts(root, healthy, raw_draft, counts, sizes, layers, float(cfg.rope_parameters["rope_theta"]))
         _write_dumps(root, target, seqs, raw, held, held_raw, layers)
@@ -196,18 +196,22 @@ def _reply_counts(seqs: list[data.Sequence], vocab: int) -> torch.Tensor:
     return torch.bincount(torch.cat([s.ids[s.reply_start:] for s in seqs]), minlength=vocab)
 
 
-def _trained(cfg: Any, embed: torch.Tensor, lm_head: torch.Tensor, d2t: torch.Tensor, t2d: torch.Tensor,
-             seqs: list[data.Sequence], held: list[data.Sequence], seed: int) -> tuple[Any, dict[str, Any]]:
-    from .demo_real_train import draft_for, train
+def _trained(target: Any, layers: list[int], d2t: torch.Tensor, t2d: torch.Tensor, seqs: list[data.Sequence],
+             held: list[data.Sequence]) -> tuple[Any, dict[str, Any]]:
+    """A drafter for ``target`` with draft vocabulary ``d2t``/``t2d``, started from the target and trained on
+    ``seqs``; its held-out metrics on ``held``."""
+    from .demo_real_train import draft_for, target_start, train
     from .draft import DraftConfig
 
-    r = RECIPE
-    dcfg = DraftConfig(hidden=cfg.hidden_size, target_hidden=cfg.hidden_size, num_aux=3,
+    r, cfg = RECIPE, target.config
+    seed = r["seed"]
+    dcfg = DraftConfig(hidden=cfg.hidden_size, target_hidden=cfg.hidden_size, num_aux=len(layers),
                        intermediate=cfg.intermediate_size, heads=cfg.num_attention_heads,
                        kv_heads=cfg.num_key_value_heads, head_dim=cfg.head_dim, draft_vocab=int(d2t.numel()),
                        vocab=cfg.vocab_size, rms_eps=cfg.rms_norm_eps,
                        rope_theta=float(cfg.rope_parameters["rope_theta"]), initializer_range=cfg.initializer_range)
-    draft = draft_for(dcfg, embed, lm_head, d2t, t2d, seed)
+    embed, lm_head = target.get_input_embeddings().weight.detach(), target.get_output_embeddings().weight.detach()
+    draft = draft_for(dcfg, embed, lm_head, d2t, t2d, seed, target_start(target, dcfg, layers[-1]))
     metrics = train(draft, seqs, held, steps=r["train_steps"], ttt=r["ttt_steps"], batch=r["train_batch"],
                     lr=r["lr"], seed=seed + 1)
     return draft, {**metrics, "draft_vocab_size": int(d2t.numel()),

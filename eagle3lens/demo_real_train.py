@@ -1,7 +1,8 @@
 """Training the real demo's EAGLE-3 drafter on CPU, speculators-style with test-time training (TTT).
 
 The drafter is :class:`~eagle3lens.draft.Eagle3Draft`: ``embed_tokens`` and ``lm_head = target lm_head[t2d]``
-copied and frozen, fc + decoder layer + norm trained. Row ``i`` of a sequence reads token ``i+1`` and the target's
+copied and frozen, fc + decoder layer + norm trained, started from the target (:func:`target_start`: the layer a
+copy of the one that reads the last aux state, fc passing that state through). Row ``i`` of a sequence reads token ``i+1`` and the target's
 aux states at ``i``; step 0 predicts the target's next token at ``i+1``. Step ``k`` reads the ground-truth token
 ``i+1+k`` and step ``k-1``'s hidden output one position further on, attending to step 0's keys causally and to
 steps 1..k's keys at its own row (speculators' TTT mask: what the served chain attends to), and predicts the
@@ -23,8 +24,9 @@ from .draft import Attention, DecoderLayer, DraftConfig, Eagle3Draft, rope
 
 
 def draft_for(cfg: DraftConfig, embed: torch.Tensor, lm_head: torch.Tensor, d2t: torch.Tensor,
-              t2d: torch.Tensor, seed: int) -> Eagle3Draft:
-    """A freshly initialised drafter with the target's tables copied in (and frozen)."""
+              t2d: torch.Tensor, seed: int, start: dict[str, torch.Tensor] | None = None) -> Eagle3Draft:
+    """A drafter with the target's tables copied in (and frozen); with ``start`` (:func:`target_start`), its other
+    weights start from the target instead of a random init."""
     torch.manual_seed(seed)
     draft = Eagle3Draft(cfg)
     with torch.no_grad():
@@ -32,9 +34,33 @@ def draft_for(cfg: DraftConfig, embed: torch.Tensor, lm_head: torch.Tensor, d2t:
         draft.lm_head.weight.copy_(lm_head[t2d])
         draft.d2t.copy_(d2t)
         draft.t2d.copy_(t2d)
+        for name, value in (start or {}).items():
+            draft.get_parameter(name).copy_(value)
     draft.embed_tokens.weight.requires_grad_(False)
     draft.lm_head.weight.requires_grad_(False)
     return draft
+
+
+def target_start(target: Any, cfg: DraftConfig, last_aux: int) -> dict[str, torch.Tensor]:
+    """Draft weights that start where the target is: fc passes the last aux state through (an identity block),
+    the decoder layer is a copy of the target layer that reads that state (q/k/v on the feature half of their
+    [embedding ; feature] input, zeros on the embedding half) and the norm is the target's final norm. The
+    embedding half and the other aux states then learn from zero. ``last_aux``: the HF ``hidden_states`` index of
+    the last aux state, the input of decoder layer ``last_aux``."""
+    H, n_aux = cfg.hidden, cfg.num_aux
+    layer = {k: v.detach() for k, v in target.model.layers[last_aux].state_dict().items()}
+    fc = torch.zeros(H, n_aux * cfg.target_hidden)
+    fc[:, (n_aux - 1) * cfg.target_hidden:] = torch.eye(H)
+    start = {"fc.weight": fc, "norm.weight": target.model.norm.weight.detach(),
+             "layers.0.hidden_norm.weight": layer["input_layernorm.weight"],
+             "layers.0.input_layernorm.weight": layer["input_layernorm.weight"]}
+    for name in ("q_proj", "k_proj", "v_proj"):
+        half = layer[f"self_attn.{name}.weight"]
+        start[f"layers.0.self_attn.{name}.weight"] = torch.cat([torch.zeros_like(half), half], dim=1)
+    for name in ("self_attn.o_proj.weight", "post_attention_layernorm.weight", "mlp.gate_proj.weight",
+                 "mlp.up_proj.weight", "mlp.down_proj.weight"):
+        start[f"layers.0.{name}"] = layer[name]
+    return start
 
 
 def ttt_forward(draft: Eagle3Draft, ids: torch.Tensor, aux: torch.Tensor, steps: int) -> list[torch.Tensor]:

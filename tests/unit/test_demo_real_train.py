@@ -1,0 +1,54 @@
+"""The real demo's data capture and drafter start, on a tiny random Llama (the real build runs in test_real_demo)."""
+
+from __future__ import annotations
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from eagle3lens.demo_real_data import greedy_batch
+from eagle3lens.demo_real_train import draft_for, target_start, ttt_forward
+from eagle3lens.draft import DraftConfig
+
+LAYERS = [2, 4, 5]  # aux_layers(8): the inputs of decoder layers 2, L//2, L-3
+EOS = 96
+
+
+def tiny_llama() -> LlamaForCausalLM:
+    torch.manual_seed(0)
+    config = LlamaConfig(hidden_size=32, num_hidden_layers=8, num_attention_heads=4, num_key_value_heads=2,
+                         intermediate_size=64, vocab_size=97, tie_word_embeddings=False)
+    return LlamaForCausalLM(config).eval()
+
+
+def test_batched_generation_keeps_the_states_one_forward_over_each_sequence_computes() -> None:
+    target = tiny_llama()
+    prompts = [[5, 17, 3], [8, 1, 44, 2, 9], [7, 7, 30, 61, 12, 5, 70]]  # left padding of 4 and 2 in the batch
+    seqs = greedy_batch(target, prompts, LAYERS, new_tokens=6, eos=EOS)
+    for prompt, seq in zip(prompts, seqs, strict=True):
+        ids = list(prompt)
+        with torch.no_grad():
+            while len(ids) < len(prompt) + 6 and EOS not in ids[len(prompt):]:  # greedy, one sequence, no cache
+                ids.append(int(target(torch.tensor([ids])).logits[0, -1].argmax()))
+            ref = target.model(torch.tensor([ids[:-1]]), output_hidden_states=True).hidden_states
+        assert seq.ids.tolist() == ids and seq.reply_start == len(prompt)
+        assert torch.allclose(seq.aux, torch.cat([ref[k][0] for k in LAYERS], dim=-1), atol=1e-4)
+        assert torch.allclose(seq.last, ref[-1][0], atol=1e-4)
+
+
+def test_a_drafter_started_from_the_target_computes_the_layer_after_the_last_aux_state() -> None:
+    target = tiny_llama()
+    cfg = target.config
+    dcfg = DraftConfig(hidden=32, target_hidden=32, num_aux=3, intermediate=64, heads=4, kv_heads=2, head_dim=8,
+                       draft_vocab=16, vocab=97, rms_eps=cfg.rms_norm_eps)
+    t2d = torch.zeros(97, dtype=torch.bool)
+    t2d[:16] = True
+    draft = draft_for(dcfg, target.model.embed_tokens.weight.detach(), target.lm_head.weight.detach(),
+                      torch.zeros(16, dtype=torch.long), t2d, seed=1, start=target_start(target, dcfg, LAYERS[-1]))
+    ids = torch.randint(0, 97, (2, 9))
+    with torch.no_grad():
+        states = target.model(ids, output_hidden_states=True).hidden_states
+        aux = torch.cat([states[k] for k in LAYERS], dim=-1)
+        (h,) = ttt_forward(draft, ids, aux, steps=1)  # the tokens read are ignored: their half starts at zero
+        assert torch.allclose(h, states[LAYERS[-1] + 1], atol=1e-4)  # the target's layer 5 output
+        assert torch.equal(draft.norm.weight, target.model.norm.weight)
+    assert not draft.lm_head.weight.requires_grad and draft.fc.weight.requires_grad
