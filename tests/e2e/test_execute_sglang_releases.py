@@ -48,8 +48,9 @@ WITHOUT = (("0.5.3", "triton,triton.runtime,triton.runtime.jit", "AssertionError
 def test_a_missing_stand_in_is_not_executed_never_a_disagreement(version: str, left_out: str, error: str,
                                                                   demo_dir: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """Without a stand-in the release needs, the draft and the known-good control stop at the same place: the
-    harness failed, so no verdict (engine/not-executed), and the simulated result stands."""
+    """Without a stand-in the release needs, the draft stops in the harness (the failing line uses a stood-in
+    module, or the known-good control stops at the same place): no verdict (engine/not-executed), and the simulated
+    result stands."""
     root = release_root(version)
     monkeypatch.setenv(WITHOUT_ENV, left_out)
     result = execute_load(demo_dir / "eagle", root=root, isolate=True)
@@ -58,7 +59,9 @@ def test_a_missing_stand_in_is_not_executed_never_a_disagreement(version: str, l
     assert "keys/raises" not in codes(result)
     finding = next(f for f in result.findings if f.code == "engine/not-executed")
     reason = finding.evidence["reason"]
-    assert "fails the same way on the built-in" in reason and error in reason, reason
+    # the stop names the stood-in module it hit, or the known-good draft fails the same way: no verdict either way
+    assert error in reason and "no verdict on this checkpoint" in reason.lower(), reason
+    assert "stood in here" in reason or "fails the same way on the built-in" in reason, reason
 
 
 def test_cached_only_audit_lists_every_group_with_an_outcome(tmp_path: Path,
