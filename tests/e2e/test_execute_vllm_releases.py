@@ -68,14 +68,14 @@ def test_vllm_0_9_2_takes_the_cuda_attention_backend_where_the_cpu_one_refuses_t
 WITHOUT = textwrap.dedent("""\
     import contextlib, json, sys
     from pathlib import Path
-    from eagle3lens.engines import execute_adapters
+    from eagle3lens.engines import execute_vllm
     from eagle3lens.probes.executed import execute_load
 
     removed = sys.argv[3].split(",")
     if "ops" in removed:
-        execute_adapters.vllm_compiled_ops = lambda stand: contextlib.nullcontext()
+        execute_vllm.vllm_compiled_ops = lambda stand: contextlib.nullcontext()
     if "attention" in removed:
-        del execute_adapters.VLLM_STATE["vllm.platforms.cpu"]
+        del execute_vllm.VLLM_STATE["vllm.platforms.cpu"]
     result = execute_load(Path(sys.argv[1]), root=Path(sys.argv[2]), isolate=False)
     print(json.dumps({"origin": result.origin, "codes": [f.code for f in result.findings],
                       "reason": result.execution["not_executed"]}))
