@@ -52,7 +52,12 @@ def _vllm_cpu_attention(stand: StandIns, module: types.ModuleType) -> None:
     held = cpu.__dict__["get_attn_backend_cls"]
 
     def get_attn_backend_cls(_cls: Any, *args: Any, **kwargs: Any) -> Any:
-        chosen = real(*args, **kwargs)
+        try:
+            chosen = real(*args, **kwargs)
+        except NotImplementedError as exc:  # 0.11-0.27: "MLA is not supported on CPU."
+            if "MLA" not in str(exc):
+                raise
+            return _cuda_mla_backend(stand, exc, *args, **kwargs)
         head = kwargs.get("head_size", args[1] if len(args) > 1 else None)
         try:
             from vllm.attention.selector import supports_head_size  # 0.9.2 on
@@ -74,6 +79,53 @@ def _vllm_cpu_attention(stand: StandIns, module: types.ModuleType) -> None:
 
     cpu.get_attn_backend_cls = classmethod(get_attn_backend_cls)
     stand.on_exit(lambda: setattr(cpu, "get_attn_backend_cls", held))
+
+
+# the GPU whose choice the harness takes where the CPU platform has no MLA backend: an H100 (compute capability 9.0)
+SERVER_CAPABILITY = (9, 0)
+
+
+def _cuda_mla_backend(stand: StandIns, refusal: Exception, *args: Any, **kwargs: Any) -> Any:
+    """The MLA attention backend this release's CUDA platform picks on an H100, where its CPU platform has none
+    (0.11-0.27): the first of its ``_get_backend_priorities`` that its own ``validate_configuration`` accepts (for
+    bfloat16 where the draft is built in float32 here: vLLM's ``auto`` dtype on CUDA runs it in half precision). A
+    backend whose module runs CUDA code at import (FlashInfer MLA allocates its workspace on the GPU) cannot be
+    imported here and is passed over (named in the stand-in). None accepted: the CPU refusal stands. The backend
+    holds no weights: MLA's projections are the draft's own layers."""
+    import torch
+    from vllm.platforms import cuda
+    from vllm.platforms.interface import DeviceCapability
+
+    priorities = getattr(cuda, "_get_backend_priorities", None)
+    config = kwargs.get("attn_selector_config", args[1] if len(args) > 1 else None)
+    if priorities is None or not hasattr(config, "_asdict"):
+        raise refusal
+    capability = DeviceCapability(*SERVER_CAPABILITY)
+    offered = config._asdict()
+    if offered.get("dtype") is torch.float32:  # built in float32 here; the server runs it in half precision
+        offered["dtype"] = torch.bfloat16
+    passed: list[str] = []
+    chosen = None
+    for backend in priorities(config.use_mla, capability, kwargs.get("num_heads", args[2] if len(args) > 2 else None)):
+        try:
+            backend_class = backend.get_class()
+        except Exception as exc:  # noqa: BLE001 (its CUDA code at import: the server's GPU runs it)
+            passed.append(f"{backend.name} ({type(exc).__name__} at import)")
+            continue
+        reasons = backend_class.validate_configuration(device_capability=capability, **offered)
+        if not reasons:
+            chosen = backend.get_path()
+            break
+        passed.append(f"{backend.name} ({clip('; '.join(map(str, reasons)), 80)})")
+    if chosen is None:
+        raise refusal
+    target = "vllm.platforms.cpu.CpuPlatform.get_attn_backend_cls (MLA)"
+    if not any(s.target == target for s in stand.used):
+        stand.used.append(StandIn(target, "attribute", (
+            f"the draft runs on CUDA: this release's CPU platform refuses MLA ({clip(str(refusal), 60)}), so the "
+            f"attention backend is the first its CUDA platform accepts on an H100 ({chosen}"
+            + (f"; passed over: {', '.join(passed)}" if passed else "") + "); no weights depend on it")))
+    return chosen
 
 
 # the torch.ops namespaces of vLLM's compiled extensions (vllm._C registers _C and its _C_* namespaces; vllm._moe_C,
