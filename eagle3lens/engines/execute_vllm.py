@@ -245,10 +245,34 @@ def _vllm_cpu_platform(stand: StandIns, module: types.ModuleType) -> None:
     _vllm_cpu_kernels(stand, module)
 
 
+# what fa_utils imports from vllm.vllm_flash_attn where the platform is CUDA (0.28.0 on names it
+# compile_flash_attn_varlen_func_from_specs); on CPU it defines none of them
+FA_UTILS_CUDA = ("compile_flash_attn_varlen_func_from_specs", "flash_attn_varlen_func", "get_scheduler_metadata")
+
+
+def _vllm_fa_utils(stand: StandIns, module: types.ModuleType) -> None:
+    """``v1/attention/backends/fa_utils.py`` binds FlashAttention's functions from ``vllm.vllm_flash_attn`` only
+    where ``current_platform.is_cuda()`` (the server); on the CPU platform the harness runs it defines none, and a
+    module importing them by name (0.28.0's MLA prefill ``flash_attn.py``, reached building an MLA draft) fails. They
+    are bound as the server binds them, to the stand-in's placeholders, and ``is_flash_attn_varlen_func_available``
+    answers as there (listed): the draft never runs them."""
+    missing = [name for name in FA_UTILS_CUDA if name not in vars(module)]
+    if len(missing) < len(FA_UTILS_CUDA):  # a platform branch bound them (CUDA, XPU, ROCm): nothing to fill
+        return
+    for name in missing:
+        stand.patch(module, name, placeholder(name, "vllm.vllm_flash_attn"), (
+            "bound from vllm.vllm_flash_attn where the platform is CUDA (the server; here a stand-in): the draft is "
+            "built, never run"))
+    if callable(vars(module).get("is_flash_attn_varlen_func_available")):
+        stand.patch(module, "is_flash_attn_varlen_func_available", lambda: True,
+                    "the server's answer (CUDA always has flash_attn_varlen_func): the MLA prefill binds it")
+
+
 VLLM_STATE: dict[str, Callable[[StandIns, types.ModuleType], None]] = {
     "vllm.distributed.parallel_state": parallel_state,
     "vllm.platforms": _vllm_platforms,
     "vllm.platforms.cpu": _vllm_cpu_platform,
+    "vllm.v1.attention.backends.fa_utils": _vllm_fa_utils,
 }
 
 
