@@ -9,6 +9,7 @@ import importlib
 import importlib.util
 import json
 import re
+import sys
 import tempfile
 import types
 from pathlib import Path
@@ -245,6 +246,54 @@ def _vllm_cpu_platform(stand: StandIns, module: types.ModuleType) -> None:
     _vllm_cpu_kernels(stand, module)
 
 
+HEAD_SIZE_TARGET = "vllm.attention.backends.torch_sdpa.PagedAttention.get_supported_head_sizes"
+HEAD_SIZE_NOTE = ("this vllm's attention refuses the draft's head size on CPU and CUDA alike (the stand-in "
+                  f"{HEAD_SIZE_TARGET} says which): the real server stops at start on this draft; the keys verdict "
+                  "here is about the weight load only")
+
+
+class AnsweredHeadSizes(list):  # type: ignore[type-arg]
+    """The release's supported head sizes, holding every size asked (the first one outside them listed)."""
+
+    def __init__(self, sizes: list[int], stand: StandIns) -> None:
+        super().__init__(sizes)
+        self._stand = stand
+
+    def __contains__(self, size: object) -> bool:
+        if list.__contains__(self, size):
+            return True
+        if not any(s.target == HEAD_SIZE_TARGET for s in self._stand.used):
+            self._stand.used.append(StandIn(HEAD_SIZE_TARGET, "attribute", (
+                f"the real server refuses head size {size} on this release: its CPU backend (torch_sdpa) takes "
+                f"PagedAttention's sizes {list(self)}, its CUDA backends (V1 FlashAttention, Triton, FlashInfer) "
+                "sizes from 32 (64 for FlashInfer) up; answered here so the load runs: no weight depends on the "
+                "backend, and the keys verdict is about the load only")))
+        return True
+
+
+def _vllm_torch_sdpa(stand: StandIns, module: types.ModuleType) -> None:
+    """0.8.5-0.9.1 (0.9.2 on picks a backend that takes the head size: :func:`_vllm_cpu_attention`): the CPU backend's ``TorchSDPABackendImpl`` refuses a head size outside PagedAttention's
+    ``get_supported_head_sizes`` (32-256), as every CUDA backend of these releases does (V1 FlashAttention and Triton
+    32-256, FlashInfer 64-256): the real server refuses the built-in drafts (head size 16, MLA 8) at start. The
+    check is answered (:class:`AnsweredHeadSizes`, listed with the refusal it stands for, and a note on the result
+    via :data:`HEAD_SIZE_NOTE`) so the release's own loader still runs: no weight depends on the backend."""
+    paged = getattr(module, "PagedAttention", None)
+    real = getattr(paged, "get_supported_head_sizes", None)
+    if paged is None or real is None:
+        return
+    held = paged.__dict__.get("get_supported_head_sizes")
+
+    def get_supported_head_sizes() -> list[int]:
+        selector = sys.modules.get("vllm.attention.selector")
+        if hasattr(selector, "supports_head_size"):  # 0.9.2 on: the backend is chosen by head size (CPU or CUDA's)
+            return list(real())
+        return AnsweredHeadSizes(list(real()), stand)
+
+    paged.get_supported_head_sizes = staticmethod(get_supported_head_sizes)
+    stand.on_exit(lambda: setattr(paged, "get_supported_head_sizes", held) if held is not None
+                  else delattr(paged, "get_supported_head_sizes"))
+
+
 # what fa_utils imports from vllm.vllm_flash_attn where the platform is CUDA (0.28.0 on names it
 # compile_flash_attn_varlen_func_from_specs); on CPU it defines none of them
 FA_UTILS_CUDA = ("compile_flash_attn_varlen_func_from_specs", "flash_attn_varlen_func", "get_scheduler_metadata")
@@ -273,6 +322,7 @@ VLLM_STATE: dict[str, Callable[[StandIns, types.ModuleType], None]] = {
     "vllm.platforms": _vllm_platforms,
     "vllm.platforms.cpu": _vllm_cpu_platform,
     "vllm.v1.attention.backends.fa_utils": _vllm_fa_utils,
+    "vllm.attention.backends.torch_sdpa": _vllm_torch_sdpa,
 }
 
 
@@ -365,4 +415,6 @@ def vllm_build(ckpt_dir: Path, fallback_class: str, stand: StandIns) -> Built:
         # vLLM 0.8's EagleProposer: cls(model_config=the draft's, start_layer_id=the target's layer count)
         model = cls(**accepted(cls.__init__, {"vllm_config": vllm_config, "prefix": "", "model_config": draft_model,
                                                "start_layer_id": target_layers}))
+    if any(s.target == HEAD_SIZE_TARGET for s in stand.used):
+        notes.append(HEAD_SIZE_NOTE)
     return Built(model, module.__name__, class_name, recognised, notes)
