@@ -98,7 +98,7 @@ def _cuda_mla_backend(stand: StandIns, refusal: Exception, *args: Any, **kwargs:
     from vllm.platforms.interface import DeviceCapability
 
     priorities = getattr(cuda, "_get_backend_priorities", None)
-    config = kwargs.get("attn_selector_config", args[1] if len(args) > 1 else None)
+    config: Any = kwargs.get("attn_selector_config", args[1] if len(args) > 1 else None)
     if priorities is None or not hasattr(config, "_asdict"):
         raise refusal
     capability = DeviceCapability(*SERVER_CAPABILITY)
