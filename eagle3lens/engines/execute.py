@@ -29,7 +29,9 @@ from typing import Any, Callable, Sequence
 from ..checkpoint import Checkpoint, CheckpointLike, as_checkpoint
 from ..errors import UsageError
 from ..io.textsafe import clip
-from .execute_adapters import ADAPTERS, tolerant_registries
+from .execute_adapters import Adapter, tolerant_registries
+from .execute_sglang import SGLANG_STATE, sglang_build
+from .execute_vllm import VLLM_STATE, vllm_build
 from .execute_whole import WHOLE_BUILDS, installed_here, whole_import_error
 from .recorder import (LogTap, Provenance, Record, converted_attributes, error_of, key_in_flight, parameter_storages,
                        weights)
@@ -151,6 +153,12 @@ def simulated_class(ckpt: Checkpoint, root: Path) -> str:
 
 
 # -- running the engine's code --------------------------------------------------------------
+# how each engine builds its EAGLE-3 draft (execute_sglang, execute_vllm)
+ADAPTERS = {
+    "sglang": Adapter("sglang", ("sglang",), SGLANG_STATE, sglang_build, ("sglang",)),
+    "vllm": Adapter("vllm", ("vllm",), VLLM_STATE, vllm_build, ("vllm",)),
+}
+
 _LOADED: dict[str, str] = {}  # engine name -> the root its modules were imported from in this process
 # root -> the module stand-ins its import chain needed: a later execution in the same process imports nothing
 # again, and its result still lists them

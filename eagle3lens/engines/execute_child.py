@@ -29,7 +29,7 @@ from typing import IO, Sequence
 
 from ..errors import UsageError
 from ..io.textsafe import clip, escape_sequences, printable
-from .execute import LINE, PHASE, Execution, engine_at
+from .execute import ADAPTERS, LINE, PHASE, Execution, engine_at
 from .release_env import ReleaseEnv, release_env
 
 TIMEOUT_ENV = "EAGLE3LENS_EXECUTE_TIMEOUT"
@@ -175,7 +175,6 @@ def engine_root(python: str) -> Path:
     """Where the engine installed for ``python`` imports from: that interpreter's ``sys.path`` searched by package
     metadata, as ``engines --detect`` searches this one's (nothing of the engine is imported here)."""
     from .detect import detect
-    from .execute_adapters import ADAPTERS
 
     shown = printable(clip(python, 200))
     try:

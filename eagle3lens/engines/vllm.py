@@ -83,11 +83,14 @@ def _mla(first: str) -> DraftClass:
 
 def _rope_yarn(v: tuple[int, ...]) -> str | None:
     """deepseek_eagle3.py 0.18.0-0.27.x: ``if rope_scaling:`` copies config.rope_scaling as deepseek_yarn rope (gone
-    in 0.28.0). What rope_scaling is depends on the transformers the release requires: <5 up to 0.19.x (config.json's
-    field), >=5.5.3 from 0.24.0 (an alias of rope_parameters), either in 0.20-0.23, where a fresh install resolves to 5."""
+    in 0.28.0). What rope_scaling is depends on the transformers the release requires: <5 in 0.18.x (config.json's
+    field), >=5.5.3 from 0.24.0 (an alias of rope_parameters, a truthy ``{rope_type: default, rope_theta}`` for an
+    unscaled draft), either from 0.19.1 (its METADATA: ``!=5.0.*..!=5.5.0,>=4.56.0``) to 0.23, where a fresh install
+    resolves to 5 (seen executing 0.19.1 under transformers 5.6.0 and 5.25.0: KeyError 'factor' in get_rope). 0.19.0's
+    pin is not read here: taken as 0.18's."""
     if not (0, 18) <= v < (0, 28):
         return None
-    return "transformers-4" if v < (0, 20) else "transformers-5"
+    return "transformers-4" if v < (0, 19, 1) else "transformers-5"
 
 
 def _qwen3(steps: tuple) -> DraftClass:
@@ -257,6 +260,7 @@ ASPECTS = (
         ("0.11.1", dict(architectures=_archs("0.11.1"))),
         ("0.12.0", dict(architectures=_archs("0.12.0"))),
         ("0.18.0", dict(classes=(_mla("0.18.0"),))),
+        ("0.19.1", dict(classes=(_mla("0.19.1"),))),
         ("0.20.0", dict(architectures=_archs("0.20.0"), classes=(_mla("0.20.0"),))),
         ("0.22.0", dict(architectures=_archs("0.22.0"), classes=(_mla("0.22.0"),))),
         ("0.24.0", dict(classes=(_mla("0.24.0"),

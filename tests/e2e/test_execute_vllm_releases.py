@@ -68,14 +68,14 @@ def test_vllm_0_9_2_takes_the_cuda_attention_backend_where_the_cpu_one_refuses_t
 WITHOUT = textwrap.dedent("""\
     import contextlib, json, sys
     from pathlib import Path
-    from eagle3lens.engines import execute_adapters
+    from eagle3lens.engines import execute_vllm
     from eagle3lens.probes.executed import execute_load
 
     removed = sys.argv[3].split(",")
     if "ops" in removed:
-        execute_adapters.vllm_compiled_ops = lambda stand: contextlib.nullcontext()
+        execute_vllm.vllm_compiled_ops = lambda stand: contextlib.nullcontext()
     if "attention" in removed:
-        del execute_adapters.VLLM_STATE["vllm.platforms.cpu"]
+        del execute_vllm.VLLM_STATE["vllm.platforms.cpu"]
     result = execute_load(Path(sys.argv[1]), root=Path(sys.argv[2]), isolate=False)
     print(json.dumps({"origin": result.origin, "codes": [f.code for f in result.findings],
                       "reason": result.execution["not_executed"]}))
@@ -112,3 +112,61 @@ def test_a_removed_stand_in_is_not_executed_never_a_disagreement(version: str, r
     assert out["origin"] == "simulated" and "engine/not-executed" in out["codes"], out
     assert "engine/simulation-disagrees" not in out["codes"] and "keys/raises" not in out["codes"], out
     assert "harness" in out["reason"], out
+
+
+# releases whose cells the harness once left unexecuted or judged wrongly (issue 34's audit): every built-in draft
+# now executes and agrees. 0.8.5.post1 / 0.9.0.1: head size 16 (MLA 8) answered; 0.18.1: the CUDA platform's MLA
+# backend; 0.19.1: the simulation's transformers-5 rope; 0.28.0: fa_utils' CUDA names
+FIXED = ("0.8.5.post1", "0.9.0.1", "0.18.1", "0.19.1", "0.28.0")
+
+
+@pytest.mark.parametrize("version", FIXED)
+def test_every_built_in_draft_agrees_at_the_releases_the_audit_left_unexecuted(version: str) -> None:
+    audit = audited("vllm", version)
+    assert {c.draft: c.outcome for c in audit.cells} == {c.draft: "agree" for c in audit.cells}, \
+        [(c.draft, c.why) for c in audit.cells if c.outcome != "agree"]
+
+
+def _built_in(name: str, version: str, tmp_path: Path):
+    _what, tensors, config = DRAFTS[name]
+    result = execute_load(write_draft(tmp_path / name, tensors(), config()), root=release_root("vllm", version),
+                          isolate=True)
+    assert result.origin == "executed", result.execution["not_executed"]
+    assert "engine/simulation-disagrees" not in codes(result)
+    return result, {s["target"]: s["why"] for s in result.stand_ins}
+
+
+@pytest.mark.parametrize("version,draft,size", [("0.9.0.1", "specforge", 16), ("0.8.5.post1", "kimi-mla", 8)])
+def test_a_head_size_every_backend_refuses_is_answered_and_said(version: str, draft: str, size: int,
+                                                                 tmp_path: Path) -> None:
+    """0.8.5-0.9.1 refuse head sizes below 32 on CPU and CUDA alike: the server stops at start on these drafts. The
+    check is answered (listed, the release's supported sizes named) and the result says the verdict is the load's."""
+    result, used = _built_in(draft, version, tmp_path)
+    why = used["vllm.attention.backends.torch_sdpa.PagedAttention.get_supported_head_sizes"]
+    assert f"refuses head size {size}" in why and "[32, 64, 80, 96, 112, 128, 192, 256]" in why
+    assert any("the real server stops at start" in n and "load only" in n for n in result.notes)
+
+
+def test_vllm_0_18_1_builds_an_mla_draft_with_the_cuda_platforms_mla_backend(tmp_path: Path) -> None:
+    """0.18.1's CPU platform raises "MLA is not supported on CPU": the backend is the first of its CUDA platform's MLA
+    priorities that its own checks accept on an H100 (FlashInfer MLA, CUDA code at import, passed over)."""
+    _result, used = _built_in("kimi-mla", "0.18.1", tmp_path)
+    why = used["vllm.platforms.cpu.CpuPlatform.get_attn_backend_cls (MLA)"]
+    assert "MLA is not supported on CPU" in why and "TritonMLABackend" in why and "FLASHINFER_MLA" in why
+
+
+def test_vllm_0_28_0_binds_fa_utils_cuda_names_to_the_flash_attn_stand_in(tmp_path: Path) -> None:
+    """0.28.0's MLA prefill imports compile_flash_attn_varlen_func_from_specs from fa_utils, which binds it only on
+    CUDA: bound to the vllm_flash_attn stand-in's placeholder (listed) and the draft builds and agrees."""
+    result, used = _built_in("kimi-mla", "0.28.0", tmp_path)
+    assert "vllm_flash_attn" in used["vllm.v1.attention.backends.fa_utils.compile_flash_attn_varlen_func_from_specs"]
+    assert result.execution["phase"] == "done"
+
+
+def test_vllm_0_19_1_mla_rope_under_transformers_5_is_the_engines_refusal(tmp_path: Path) -> None:
+    """0.19.1 accepts transformers >=5.5.1, whose rope_scaling (the rope_parameters alias) is truthy for an unscaled
+    draft: deepseek_eagle3 takes the deepseek_yarn branch and get_rope raises KeyError 'factor'; the simulation says
+    the same (transformers-5 from 0.19.1)."""
+    audit = audited("vllm", "0.19.1")
+    cell = next(c for c in audit.cells if c.draft == "kimi-mla")
+    assert (cell.outcome, cell.executed, cell.simulated) == ("agree", "construct: KeyError", "construct")

@@ -155,7 +155,7 @@ def test_a_removed_stand_in_is_not_executed_and_a_constructor_refusal_stays_the_
     """Without the world-size-1 parallel group the miniature's Stacked layer asserts in every draft: the harness.
     The 2-layer refusal of the same constructor is the engine's verdict on the checkpoint (the built-in draft
     builds): keys/raises, as before."""
-    from eagle3lens.engines import execute_adapters
+    from eagle3lens.engines import execute_sglang
 
     root = write_engine(tmp_path / "site")
     two = write(tmp_path / "two", {k: v for k, v in draft_tensors("midlayer.").items()
@@ -163,7 +163,7 @@ def test_a_removed_stand_in_is_not_executed_and_a_constructor_refusal_stays_the_
     try:
         refused = execute_load(two, root=root, isolate=False)
         assert "keys/raises" in {f.code for f in refused.findings} and refused.origin == "executed"
-        monkeypatch.delitem(execute_adapters.SGLANG_STATE, "sglang.srt.distributed.parallel_state")
+        monkeypatch.delitem(execute_sglang.SGLANG_STATE, "sglang.srt.distributed.parallel_state")
         forget_modules(("sglang", "sgl_kernel"))
         result = execute_load(_draft(tmp_path), root=root, isolate=False)
     finally:

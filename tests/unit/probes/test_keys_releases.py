@@ -346,10 +346,12 @@ def test_mla_rope_without_factor_stops_the_vllm_constructor(tmp_path, engine):
 
 
 def test_mla_rope_boundaries(tmp_path):
-    """0.18-0.19 require transformers < 5: config.json's rope_scaling counts (absent: default rope, builds);
-    0.28.0 no longer copies rope_scaling."""
+    """0.18.x (and 0.19.0, taken as 0.18) require transformers < 5: config.json's rope_scaling counts (absent:
+    default rope, builds); 0.19.1 accepts transformers 5, whose rope_scaling alias is truthy for an unscaled draft
+    (deepseek_yarn without a factor); 0.28.0 no longer copies rope_scaling."""
     plain = write(tmp_path / "plain", mla_draft_tensors(), mla_config())
     assert simulate_load(plain, "vllm==0.19.0").refused is None
+    assert "KeyError: 'factor'" in (simulate_load(plain, "vllm==0.19.1").refused or "")
     assert simulate_load(plain, "vllm==0.28.0").refused is None
     scaled = write(tmp_path / "scaled", mla_draft_tensors(), {**mla_config(), "rope_scaling": {"rope_type": "default"}})
     assert "KeyError: 'factor'" in (simulate_load(scaled, "vllm==0.19.0").refused or "")
