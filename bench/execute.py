@@ -1,7 +1,7 @@
 """Benchmark: ``keys --execute`` on the demo's eagle draft with a real SGLang release unpacked ``--no-deps``.
 
     .venv/bin/python bench/execute.py [--release 0.5.11] [--demo DIR] [--no-fullsize]
-    .venv/bin/python bench/execute.py --audit [--cached-only] [--engine E]
+    .venv/bin/python bench/execute.py --audit [--cached-only] [--engine E] [--draft NAME]
 
 Cold: a fresh interpreter imports the engine and runs its loader (the ``--execute`` worker), budget 20 s; its peak
 RSS is the child's own ``VmHWM`` (``/proc/self/status``, read by the child as it ends; ``ru_maxrss`` of children
@@ -75,13 +75,13 @@ def audit_cell(draft: Path, root: Path, site: str) -> tuple[float, float, float,
     return wall - warm, warm, kb / (1 << 20), phase
 
 
-def audit(cached_only: bool, engines: list[str]) -> None:
+def audit(cached_only: bool, engines: list[str], only: list[str] | None = None) -> None:
     from eagle3lens.engines.audit_drafts import build_drafts
     from eagle3lens.release_audit import representatives
     from eagle3lens.engines.release_env import release_env
     from eagle3lens.engines.wheels import CACHE
 
-    drafts = build_drafts(Path(tempfile.mkdtemp()))
+    drafts = {name: path for name, path in build_drafts(Path(tempfile.mkdtemp())).items() if not only or name in only}
     print("release            draft               cold s  warm s  RSS GB  phase  (budgets 20 s / 2 s / 1 GB)")
     worst = [0.0, 0.0, 0.0]
     for name in engines:
@@ -111,9 +111,10 @@ def main() -> None:
     parser.add_argument("--audit", action="store_true", help="every release group x the built-in drafts")
     parser.add_argument("--cached-only", action="store_true", help="with --audit: only releases already cached")
     parser.add_argument("--engine", action="append", choices=("sglang", "vllm"), help="with --audit (repeatable)")
+    parser.add_argument("--draft", action="append", help="with --audit: only this built-in draft (repeatable)")
     args = parser.parse_args()
     if args.audit:
-        audit(args.cached_only, args.engine or ["sglang", "vllm"])
+        audit(args.cached_only, args.engine or ["sglang", "vllm"], args.draft)
         return
     root = unpacked("sglang", args.release)
     tmp = Path(tempfile.mkdtemp())

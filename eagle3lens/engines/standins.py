@@ -32,8 +32,8 @@ from ..errors import StandInCalled
 
 # compiled extensions and GPU-only packages: always stood in for imports from the engine's files
 COMPILED = ("sgl_kernel", "flashinfer", "triton", "flash_attn", "flash_mla", "deep_gemm", "deep_ep", "xformers",
-            "vllm._C", "vllm._moe_C", "vllm._rocm_C", "vllm._flashmla_C", "vllm._flashmla_extension_C",
-            "vllm.vllm_flash_attn", "vllm.cumem_allocator", "cuda", "cupy", "nvidia", "torchada")
+            "vllm._C", "vllm._C_stable_libtorch", "vllm._moe_C", "vllm._rocm_C", "vllm._flashmla_C",
+            "vllm._flashmla_extension_C", "vllm.vllm_flash_attn", "vllm.cumem_allocator", "cuda", "cupy", "nvidia", "torchada")
 # packages an engine imports to *detect* hardware (TPU, ROCm, NPU, HPU, XPU plugins): never stood in, so the
 # engine finds this machine's hardware (none) and picks its CPU path
 PROBED = ("libtpu", "tpu_inference", "amdsmi", "torch_npu", "vllm_ascend", "habana_frameworks", "vllm_gaudi",

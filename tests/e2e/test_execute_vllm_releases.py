@@ -116,8 +116,9 @@ def test_a_removed_stand_in_is_not_executed_never_a_disagreement(version: str, r
 
 # releases whose cells the harness once left unexecuted or judged wrongly (issue 34's audit): every built-in draft
 # now executes and agrees. 0.8.5.post1 / 0.9.0.1: head size 16 (MLA 8) answered; 0.18.1: the CUDA platform's MLA
-# backend; 0.19.1: the simulation's transformers-5 rope; 0.28.0: fa_utils' CUDA names
-FIXED = ("0.8.5.post1", "0.9.0.1", "0.18.1", "0.19.1", "0.28.0")
+# backend; 0.19.0: its platforms/cuda.py imports vllm._C_stable_libtorch (a compiled extension); 0.19.1: the
+# simulation's transformers-5 rope; 0.28.0: fa_utils' CUDA names
+FIXED = ("0.8.5.post1", "0.9.0.1", "0.18.1", "0.19.0", "0.19.1", "0.28.0")
 
 
 @pytest.mark.parametrize("version", FIXED)
