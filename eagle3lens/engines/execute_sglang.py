@@ -165,9 +165,9 @@ def _sglang_publish(ckpt_dir: Path, flat: dict[str, Any] | None, stand: StandIns
     ``initialize_model_parallel`` builds with torch.distributed (the world-size-1 group)."""
     try:
         context = importlib.import_module("sglang.srt.runtime_context")
+        server_args = importlib.import_module("sglang.srt.server_args")  # the engine's own
     except ModuleNotFoundError:
-        return
-    from sglang.srt import server_args  # the engine's own
+        return  # nothing to publish, or nothing to publish it with: what the constructors then read decides
 
     publish, ranks = getattr(context, "publish", None), getattr(context, "SpawnRanks", None)
     how: dict[str, Any] = {}
