@@ -244,7 +244,7 @@ def template_cost_figure(dump: AcceptanceResult, served: AcceptanceResult, selec
         view = result.views["as_trained"]
         label = {"dump": "the dump (training data)", "served": "served-template traffic"}[name]
         fig.add_trace(go.Bar(x=[f"position {p + 1}" for p in range(len(view.full_acc))], y=list(view.full_acc),
-                             name=f"{label}: accept len {_two(result.in_vocab_accept_len)}", marker_color=color,
+                             name=f"{label}: accept len {_two(result.in_vocab_accept_len)} (budget: within the draft vocabulary)", marker_color=color,
                              opacity=1.0 if name == selected else 0.3,
                              text=[f"{a:.2f}" for a in view.full_acc] if name == selected else None,
                              textposition="outside"))
