@@ -142,9 +142,9 @@ def test_whole_chain_views_render(offline, demo_dir: Path) -> None:
     console = Console(record=True, width=120)
     console.print(rich_view(c))
     text = console.export_text()
-    assert "accept len" in text and "1.000" in text and f"{c.whole.offline_accept_len:.3f}" in text
-    assert "<= 0.000" in text
+    assert "accept len" in text and "1.00" in text and f"{c.whole.offline_accept_len:.2f}" in text
+    assert "<= 0.00" in text
     page = html_view(c)
-    assert "<table>" in page and f"{c.whole.offline_accept_len:.3f}" in page
+    assert "<table>" in page and f"{c.whole.offline_accept_len:.2f}" in page
     (fig,) = figures(c)
     assert [len(t.x) for t in fig.data] == [len(c.offline), 1] and fig.data[1].y[0] == 0.0
