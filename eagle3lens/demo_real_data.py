@@ -27,22 +27,62 @@ TEMPLATES = (
     "What should a beginner know about {}?",
     "Write a short poem about {}.",
 )
-TRAIN_TOPICS = (
-    "the moon", "volcanoes", "bread", "chess", "rainbows", "honey bees", "the ocean", "trains", "coffee", "music",
-    "recycling", "the internet", "dinosaurs", "gardening", "clouds", "electricity", "photosynthesis", "the sun",
-    "football", "libraries", "rivers", "cats", "dogs", "the human heart", "mountains", "bicycles", "vaccines",
-    "airplanes", "money", "friendship", "sleep", "rain forests", "the brain", "computers", "the weather", "tea",
-    "ancient Rome", "the piano", "deserts", "earthquakes", "the stars", "bridges", "apples", "sharks", "soap",
-    "the post office", "wind turbines", "butterflies",
+TRAIN_TOPICS = (  # everyday subjects of nature, food, science, society, pastimes and work: 383 of them
+    "the moon", "volcanoes", "rainbows", "the ocean", "clouds", "rivers", "mountains", "rain forests", "deserts",
+    "earthquakes", "the stars", "the weather", "tornadoes", "hurricanes", "lakes", "caves", "islands", "waterfalls",
+    "snow", "lightning", "tides", "coral reefs", "wetlands", "the seasons", "fossils", "rocks and minerals", "soil",
+    "the water cycle", "the northern lights", "comets", "planets", "black holes", "the speed of light", "galaxies",
+    "meteors", "the atmosphere", "oxygen", "carbon dioxide", "the desert climate", "forests", "grasslands",
+    "the arctic", "the equator", "time zones", "fog", "hail", "drought", "floods", "wildfires", "sand dunes",
+    "canyons", "geysers", "honey bees", "cats", "dogs", "sharks", "butterflies", "dinosaurs", "elephants", "whales",
+    "dolphins", "frogs", "snakes", "owls", "horses", "cows", "ants", "spiders", "octopuses", "turtles", "lions",
+    "tigers", "wolves", "bats", "squirrels", "rabbits", "parrots", "bears", "camels", "giraffes", "monkeys",
+    "crocodiles", "jellyfish", "salmon", "earthworms", "mushrooms", "trees", "flowers", "cactus plants", "seeds",
+    "bamboo", "moss", "algae", "oak trees", "sunflowers", "roses", "tomatoes", "potatoes", "rice", "wheat", "corn",
+    "bananas", "oranges", "grapes", "bread", "coffee", "tea", "apples", "soap", "chocolate", "pizza", "pasta",
+    "soup", "salt", "sugar", "milk", "eggs", "butter", "yogurt", "ice cream", "sandwiches", "breakfast",
+    "cooking rice", "baking cookies", "spices", "vegetables", "fruit salad", "drinking water", "vitamins",
+    "a healthy diet", "kitchen safety", "refrigerators", "ovens", "washing machines", "vacuum cleaners", "candles",
+    "furniture", "houseplants", "cleaning a room", "laundry", "doing the dishes", "a grocery list", "table manners",
+    "picnics", "electricity", "photosynthesis", "the sun", "vaccines", "the human heart", "the brain", "computers",
+    "the internet", "magnets", "gravity", "atoms", "light", "sound", "heat", "friction", "energy", "batteries",
+    "electric cars", "rockets", "satellites", "telescopes", "microscopes", "robots", "artificial intelligence",
+    "smartphones", "email", "passwords", "video games", "programming", "databases", "spreadsheets", "the cloud",
+    "cameras", "television", "radio", "the telephone", "GPS", "lasers", "x-rays", "DNA", "cells", "bacteria",
+    "viruses", "the immune system", "bones", "muscles", "the lungs", "the stomach", "blood", "the eyes", "the ears",
+    "teeth", "skin", "genes", "evolution", "chemical reactions", "acids and bases", "the periodic table", "metals",
+    "plastic", "glass", "paper", "rubber", "steel", "concrete", "nuclear power", "wind turbines",
+    "hydroelectric dams", "climate change", "pollution", "recycling", "composting", "clean energy", "ancient Rome",
+    "ancient Egypt", "the pyramids", "castles", "knights", "the Vikings", "the Renaissance",
+    "the industrial revolution", "democracy", "elections", "taxes", "banks", "money", "credit cards", "saving money",
+    "budgets", "markets", "trade", "maps", "languages", "writing", "the alphabet", "books", "libraries", "museums",
+    "newspapers", "the post office", "holidays", "birthdays", "weddings", "festivals", "music", "the piano",
+    "the guitar", "the violin", "drums", "singing", "dancing", "painting", "drawing", "sculpture", "photography",
+    "movies", "theater", "poetry", "novels", "fairy tales", "comic books", "architecture", "bridges", "skyscrapers",
+    "roads", "trains", "airplanes", "bicycles", "ships", "buses", "subways", "cars", "traffic lights", "airports",
+    "hotels", "restaurants", "hospitals", "schools", "universities", "farms", "factories", "offices", "cities",
+    "villages", "neighbors", "families", "grandparents", "friendship", "teamwork", "kindness", "honesty", "patience",
+    "courage", "leadership", "volunteering", "chess", "football", "basketball", "tennis", "swimming", "running",
+    "yoga", "hiking", "camping", "fishing", "skiing", "cycling", "board games", "puzzles", "knitting", "woodworking",
+    "gardening", "learning a language", "studying for exams", "homework", "reading", "taking notes",
+    "public speaking", "job interviews", "writing a resume", "time management", "sleep", "exercise", "stress",
+    "meditation", "drinking enough water", "washing hands", "first aid", "fire safety", "crossing the street",
+    "moving to a new city", "traveling abroad", "packing a suitcase", "making friends", "pets",
+    "taking care of a dog", "feeding a cat", "raising chickens", "keeping fish", "planting a tree",
+    "a morning routine", "a rainy day", "a snowy day", "summer vacation", "the beach", "the zoo", "the park",
+    "the library card", "a birthday party", "doctors", "nurses", "teachers", "firefighters", "police officers",
+    "farmers", "chefs", "pilots", "astronauts", "scientists", "engineers", "artists", "musicians", "writers",
+    "lawyers", "judges", "mail carriers", "plumbers", "electricians", "carpenters", "programmers", "pharmacists",
+    "dentists", "veterinarians", "librarians", "photographers", "journalists", "architects", "mechanics", "bakers",
 )
-TEMPLATES_PER_TOPIC = 8  # 48 topics x 8 templates: 384 training conversations
+TEMPLATES_PER_TOPIC = 3  # 383 topics x 3 templates: 1149 training conversations
 HELD_OUT_TOPICS = ("penguins", "glaciers", "the printing press", "solar panels", "birds", "the olympic games",
                    "cheese", "lighthouses")
 HELD_OUT_TEMPLATES = (0, 2, 5)  # three templates per held-out topic: 24 conversations
 
 
 def train_conversations() -> list[list[dict[str, str]]]:
-    return [[{"role": "user", "content": TEMPLATES[(j + 2 * m) % len(TEMPLATES)].format(topic)}]
+    return [[{"role": "user", "content": TEMPLATES[(3 * j + m) % len(TEMPLATES)].format(topic)}]
             for j, topic in enumerate(TRAIN_TOPICS) for m in range(TEMPLATES_PER_TOPIC)]
 
 
