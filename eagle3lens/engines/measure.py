@@ -154,7 +154,8 @@ def measure(target: str | Path, draft: str | Path, prompts: Sequence[Sequence[in
                "prompts": [[int(i) for i in p] for p in prompts], "max_tokens": limits,
                "stop_token_ids": sorted(int(i) for i in stop_token_ids), "sampling": sampling,
                "max_model_len": max_model_len or longest, "dtype": dtype}
-    # the engine's environment, here or on the host: its OpenMP threads, vLLM's CPU KV cache, no eagle3lens path
+    # the engine's environment, here or on the host: its OpenMP threads, vLLM's CPU KV cache and stats interval, no
+    # eagle3lens path
     settings = {"OMP_NUM_THREADS": str(threads or os.environ.get("OMP_NUM_THREADS") or 1),
                 "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE") or "1",
                 "VLLM_LOG_STATS_INTERVAL": os.environ.get("VLLM_LOG_STATS_INTERVAL") or f"{timeout_s:g}"}
