@@ -125,7 +125,8 @@ def measure(target: str | Path, draft: str | Path, prompts: Sequence[Sequence[in
             stop_token_ids: Sequence[int] = (), temperature: float = 0.0, top_p: float = 1.0, top_k: int = -1,
             seed: int = 0, engine: str = "vllm", python: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
             threads: int | None = None, max_model_len: int | None = None, dtype: str = "float32",
-            host: str | None = None, ssh_config: str | Path | None = None) -> Measurement:
+            host: str | None = None, ssh_config: str | Path | None = None,
+            log_to: str | Path | None = None) -> Measurement:
     """Serve ``draft`` (EAGLE-3, ``k`` proposals a round) with ``target`` in the engine at ``python`` and count.
 
     ``prompts`` are token ids (no tokenizer in between), ``max_tokens`` one limit or one per prompt (generation also
@@ -134,6 +135,10 @@ def measure(target: str | Path, draft: str | Path, prompts: Sequence[Sequence[in
     With ``host`` the engine installed on that SSH host serves (``ssh_config`` as for ``--host``): ``target`` and
     ``draft`` are directories there, used as given, and ``python`` is its engine Python (default ``python3``); the
     same environment and time limit hold there.
+    ``log_to`` keeps the engine's own output there (copied whether or not it served): with stats logging on, vLLM's
+    ``SpecDecoding metrics:`` lines as its server prints them, each covering the rounds since the one before; the
+    stats interval (``$VLLM_LOG_STATS_INTERVAL``) defaults to the time limit and the child flushes the last interval
+    after the run, so the log's one line covers the whole run and its accept length is the counters'.
     Raises ``MeasureFailed`` when no record comes back (time-out, the Python crashed before writing, the connection
     was lost), ``UsageError`` when the engine's side has no such target or draft directory.
     """
@@ -149,21 +154,27 @@ def measure(target: str | Path, draft: str | Path, prompts: Sequence[Sequence[in
                "prompts": [[int(i) for i in p] for p in prompts], "max_tokens": limits,
                "stop_token_ids": sorted(int(i) for i in stop_token_ids), "sampling": sampling,
                "max_model_len": max_model_len or longest, "dtype": dtype}
-    # the engine's environment, here or on the host: its OpenMP threads, vLLM's CPU KV cache, no eagle3lens path
+    # the engine's environment, here or on the host: its OpenMP threads, vLLM's CPU KV cache and stats interval, no
+    # eagle3lens path
     settings = {"OMP_NUM_THREADS": str(threads or os.environ.get("OMP_NUM_THREADS") or 1),
-                "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE") or "1"}
+                "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE") or "1",
+                "VLLM_LOG_STATS_INTERVAL": os.environ.get("VLLM_LOG_STATS_INTERVAL") or f"{timeout_s:g}"}
     with tempfile.TemporaryDirectory(prefix="eagle3lens-measure-") as work:
         request_path, record_path, log_path = (Path(work) / n for n in (REQUEST, RECORD, LOG))
         request_path.write_text(json.dumps(request))
-        if host is None:
-            env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | settings
-            code = _run([engine_python(python), "-I", str(CHILD), str(request_path), str(record_path)],
-                        env, log_path, timeout_s)
-        else:
-            from .measure_remote import run_on_host
+        try:
+            if host is None:
+                env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | settings
+                code = _run([engine_python(python), "-I", str(CHILD), str(request_path), str(record_path)],
+                            env, log_path, timeout_s)
+            else:
+                from .measure_remote import run_on_host
 
-            code = run_on_host(host, python or "python3", Path(work), settings, timeout_s, ssh_config)
-        record = _with_root_cause(_read_record(code, record_path, log_path), log_path)
+                code = run_on_host(host, python or "python3", Path(work), settings, timeout_s, ssh_config)
+            record = _with_root_cause(_read_record(code, record_path, log_path), log_path)
+        finally:
+            if log_to is not None and log_path.is_file():
+                shutil.copyfile(log_path, log_to)
     return _measurement(record, request, host)
 
 

@@ -85,6 +85,9 @@ def _vllm(request: dict[str, Any]) -> dict[str, Any]:
         before = _vllm_counters(llm)
         outputs = llm.generate(prompts, params, use_tqdm=False)
         counters = _delta(before, _vllm_counters(llm))
+        # the stat logger's lines ("SpecDecoding metrics: ...") as the server's periodic do_log_stats prints them: the
+        # offline LLM logs only from a step past VLLM_LOG_STATS_INTERVAL and never the rest, so flush it here
+        llm.llm_engine.do_log_stats()
     except BaseException as exc:  # noqa: BLE001 - a crash on the first decode is the engine's verdict
         return {**identity, **_failure("generate", exc)}
     return {**identity, "ok": True, "counters": counters,
