@@ -11,6 +11,7 @@ the engine runs (a path on the GPU host, with ``--host``) is the stage ``input``
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -85,13 +86,21 @@ def _vllm(request: dict[str, Any]) -> dict[str, Any]:
         before = _vllm_counters(llm)
         outputs = llm.generate(prompts, params, use_tqdm=False)
         counters = _delta(before, _vllm_counters(llm))
-        # the stat logger's lines ("SpecDecoding metrics: ...") as the server's periodic do_log_stats prints them: the
-        # offline LLM logs only from a step past VLLM_LOG_STATS_INTERVAL and never the rest, so flush it here
-        llm.llm_engine.do_log_stats()
     except BaseException as exc:  # noqa: BLE001 - a crash on the first decode is the engine's verdict
         return {**identity, **_failure("generate", exc)}
+    _flush_stats(llm)
     return {**identity, "ok": True, "counters": counters,
             "outputs": [list(out.outputs[0].token_ids) for out in outputs]}
+
+
+def _flush_stats(llm: Any) -> None:
+    """The stat logger's lines ("SpecDecoding metrics: ...") as the server's periodic ``do_log_stats`` prints them:
+    the offline LLM logs only from a step past ``VLLM_LOG_STATS_INTERVAL`` and never the rest. A release without
+    the method, or whose flush fails, keeps its counts: the log is a by-product, never the verdict."""
+    flush = getattr(getattr(llm, "llm_engine", None), "do_log_stats", None)
+    if callable(flush):
+        with contextlib.suppress(Exception):
+            flush()
 
 
 def _sglang_counters(outputs: list[Any], k: int) -> dict[str, Any]:
