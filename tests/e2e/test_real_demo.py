@@ -163,6 +163,7 @@ def test_the_engine_accepts_the_healthy_drafter_and_less_from_the_template_less_
 
 
 @pytest.mark.engine
+@pytest.mark.timeout(2700)  # the engine's run, then the doctor's acceptance on 1149 + 24 real conversations
 @pytest.mark.skipif(not ENGINE_PYTHON, reason="no engine: make engine, then EAGLE3LENS_ENGINE_PYTHON")
 def test_the_doctors_budget_adds_up_to_the_engines_own_log_at_t07(real_dir: Path, tmp_path: Path, capsys) -> None:
     """The engine serves the held-out chat with the healthy drafter at T = 0.7 and keeps its log; the doctor on that
