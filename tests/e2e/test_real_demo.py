@@ -35,11 +35,11 @@ def _real(root: Path) -> dict:
 
 def _served_prompts(root: Path) -> list[list[int]]:
     """The held-out conversations as the server renders them: the target's chat template, generation prompt on."""
+    from eagle3lens.demo_real_data import rendered
+
     real = _real(root)
     tokenizer = load_tokenizer(root / real["target"])
-    return [tokenizer(tokenizer.apply_chat_template(json.loads(line), add_generation_prompt=True, tokenize=False),
-                      add_special_tokens=False)["input_ids"]
-            for line in (root / real["chat"]).read_text().splitlines()]
+    return [rendered(tokenizer, json.loads(line), True) for line in (root / real["chat"]).read_text().splitlines()]
 
 
 def _inside(root: Path, relative: str) -> Path:
@@ -217,7 +217,7 @@ def test_the_doctors_budget_adds_up_to_the_engines_own_log_at_t07(real_dir: Path
 def test_the_cpu_builds_sampled_verify_is_the_defect_the_finding_names(real_dir: Path) -> None:
     """What engine/sampled-verify-broken claims of vLLM 0.32.0's CPU build, held against it: at temperature 0.01 (all
     but greedy) it serves other text than greedy and accepts far less; greedy is served right. A build that fixes its
-    expand kernel fails this test, and the claim (probes/measured.py SAMPLED_VERIFY_BROKEN) goes."""
+    expand kernel fails this test, and the claim (probes/served_sampling.py SAMPLED_VERIFY_BROKEN) goes."""
     from eagle3lens.engines.measure import measure
     from eagle3lens.probes.measured import sampled_verify_defect
 

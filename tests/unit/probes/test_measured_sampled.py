@@ -4,7 +4,12 @@ the build's defect, named as such; greedy on it, or sampled on another build, it
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
+
+from eagle3lens import cli
 
 from eagle3lens.engines.measure import Measurement, ServedCounts
 from eagle3lens.findings import Severity
@@ -53,3 +58,19 @@ def test_a_sampled_count_at_or_above_the_estimate_claims_no_defect() -> None:
     """The defect shows as a count far below the estimate; one that agrees is the build serving right by chance."""
     agreeing = _measured("vllm==0.32.0", "cpu", 0.7, ServedCounts(1000, 3000, 390, (300, 70, 20)))  # 1.39
     assert judge(_result(1.39), agreeing)[0] == ()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("engine", "named"), [("vllm==0.32.0+cpu", True), ("vllm==0.32.0", False)])
+def test_the_estimate_at_a_temperature_says_the_cpu_build_serves_it_otherwise(demo_dir: Path, capsys, engine: str,
+                                                                             named: bool) -> None:
+    """One truth without --measure: an estimate at T > 0 for the CPU build says that build's verify step is broken
+    (the figures are a sound build's); for the GPU build of the same release it says nothing of the kind."""
+    rc = cli.main(["acceptance", str(demo_dir / "eagle"), "--target", str(demo_dir / "target"), "--chat",
+                   str(demo_dir / "chat.jsonl"), "--limit", "2", "--new-tokens", "8", "--no-fixed", "--json",
+                   "--engine", engine, "--temperature", "0.7"])
+    captured = capsys.readouterr()
+    assert rc in (0, 1), captured.err
+    said = [n for n in json.loads(captured.out)["notes"] if "uninitialised memory" in n]
+    assert bool(said) is named
+    assert all(n.startswith("--temperature: ") and "what a sound build serves" in n for n in said)
