@@ -44,7 +44,7 @@ TOOL = "eagle3lens demo --real"
 THREADS = 2  # the machine's two shared cores, at most
 RECIPE: dict[str, Any] = {
     "new_tokens": 64, "generation_batch": 128, "draft_vocab": 8192, "small_draft_vocab": 512,
-    "ttt_steps": 3, "train_steps": 720, "train_batch": 8, "lr": 3e-3, "seed": 20260533,
+    "ttt_steps": 3, "train_steps": 1080, "train_batch": 8, "lr": 3e-3, "seed": 20260533,
     "served_k": 3, "temperatures": [0.7, 1.0], "dump_dtype": "bfloat16",
 }
 NAMES = {"target": "target", "draft": "draft", "draft_specforge": "draft-specforge", "draft_raw": "draft-raw",

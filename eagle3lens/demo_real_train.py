@@ -14,13 +14,14 @@ positions only.
 from __future__ import annotations
 
 from collections.abc import Sequence as Seq
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from .demo_real_data import Sequence
-from .draft import Attention, DecoderLayer, DraftConfig, Eagle3Draft, rope
+from .draft import Attention, DecoderLayer, DraftConfig, Eagle3Draft, rope, ttt_attention
 
 
 def draft_for(cfg: DraftConfig, embed: torch.Tensor, lm_head: torch.Tensor, d2t: torch.Tensor,
@@ -63,66 +64,91 @@ def target_start(target: Any, cfg: DraftConfig, last_aux: int) -> dict[str, torc
     return start
 
 
-def ttt_forward(draft: Eagle3Draft, ids: torch.Tensor, aux: torch.Tensor, steps: int) -> list[torch.Tensor]:
+def ttt_forward(draft: Eagle3Draft, ids: torch.Tensor, aux: torch.Tensor, steps: int,
+                first_row: int = 0) -> list[torch.Tensor]:
     """Hidden outputs (pre-norm) of ``steps`` TTT steps over rows [B, n]: ``ids`` [B, n + steps - 1] are the
-    tokens rows read (row i reads ``ids[:, i + k]`` at step k), ``aux`` [B, n, n_aux*H]."""
-    from .probes.acceptance import ttt_attention
-
+    tokens rows read (row i reads ``ids[:, i + k]`` at step k), ``aux`` [B, n, n_aux*H]. Steps after the first run
+    on rows ``first_row..n-1`` only (a row's later steps read its own earlier steps and step 0's keys, so the rows
+    before it are not needed when they are not scored): step 0's output is [B, n, H], the others' [B, n - first_row, H]."""
     cfg = draft.cfg
     layer = draft.layers[0]
     assert isinstance(layer, DecoderLayer) and isinstance(layer.self_attn, Attention)
     attn = layer.self_attn
     B, n = aux.shape[0], aux.shape[1]
     g = draft.fc(aux)
-    positions = torch.arange(n).expand(B, -1)
     keys: list[torch.Tensor] = []
     values: list[torch.Tensor] = []
     outs = []
     group = cfg.heads // cfg.kv_heads
     for k in range(steps):
-        xe, xh = layer.input_layernorm(draft.embed_tokens(ids[:, k:k + n])), layer.hidden_norm(g)
+        lo = first_row if k else 0
+        rows = n - lo
+        positions = torch.arange(lo, n).expand(B, -1) + k
+        xe, xh = layer.input_layernorm(draft.embed_tokens(ids[:, lo + k:k + n])), layer.hidden_norm(g)
         x = torch.cat([xe, xh], dim=-1)
-        q = attn.q_proj(x).view(B, n, cfg.heads, cfg.head_dim).transpose(1, 2)
-        kk = attn.k_proj(x).view(B, n, cfg.kv_heads, cfg.head_dim).transpose(1, 2)
-        v = attn.v_proj(x).view(B, n, cfg.kv_heads, cfg.head_dim).transpose(1, 2)
-        q, kk = rope(q, positions + k, cfg.rope_theta), rope(kk, positions + k, cfg.rope_theta)
+        q = attn.q_proj(x).view(B, rows, cfg.heads, cfg.head_dim).transpose(1, 2)
+        kk = attn.k_proj(x).view(B, rows, cfg.kv_heads, cfg.head_dim).transpose(1, 2)
+        v = attn.v_proj(x).view(B, rows, cfg.kv_heads, cfg.head_dim).transpose(1, 2)
+        q, kk = rope(q, positions, cfg.rope_theta), rope(kk, positions, cfg.rope_theta)
         keys.append(kk.repeat_interleave(group, dim=1))
         values.append(v.repeat_interleave(group, dim=1))
-        y = ttt_attention(q, keys, values) if k else F.scaled_dot_product_attention(q, keys[0], values[0],
-                                                                                    is_causal=True)
-        h = attn.o_proj(y.transpose(1, 2).reshape(B, n, cfg.heads * cfg.head_dim)) + g
+        y = ttt_attention(q, keys, values, first_row) if k else F.scaled_dot_product_attention(
+            q, keys[0], values[0], is_causal=True)
+        h = attn.o_proj(y.transpose(1, 2).reshape(B, rows, cfg.heads * cfg.head_dim)) + g
         h = layer.mlp(layer.post_attention_layernorm(h)) + h
         outs.append(h)
-        g = h
+        g = h[:, first_row:] if not k else h
     return outs
 
 
-def batch_of(seqs: Seq[Sequence], steps: int) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor],
-                                                         list[torch.Tensor]]:
-    """Right-padded rows of ``seqs``: tokens read, aux features, and per step the target's final (post-norm) state
-    at the position whose next token is predicted, with the mask of scored rows (reply tokens only)."""
+@dataclass(frozen=True)
+class Batch:
+    """Right-padded rows of some sequences. ``ids`` [B, n + steps]: the tokens rows read; ``aux`` [B, n, n_aux*H];
+    ``last`` [B, n + steps - 1, H]: at column j the target's final (post-norm) state at the position whose next token
+    row j - k predicts at step k; ``scored`` [B, n + steps - 1]: the columns a loss reads (reply tokens only);
+    ``first_row``: the first row any step after the first scores."""
+
+    ids: torch.Tensor
+    aux: torch.Tensor
+    last: torch.Tensor
+    scored: torch.Tensor
+    first_row: int
+
+    def mask(self, k: int) -> torch.Tensor:
+        """The rows step ``k`` scores, [B, n] for step 0, [B, n - first_row] after it."""
+        n, lo = self.aux.shape[1], self.first_row if k else 0
+        return self.scored[:, k + lo:k + n]
+
+    def at_step(self, columns: torch.Tensor, k: int) -> torch.Tensor:
+        """``columns`` [B, n + steps - 1, ...] (laid out like ``last``) at the rows step ``k`` scores."""
+        n, lo = self.aux.shape[1], self.first_row if k else 0
+        return columns[:, k + lo:k + n][self.mask(k)]
+
+
+def batch_of(seqs: Seq[Sequence], steps: int) -> Batch:
+    """The :class:`Batch` of ``seqs`` for ``steps`` TTT steps."""
     n = max(len(s.aux) for s in seqs)
     ids = torch.zeros(len(seqs), n + steps, dtype=torch.long)
     aux = torch.zeros(len(seqs), n, seqs[0].aux.shape[-1])
-    lasts = [torch.zeros(len(seqs), n, seqs[0].last.shape[-1]) for _ in range(steps)]
-    masks = [torch.zeros(len(seqs), n, dtype=torch.bool) for _ in range(steps)]
-    row = torch.arange(n)
+    last = torch.zeros(len(seqs), n + steps - 1, seqs[0].last.shape[-1])
+    scored = torch.zeros(len(seqs), n + steps - 1, dtype=torch.bool)
+    column = torch.arange(n + steps - 1)
     for b, s in enumerate(seqs):
-        T, rows = len(s.ids), len(s.aux)
-        ids[b, :T - 1] = s.ids[1:]
+        rows = len(s.aux)
+        ids[b, :len(s.ids) - 1] = s.ids[1:]
         aux[b, :rows] = s.aux
-        for k in range(steps):
-            span = max(0, min(rows - 1 - k, T - 1 - k))  # rows whose step-k position has a target state
-            lasts[k][b, :span] = s.last[1 + k:1 + k + span]
-            masks[k][b] = (row < span) & (row + 2 + k >= s.reply_start)
-    return ids, aux, lasts, masks
+        last[b, :rows - 1] = s.last[1:]
+        scored[b] = (column < rows - 1) & (column + 2 >= s.reply_start)  # a state there, predicting a reply token
+    first = max(0, min(s.reply_start for s in seqs) - 2 - (steps - 1))
+    return Batch(ids, aux, last, scored, first)
 
 
 def train(draft: Eagle3Draft, seqs: Seq[Sequence], held: Seq[Sequence], *, steps: int, ttt: int, batch: int,
           lr: float, seed: int) -> dict[str, Any]:
     """AdamW on fc + decoder + norm over ``steps`` batches of ``batch`` sequences, speculators' loss: the KL from
     the target's next-token distribution over the draft vocabulary (its final state through the same frozen
-    lm_head) to the draft's, TTT steps weighted 0.8^k; held-out per-step accuracy."""
+    lm_head, in float32, once a batch) to the draft's, TTT steps weighted 0.8^k; the draft's forward in bfloat16
+    autocast (float32 weights, optimizer and loss); held-out per-step accuracy (float32)."""
     params = [p for p in draft.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 10) * max(0.1, 1 - s / steps))
@@ -132,10 +158,16 @@ def train(draft: Eagle3Draft, seqs: Seq[Sequence], held: Seq[Sequence], *, steps
     loss = torch.zeros(())
     for _ in range(steps):
         pick = torch.randint(0, len(seqs), (batch,), generator=gen).tolist()
-        ids, aux, lasts, masks = batch_of([seqs[i] for i in pick], ttt)
-        outs = ttt_forward(draft, ids, aux, ttt)
-        loss = sum((w * _loss(draft, h, last[m], m) for w, h, last, m in zip(weights, outs, lasts, masks, strict=True)),
-                   torch.zeros(())) / sum(weights)
+        b = batch_of([seqs[i] for i in pick], ttt)
+        with torch.no_grad():
+            teacher = F.log_softmax(draft.lm_head(b.last[b.scored]), dim=-1)
+        where = torch.full(b.scored.shape, -1, dtype=torch.long)
+        where[b.scored] = torch.arange(len(teacher))
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            outs = ttt_forward(draft, b.ids, b.aux, ttt, b.first_row)
+            logits = [draft.lm_head(draft.norm(h[b.mask(k)])) for k, h in enumerate(outs)]
+        losses = [_kl(z, teacher[b.at_step(where, k)]) for k, z in enumerate(logits)]
+        loss = sum((w * part for w, part in zip(weights, losses, strict=True)), torch.zeros(())) / sum(weights)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -145,17 +177,15 @@ def train(draft: Eagle3Draft, seqs: Seq[Sequence], held: Seq[Sequence], *, steps
     return {"final_train_loss": round(float(loss.detach()), 4), "heldout_accuracy_by_step": accuracy(draft, held, ttt),
             "accuracy_definition": "held-out reply positions, teacher-forced TTT step k: draft argmax == the "
                                    "target's argmax over the draft vocabulary",
-            "loss": "KL(target || draft) over the draft vocabulary", "steps": steps, "ttt_steps": ttt,
-            "batch_sequences": batch, "lr": lr, "train_sequences": len(seqs), "heldout_sequences": len(held)}
+            "loss": "KL(target || draft) over the draft vocabulary", "precision": "bfloat16 autocast forward",
+            "steps": steps, "ttt_steps": ttt, "batch_sequences": batch, "lr": lr, "train_sequences": len(seqs),
+            "heldout_sequences": len(held)}
 
 
-def _loss(draft: Eagle3Draft, h: torch.Tensor, last: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    if not mask.any():
+def _kl(logits: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
+    if not len(logits):
         return torch.zeros(())
-    with torch.no_grad():
-        target = F.log_softmax(draft.lm_head(last), dim=-1)
-    logits = draft.lm_head(draft.norm(h[mask]))
-    return F.kl_div(F.log_softmax(logits, dim=-1), target, log_target=True, reduction="batchmean")
+    return F.kl_div(F.log_softmax(logits.float(), dim=-1), teacher, log_target=True, reduction="batchmean")
 
 
 def accuracy(draft: Eagle3Draft, seqs: Seq[Sequence], ttt: int) -> list[float]:
@@ -164,9 +194,10 @@ def accuracy(draft: Eagle3Draft, seqs: Seq[Sequence], ttt: int) -> list[float]:
     hits, total = [0] * ttt, [0] * ttt
     with torch.no_grad():
         for start in range(0, len(seqs), 8):
-            ids, aux, lasts, masks = batch_of(seqs[start:start + 8], ttt)
-            for k, (h, last, m) in enumerate(zip(ttt_forward(draft, ids, aux, ttt), lasts, masks, strict=True)):
-                want = draft.lm_head(last[m]).argmax(-1)
+            b = batch_of(seqs[start:start + 8], ttt)
+            for k, h in enumerate(ttt_forward(draft, b.ids, b.aux, ttt, b.first_row)):
+                m = b.mask(k)
+                want = draft.lm_head(b.at_step(b.last, k)).argmax(-1)
                 hits[k] += int((draft.lm_head(draft.norm(h[m])).argmax(-1) == want).sum())
                 total[k] += int(m.sum())
     return [round(h / t, 4) if t else 0.0 for h, t in zip(hits, total, strict=True)]

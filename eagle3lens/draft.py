@@ -204,25 +204,29 @@ class Attention(nn.Module):
         return self.o_proj(y.transpose(1, 2).reshape(1, T, cfg.heads * cfg.head_dim))
 
 
-def ttt_attention(q: torch.Tensor, keys: list[torch.Tensor], values: list[torch.Tensor]) -> torch.Tensor:
-    """Attention of ``q`` [1, h, T, d] over step 0's keys (causal) and steps 1..k's keys (own position only),
-    in blocks of :data:`QUERY_CHUNK` query rows."""
+def ttt_attention(q: torch.Tensor, keys: list[torch.Tensor], values: list[torch.Tensor],
+                  first_row: int = 0) -> torch.Tensor:
+    """Attention of ``q`` [B, h, T, d] over step 0's keys (causal) and steps 1..k's keys (own position only),
+    in blocks of :data:`QUERY_CHUNK` query rows. Query row ``r`` (and row ``r`` of steps 1..k's keys) sits at
+    position ``first_row + r`` of step 0's keys: a training step may run its later draft steps on the rows it
+    scores only."""
     T, d = q.shape[2], q.shape[3]
     scale = 1.0 / math.sqrt(d)
     k0, v0 = keys[0], values[0]
-    diag_scores = [(q.float() * kk.float()).sum(-1, keepdim=True) * scale for kk in keys[1:]]  # [1, h, T, 1] each
+    diag_scores = [(q.float() * kk.float()).sum(-1, keepdim=True) * scale for kk in keys[1:]]  # [B, h, T, 1] each
     out = []
     for start in range(0, T, QUERY_CHUNK):
         stop = min(start + QUERY_CHUNK, T)
+        end = first_row + stop  # step 0's keys beyond the block's last row are all masked
         qc = q[:, :, start:stop].float()
-        s0 = (qc @ k0[:, :, :stop].float().transpose(-1, -2)) * scale  # keys beyond stop are all masked
-        rows = torch.arange(start, stop, device=q.device)[:, None]
-        s0 = s0.masked_fill(torch.arange(stop, device=q.device)[None, :] > rows, float("-inf"))
+        s0 = (qc @ k0[:, :, :end].float().transpose(-1, -2)) * scale
+        rows = torch.arange(first_row + start, end, device=q.device)[:, None]
+        s0 = s0.masked_fill(torch.arange(end, device=q.device)[None, :] > rows, float("-inf"))
         scores = torch.cat([s0, *(s[:, :, start:stop] for s in diag_scores)], dim=-1)
         p = torch.softmax(scores, dim=-1)
-        y = p[..., :stop] @ v0[:, :, :stop].float()
+        y = p[..., :end] @ v0[:, :, :end].float()
         for m, vv in enumerate(values[1:]):
-            y = y + p[..., stop + m:stop + m + 1] * vv[:, :, start:stop].float()
+            y = y + p[..., end + m:end + m + 1] * vv[:, :, start:stop].float()
         out.append(y)
     return torch.cat(out, dim=2).to(q.dtype)
 

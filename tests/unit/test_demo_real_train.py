@@ -1,12 +1,13 @@
-"""The real demo's data capture and drafter start, on a tiny random Llama (the real build runs in test_real_demo)."""
+"""The real demo's data capture, drafter start and training batches, on a tiny random Llama (the real build runs
+in test_real_demo)."""
 
 from __future__ import annotations
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from eagle3lens.demo_real_data import greedy_batch
-from eagle3lens.demo_real_train import draft_for, target_start, ttt_forward
+from eagle3lens.demo_real_data import Sequence, greedy_batch
+from eagle3lens.demo_real_train import batch_of, draft_for, target_start, ttt_forward
 from eagle3lens.draft import DraftConfig
 
 LAYERS = [2, 4, 5]  # aux_layers(8): the inputs of decoder layers 2, L//2, L-3
@@ -52,3 +53,42 @@ def test_a_drafter_started_from_the_target_computes_the_layer_after_the_last_aux
         assert torch.allclose(h, states[LAYERS[-1] + 1], atol=1e-4)  # the target's layer 5 output
         assert torch.equal(draft.norm.weight, target.model.norm.weight)
     assert not draft.lm_head.weight.requires_grad and draft.fc.weight.requires_grad
+
+
+def _sequences() -> list[Sequence]:
+    torch.manual_seed(3)
+    return [Sequence(torch.randint(0, 16, (length,)), torch.randn(length - 1, 96), torch.randn(length - 1, 32), start)
+            for length, start in ((30, 12), (25, 9), (33, 15))]
+
+
+def test_a_batch_scores_each_step_on_the_reply_positions_it_predicts() -> None:
+    seqs = _sequences()
+    b = batch_of(seqs, steps=3)
+    assert b.first_row == 9 - 2 - 2  # the earliest reply start, less two, less the later steps
+    n = b.aux.shape[1]
+    for k in range(3):
+        lo = b.first_row if k else 0
+        for row, s in enumerate(seqs):
+            # row i of step k reads the aux states at i and predicts the target's next token at i + 1 + k:
+            # scored when that token is a reply token and the sequence has the state
+            want = [lo + i for i in range(n - lo) if lo + i + 2 + k >= s.reply_start and lo + i + 1 + k < len(s.aux)]
+            assert torch.nonzero(b.mask(k)[row]).flatten().add(lo).tolist() == want
+        states = b.at_step(b.last, k)
+        expected = torch.cat([s.last[1 + k + i][None] for row, s in enumerate(seqs)
+                              for i in torch.nonzero(b.mask(k)[row]).flatten().add(lo).tolist()])
+        assert torch.equal(states, expected)
+
+
+def test_later_steps_on_the_scored_rows_only_compute_what_the_full_steps_compute_there() -> None:
+    dcfg = DraftConfig(hidden=32, target_hidden=32, num_aux=3, intermediate=64, heads=4, kv_heads=2, head_dim=8,
+                       draft_vocab=16, vocab=97)
+    t2d = torch.arange(97) < 16
+    draft = draft_for(dcfg, torch.randn(97, 32), torch.randn(97, 32), torch.zeros(16, dtype=torch.long), t2d, seed=2)
+    b = batch_of(_sequences(), steps=3)
+    with torch.no_grad():
+        full = ttt_forward(draft, b.ids, b.aux, 3)
+        cropped = ttt_forward(draft, b.ids, b.aux, 3, b.first_row)
+    for k in range(3):
+        lo = b.first_row if k else 0
+        assert cropped[k].shape[1] == b.aux.shape[1] - lo
+        assert torch.allclose(cropped[k][b.mask(k)], full[k][:, lo:][b.mask(k)], atol=1e-5)
