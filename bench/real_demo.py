@@ -6,7 +6,9 @@ Runs the build in a child process (a fresh cache folder, so nothing is reused bu
 its wall time, CPU time and peak RSS (the child's own VmHWM) against the floor: <= 15 min and <= 6 GB on this
 2-core machine. On a shared machine the wall time depends on what runs beside it: the CPU time over two cores is
 the build's own share. With ``--measure``, the real engine (vLLM's CPU build) then serves the held-out chat with
-each drafter and variant at K = 3 and prints the accept length it counts.
+each drafter and variant at K = 3 and prints the accept length it counts, then the healthy and the template-less
+drafter on more conversations (topics neither the training nor the held-out chat holds), where 24 conversations
+cannot tell a difference of a few hundredths from noise.
 
 Then the budget's cost (``--dir DIR`` times an existing build without building): ``acceptance --chat C
 --temperature 0.7`` alone, then ``doctor`` on the same inputs (which adds the budget and the other probes), each once
@@ -52,6 +54,13 @@ def main() -> int:
     args = parser.parse_args()
     engine_python = str(Path(args.engine_python).absolute())
     if args.dir is not None:
+        from eagle3lens.errors import Eagle3LensError
+        from eagle3lens.notebook.pages import real_demo
+
+        try:
+            real_demo(args.dir)  # one line where DIR is not a built real demo
+        except Eagle3LensError as exc:
+            raise SystemExit(f"bench/real_demo.py: {exc}") from None
         if args.measure:
             measure_all(args.dir, engine_python)
         return 0 if time_budget(args.dir, engine_python, args.log) else 1
@@ -132,23 +141,54 @@ def _serve_chat(root: Path, real: dict, engine_python: str, log: Path) -> str:
     return f"{m.accept_len:.2f}" if m.accept_len is not None else f"stopped: {m.stop.text() if m.stop else '?'}"
 
 
-def measure_all(root: Path, engine_python: str) -> None:
-    """Accept length the real engine counts for each drafter and variant on the held-out chat (K = 3)."""
-    from eagle3lens.engines.measure import measure
+MORE_TOPICS = ("volcanoes in iceland", "the violin", "submarines", "tea ceremonies", "coral reefs", "windmills",
+               "kangaroos", "the stock market", "origami", "hurricanes", "the roman empire", "chess openings",
+               "honey bees", "skyscrapers", "the human heart", "sourdough bread", "electric guitars",
+               "the amazon rainforest", "satellites", "marathons", "octopuses", "public libraries", "jazz music",
+               "the desert", "vaccines", "hot air balloons", "dinosaurs", "recycling plastic", "the piano",
+               "earthquakes", "sushi", "the northern lights")
 
+
+def _more_prompts(root: Path, real: dict) -> list[list[int]]:
+    """Conversations on the topics of MORE_TOPICS the demo never used, three templates each, as served."""
+    from eagle3lens import demo_real_data as data
+    from eagle3lens.hf_load import load_tokenizer
+
+    used = set(data.TRAIN_TOPICS) | set(data.HELD_OUT_TOPICS)
+    tokenizer = load_tokenizer(root / real["target"])
+    return [data.rendered(tokenizer, [{"role": "user", "content": data.TEMPLATES[i].format(topic)}], True)
+            for topic in MORE_TOPICS if topic not in used for i in data.HELD_OUT_TEMPLATES]
+
+
+def measure_all(root: Path, engine_python: str) -> None:
+    """Accept length the real engine counts for each drafter and variant on the held-out chat (K = 3), then for
+    the healthy and the template-less drafter on more conversations."""
     real = json.loads((root / "manifest.json").read_text(encoding="utf-8"))["real"]
-    target, launch = root / real["target"], real["launch"]
     prompts = _served_prompts(root, real)
     served = {"draft (healthy)": (real["draft"], 0.0), "draft-specforge": (real["draft_specforge"], 0.0),
               **{name: (v["draft"], v["temperature"]) for name, v in real["variants"].items()}}
     for name, (draft, temperature) in served.items():
-        started = time.monotonic()
-        m = measure(target, root / draft, prompts, k=launch["num_speculative_tokens"], max_tokens=launch["max_tokens"],
-                    stop_token_ids=launch["stop_token_ids"], temperature=temperature, python=engine_python)
-        figure = f"{m.accept_len:.2f}" if m.accept_len is not None else f"stopped: {m.stop.text() if m.stop else '?'}"
-        rates = ", ".join(f"{r:.2f}" for r in (m.counts.per_position if m.counts else ()))
-        print(f"{name:22} T={temperature:<4} accept length {figure} (per position {rates}; "
-              f"{m.engine} {m.build}, {time.monotonic() - started:.0f} s)", flush=True)
+        _measure_one(name, root, real, draft, prompts, temperature, engine_python)
+    more = _more_prompts(root, real)
+    print(f"{len(more)} more conversations, on topics neither the training nor the held-out chat holds:", flush=True)
+    for name in ("draft", "draft_raw"):
+        _measure_one(real[name], root, real, real[name], more, 0.0, engine_python)
+
+
+def _measure_one(name: str, root: Path, real: dict, draft: str, prompts: list[list[int]], temperature: float,
+                 engine_python: str) -> None:
+    from eagle3lens.engines.measure import measure
+
+    launch = real["launch"]
+    started = time.monotonic()
+    m = measure(root / real["target"], root / draft, prompts, k=launch["num_speculative_tokens"],
+                max_tokens=launch["max_tokens"], stop_token_ids=launch["stop_token_ids"], temperature=temperature,
+                python=engine_python)
+    figure = f"{m.accept_len:.2f}" if m.accept_len is not None else f"stopped: {m.stop.text() if m.stop else '?'}"
+    rates = ", ".join(f"{r:.2f}" for r in (m.counts.per_position if m.counts else ()))
+    rounds = f"{m.counts.drafts} rounds; " if m.counts else ""
+    print(f"{name:22} T={temperature:<4} accept length {figure} (per position {rates}; {rounds}"
+          f"{m.engine} {m.build}, {time.monotonic() - started:.0f} s)", flush=True)
 
 
 if __name__ == "__main__":
