@@ -244,7 +244,18 @@ def _cell(value: float | None) -> str:
 def _said(measured: Any) -> str:
     if measured is None:
         return "no engine"
-    return measured if isinstance(measured, str) else _cell(measured.accept_len)
+    if isinstance(measured, str):
+        return measured
+    if _untrusted(measured):
+        return f"{_cell(measured.accept_len)}, not the sampling's cost: engine/sampled-verify-broken on this build"
+    return _cell(measured.accept_len)
+
+
+def _untrusted(measured: Any) -> bool:
+    """Whether the engine build that counted ``measured`` is known to verify its sampling wrong."""
+    from ..probes.measured import sampled_verify_defect
+
+    return not isinstance(measured, str) and sampled_verify_defect(measured) is not None
 
 
 @dataclass(frozen=True)
@@ -259,7 +270,9 @@ class Sweep:
     measured: Mapping[float, Any]
 
     def measured_accept_len(self) -> dict[float, float | None]:
-        return {t: getattr(m, "accept_len", None) for t, m in self.measured.items()}
+        """The engine's accept length at each temperature (None where it did not count, or counted on a build
+        known to verify sampling wrong)."""
+        return {t: None if _untrusted(m) else getattr(m, "accept_len", None) for t, m in self.measured.items()}
 
 
 def _at(result: Any, temperature: float) -> tuple[float | None, tuple[float, ...]]:

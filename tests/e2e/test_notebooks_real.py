@@ -1,15 +1,16 @@
 """Walkthroughs 06 and 08 on a real demo: pointed at a directory shaped as `demo --real DIR` builds it (a manifest
-with a `real` key naming its parts), made here from the tiny demo's parts, with no engine."""
+with a `real` key naming its parts), made here from the tiny demo's parts; 08 also with the real engine serving."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
-import nbformat
 import pytest
 
+from _notebook_output import check_counts_beside_estimates, low_acceptance_measured, outputs, text_of
 from eagle3lens.notebook.runner import run_notebook
 
 PARTS = {"target": "target", "draft": "speculators", "draft-raw": "speculators", "draft-specforge": "eagle",
@@ -31,16 +32,6 @@ def real_shaped(demo_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
         "launch": {"engine": "vllm", "num_speculative_tokens": 3}}}
     (root / "manifest.json").write_text(json.dumps(manifest))
     return root
-
-
-def outputs(path: Path) -> list[nbformat.NotebookNode]:
-    executed = nbformat.read(path, as_version=4)
-    return [o for c in executed.cells if c.cell_type == "code" for o in c.outputs]
-
-
-def text_of(outs: list[nbformat.NotebookNode]) -> str:
-    return "\n".join(o.text if o.output_type == "stream" else o.get("data", {}).get("text/plain", "") + "\n" +
-                     o.get("data", {}).get("text/html", "") for o in outs)
 
 
 @pytest.mark.slow
@@ -77,3 +68,19 @@ def test_acceptance_runs_on_a_real_demo(real_shaped: Path, tmp_path: Path) -> No
     assert "engine simulated: vllm" in text and "K = 3 draft tokens per round on this page" in text
     assert "measured by" not in text
     assert "Offline acceptance (K = 3" in text and "(K = 5" not in text
+
+
+@pytest.mark.slow
+@pytest.mark.engine
+@pytest.mark.timeout(1800)  # five engine runs: the dump, then the conversations greedy and at 0.3, 0.7 and 1.0
+@pytest.mark.skipif(not os.environ.get("EAGLE3LENS_ENGINE_PYTHON"),
+                    reason="no engine: make engine, then EAGLE3LENS_ENGINE_PYTHON")
+def test_low_acceptance_puts_the_engines_count_beside_each_estimate(real_shaped: Path, tmp_path: Path) -> None:
+    """`-p engine vllm`: the real engine serves each estimate's samples; its counts sit beside the estimates, and a
+    sampled count from a build that verifies sampling wrong is said to be that, not drawn as the temperature's."""
+    from eagle3lens.engines.measure import installed_engine
+
+    spec, build = installed_engine(None)
+    outs = low_acceptance_measured(real_shaped, tmp_path, limit=3, new_tokens=8)
+    assert f"measured by: {spec} ({build} build)" in text_of(outs)
+    check_counts_beside_estimates(outs, spec, build)
