@@ -27,7 +27,7 @@ row is named by ``acceptance/gap`` and the served row by ``acceptance/served-vs-
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
@@ -171,9 +171,11 @@ def acceptance_budget(traffic: AcceptanceResult, *, promise: AcceptanceResult | 
              COST_FIXES["sampling"])
     _engine_row(rows, traffic, sampled)
     _served_row(rows, traffic, logged, log)
-    budget_rows = tuple(rows.rows)
-    return Budget(traffic.steps, budget_rows, tuple(_cost_findings(budget_rows, traffic.steps)),
-                  tuple(_notes(budget_rows, promise, traffic)))
+    findings = tuple(_cost_findings(tuple(rows.rows), traffic.steps))
+    raised = {f.evidence["row"] for f in findings}
+    budget_rows = tuple(r if r.name not in COST_FIXES or r.name in raised else replace(r, code=None, fix=None)
+                        for r in rows.rows)  # a lever within noise (or a gain) names no finding and no fix
+    return Budget(traffic.steps, budget_rows, findings, tuple(_notes(budget_rows, promise, traffic)))
 
 
 def _engine_row(rows: _Rows, traffic: AcceptanceResult, sampled: dict[str, Any]) -> None:

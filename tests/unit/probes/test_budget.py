@@ -60,8 +60,21 @@ def test_each_cost_beyond_noise_is_a_finding_naming_its_row(scored) -> None:
         if named in costs:
             assert row.code == named and row.delta < 0 and costs[named].fix == row.fix
             assert costs[named].evidence["delta"] == row.delta
+        elif row.name in ("template", "vocabulary", "sampling"):  # within noise, or a gain: it names nothing
+            assert row.code is None and row.fix is None, row
+    # and a row names a finding only where the budget raised it
+    assert {row.code for row in budget.rows if row.code and row.code.startswith("budget/")} <= set(costs)
     # the sampled walk at T = 0.7 on the demo's near-flat target accepts less than greedy: sampling costs
     assert "budget/sampling-cost" in costs and budget.row("sampling").delta < 0
+
+
+def test_a_lever_within_noise_names_no_finding_and_no_fix(scored) -> None:
+    _, chat = scored
+    budget = acceptance_budget(chat, promise=chat)  # the same traffic as its own promise: the template costs 0
+    template = budget.row("template")
+    assert template.measured and template.delta == 0
+    assert template.code is None and template.fix is None
+    assert "budget/template-cost" not in {f.code for f in budget.findings}
 
 
 def test_absent_inputs_are_not_measured_and_say_which_flag(scored) -> None:
