@@ -165,9 +165,9 @@ CODES: tuple[Code, ...] = (
          meaning="`--measure`: the real engine, serving the draft, counts another accept length than the estimate "
                  "(beyond the measurement's noise), or stops where the estimate serves (or serves where it stops)"),
     Code("engine/sampled-verify-broken", owner="acceptance", severity="critical", rank=235,
-         meaning="`--measure` with sampling on an engine build whose verify step samples against garbage (vLLM "
-                 "0.32.0's CPU build: uninitialised per-token temperatures): the measured figure and the text "
-                 "served are the build's defect, not the draft's"),
+         meaning="`--measure` with sampling on an engine build whose verify step samples against garbage (vLLM's "
+                 "CPU build, 0.20.0-0.32.0 but 0.30.0: uninitialised per-token temperatures): the measured figure "
+                 "and the text served are the build's defect, not the draft's"),
     Code("engine/not-executed", owner="keys", severity="warning", rank=240,
          meaning="`--execute`: the engine's own loader gave no verdict (its process exited, was interrupted, killed "
                  "or timed out, printed terminal control sequences, or the execution harness failed: its stop says "

