@@ -12,6 +12,7 @@ way. ``counters_from_prometheus`` reads the same counters from a live server's `
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
@@ -58,6 +59,17 @@ class ServedCounts:
     def per_position(self) -> tuple[float, ...]:
         """Fraction of drafting rounds whose k-th proposal was accepted."""
         return tuple(a / self.drafts for a in self.accepted_per_pos) if self.drafts else ()
+
+    @property
+    def standard_error(self) -> float | None:
+        """The standard error of :attr:`accept_len`, its rounds taken as independent draws: a round accepts a prefix
+        of its proposals, so its accepted count's second moment is the sum over positions k (from 0) of (2k + 1)
+        times position k's rate (None before two rounds)."""
+        if self.drafts < 2:
+            return None
+        mean = sum(self.per_position)
+        second = sum((2 * k + 1) * rate for k, rate in enumerate(self.per_position))
+        return math.sqrt(max(0.0, second - mean * mean) / self.drafts)
 
     def to_dict(self) -> dict[str, Any]:
         return {"accept_len": self.accept_len, "per_position": list(self.per_position), "drafts": self.drafts,
