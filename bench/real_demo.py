@@ -6,9 +6,7 @@ Runs the build in a child process (a fresh cache folder, so nothing is reused bu
 its wall time, CPU time and peak RSS (the child's own VmHWM) against the floor: <= 15 min and <= 6 GB on this
 2-core machine. On a shared machine the wall time depends on what runs beside it: the CPU time over two cores is
 the build's own share. With ``--measure``, the real engine (vLLM's CPU build) then serves the held-out chat with
-each drafter and variant at K = 3 and prints the accept length it counts, then the healthy and the template-less
-drafter on more conversations (topics neither the training nor the held-out chat holds), where 24 conversations
-cannot tell a difference of a few hundredths from noise.
+each drafter and variant at K = 3 and prints the accept length it counts, with its standard error over rounds.
 
 Then the budget's cost (``--dir DIR`` times an existing build without building): ``acceptance --chat C
 --temperature 0.7`` alone, then ``doctor`` on the same inputs (which adds the budget and the other probes), each once
@@ -141,36 +139,14 @@ def _serve_chat(root: Path, real: dict, engine_python: str, log: Path) -> str:
     return f"{m.accept_len:.2f}" if m.accept_len is not None else f"stopped: {m.stop.text() if m.stop else '?'}"
 
 
-MORE_TOPICS = ("volcanoes in iceland", "submarines", "tea ceremonies", "windmills", "kangaroos", "the stock market",
-               "origami", "the roman empire", "chess openings", "sourdough bread", "electric guitars",
-               "the amazon rainforest", "marathons", "public libraries", "jazz music", "the desert",
-               "hot air balloons", "recycling plastic", "sushi")  # 19 topics the demo's conversations never use
-
-
-def _more_prompts(root: Path, real: dict) -> list[list[int]]:
-    """Conversations on MORE_TOPICS (those the demo's own sets never hold), three templates each, as served."""
-    from eagle3lens import demo_real_data as data
-    from eagle3lens.hf_load import load_tokenizer
-
-    used = set(data.TRAIN_TOPICS) | set(data.HELD_OUT_TOPICS)
-    tokenizer = load_tokenizer(root / real["target"])
-    return [data.rendered(tokenizer, [{"role": "user", "content": data.TEMPLATES[i].format(topic)}], True)
-            for topic in MORE_TOPICS if topic not in used for i in data.HELD_OUT_TEMPLATES]
-
-
 def measure_all(root: Path, engine_python: str) -> None:
-    """Accept length the real engine counts for each drafter and variant on the held-out chat (K = 3), then for
-    the healthy and the template-less drafter on more conversations."""
+    """Accept length the real engine counts for each drafter and variant on the held-out chat (K = 3)."""
     real = json.loads((root / "manifest.json").read_text(encoding="utf-8"))["real"]
     prompts = _served_prompts(root, real)
     served = {"draft (healthy)": (real["draft"], 0.0), "draft-specforge": (real["draft_specforge"], 0.0),
               **{name: (v["draft"], v["temperature"]) for name, v in real["variants"].items()}}
     for name, (draft, temperature) in served.items():
         _measure_one(name, root, real, draft, prompts, temperature, engine_python)
-    more = _more_prompts(root, real)
-    print(f"{len(more)} more conversations, on topics neither the training nor the held-out chat holds:", flush=True)
-    for name in ("draft", "draft_raw"):
-        _measure_one(real[name], root, real, real[name], more, 0.0, engine_python)
 
 
 def _measure_one(name: str, root: Path, real: dict, draft: str, prompts: list[list[int]], temperature: float,
@@ -182,7 +158,9 @@ def _measure_one(name: str, root: Path, real: dict, draft: str, prompts: list[li
     m = measure(root / real["target"], root / draft, prompts, k=launch["num_speculative_tokens"],
                 max_tokens=launch["max_tokens"], stop_token_ids=launch["stop_token_ids"], temperature=temperature,
                 python=engine_python)
-    figure = f"{m.accept_len:.2f}" if m.accept_len is not None else f"stopped: {m.stop.text() if m.stop else '?'}"
+    error = m.counts.standard_error if m.counts else None
+    figure = (f"{m.accept_len:.3f}" + (f" +- {error:.3f}" if error is not None else "") if m.accept_len is not None
+              else f"stopped: {m.stop.text() if m.stop else '?'}")
     rates = ", ".join(f"{r:.2f}" for r in (m.counts.per_position if m.counts else ()))
     rounds = f"{m.counts.drafts} rounds; " if m.counts else ""
     print(f"{name:22} T={temperature:<4} accept length {figure} (per position {rates}; {rounds}"

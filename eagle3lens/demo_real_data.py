@@ -75,10 +75,17 @@ TRAIN_TOPICS = (  # everyday subjects of nature, food, science, society, pastime
     "lawyers", "judges", "mail carriers", "plumbers", "electricians", "carpenters", "programmers", "pharmacists",
     "dentists", "veterinarians", "librarians", "photographers", "journalists", "architects", "mechanics", "bakers",
 )
-TEMPLATES_PER_TOPIC = 3  # 383 topics x 3 templates: 1149 training conversations
-HELD_OUT_TOPICS = ("penguins", "glaciers", "the printing press", "solar panels", "birds", "the olympic games",
-                   "cheese", "lighthouses")
-HELD_OUT_TEMPLATES = (0, 2, 5)  # three templates per held-out topic: 24 conversations
+TEMPLATES_PER_TOPIC = 4  # 383 topics x 4 templates: 1532 training conversations (the drafter is data-bound)
+HELD_OUT_TOPICS = (  # 27 topics the training never saw
+    "penguins", "glaciers", "the printing press", "solar panels", "birds", "the olympic games", "cheese",
+    "lighthouses", "volcanoes in iceland", "submarines", "tea ceremonies", "windmills", "kangaroos",
+    "the stock market", "origami", "the roman empire", "chess openings", "sourdough bread", "electric guitars",
+    "the amazon rainforest", "marathons", "public libraries", "jazz music", "the desert", "hot air balloons",
+    "recycling plastic", "sushi",
+)
+# three templates per held-out topic: 81 conversations, so that a few hundredths of accept length (the template's
+# cost to this drafter) stand above the noise of the engine's count (its standard error near 0.012 here, 0.02 on 24)
+HELD_OUT_TEMPLATES = (0, 2, 5)
 
 
 def train_conversations() -> list[list[dict[str, str]]]:

@@ -92,3 +92,43 @@ def test_later_steps_on_the_scored_rows_only_compute_what_the_full_steps_compute
         lo = b.first_row if k else 0
         assert cropped[k].shape[1] == b.aux.shape[1] - lo
         assert torch.allclose(cropped[k][b.mask(k)], full[k][:, lo:][b.mask(k)], atol=1e-5)
+
+
+def test_drafters_trained_side_by_side_end_as_each_trained_alone(monkeypatch) -> None:
+    """The build trains its two drafters at once, a thread each: each ends where it ends trained alone (up to the
+    rounding of its bfloat16 products, which the kernels' scheduling moves), never on the other's data or state."""
+    from eagle3lens import demo_real
+    from eagle3lens.demo_real_train import train
+
+    monkeypatch.setitem(demo_real.RECIPE, "train_steps", 12)
+    monkeypatch.setitem(demo_real.RECIPE, "train_batch", 2)
+    dcfg = DraftConfig(hidden=32, target_hidden=32, num_aux=3, intermediate=64, heads=4, kv_heads=2, head_dim=8,
+                       draft_vocab=16, vocab=97)
+    t2d = torch.arange(97) < 16
+    tables = torch.randn(97, 32, generator=torch.Generator().manual_seed(5))
+
+    def drafter(seed: int) -> torch.nn.Module:
+        return draft_for(dcfg, tables, tables, torch.zeros(16, dtype=torch.long), t2d, seed=seed)
+
+    def weights(draft: torch.nn.Module) -> torch.Tensor:
+        return torch.cat([p.detach().flatten() for p in draft.parameters()])
+
+    seqs = _sequences()
+    data = (seqs, seqs[::-1][:2])
+    together = [drafter(7), drafter(8)]
+    metrics = demo_real._train_side_by_side(list(zip(together, data, strict=True)), seqs[:1])
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        alone = [drafter(7), drafter(8)]
+        for draft, mine in zip(alone, data, strict=True):
+            train(draft, mine, seqs[:1], steps=12, ttt=3, batch=2, lr=demo_real.RECIPE["lr"],
+                  seed=demo_real.RECIPE["seed"] + 1)
+    finally:
+        torch.set_num_threads(old)
+    assert torch.get_num_threads() == old
+    for seed, mine, other, seen in zip((7, 8), together, alone, metrics, strict=True):
+        moved = (weights(other) - weights(drafter(seed))).abs().max()
+        assert (weights(mine) - weights(other)).abs().max() <= 0.05 * moved
+        assert seen["draft_vocab_size"] == 16 and seen["steps"] == 12
+    assert metrics[0]["final_train_loss"] != metrics[1]["final_train_loss"]
