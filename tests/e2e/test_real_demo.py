@@ -182,7 +182,7 @@ def _estimated(root: Path, name: str) -> float:
 
 
 @pytest.mark.engine
-@pytest.mark.timeout(2700)  # the engine's run, then the doctor's acceptance on 1149 + 81 real conversations
+@pytest.mark.timeout(5400)  # the engine's run, then the doctor's acceptance on 1532 + 81 real conversations
 @pytest.mark.skipif(not ENGINE_PYTHON, reason="no engine: make engine, then EAGLE3LENS_ENGINE_PYTHON")
 def test_the_doctors_budget_adds_up_to_the_engines_own_log_at_t07(real_dir: Path, tmp_path: Path, capsys) -> None:
     """The engine serves the held-out chat with the healthy drafter at T = 0.7 and keeps its log; the doctor on that
