@@ -167,10 +167,13 @@ def measure(target: str | Path, draft: str | Path, prompts: Sequence[Sequence[in
                "stop_token_ids": sorted(int(i) for i in stop_token_ids), "sampling": sampling,
                "max_model_len": max_model_len or longest, "dtype": dtype}
     # the engine's environment, here or on the host: its OpenMP threads, vLLM's CPU KV cache and stats interval, no
-    # eagle3lens path
+    # eagle3lens path; the engine core in the child's own process, so every request is queued before the first step
+    # and the batches (whose shapes move the float rounding, and so a near tie) are the same on every run: vLLM's
+    # documented way to reproducible offline runs
     settings = {"OMP_NUM_THREADS": str(threads or os.environ.get("OMP_NUM_THREADS") or 1),
                 "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE") or "1",
-                "VLLM_LOG_STATS_INTERVAL": os.environ.get("VLLM_LOG_STATS_INTERVAL") or f"{timeout_s:g}"}
+                "VLLM_LOG_STATS_INTERVAL": os.environ.get("VLLM_LOG_STATS_INTERVAL") or f"{timeout_s:g}",
+                "VLLM_ENABLE_V1_MULTIPROCESSING": os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") or "0"}
     with tempfile.TemporaryDirectory(prefix="eagle3lens-measure-") as work:
         request_path, record_path, log_path = (Path(work) / n for n in (REQUEST, RECORD, LOG))
         request_path.write_text(json.dumps(request))

@@ -2,9 +2,9 @@
 
 The run makes a private directory on the host (``remote.workdir``), sends ``measure_child.py``, the request and the
 remote supervisor there (SFTP, or the exec-channel fallback), and runs ``PY -I remote_supervisor.py DIR LIMIT --
-env -u PYTHONPATH OMP_NUM_THREADS=N VLLM_CPU_KVCACHE_SPACE=S PY -I DIR/measure_child.py DIR/request.json
-DIR/record.json``: the supervisor holds the time limit on the host and kills the engine's process group (and its
-workers) past it or when the connection drops. The record comes back into the local work directory, the engine's
+env -u PYTHONPATH OMP_NUM_THREADS=N VLLM_CPU_KVCACHE_SPACE=S ... PY -I DIR/measure_child.py
+DIR/request.json DIR/record.json`` (the local run's environment): the supervisor holds the time limit on the host
+and kills the engine's process group (and its workers) past it or when the connection drops. The record comes back into the local work directory, the engine's
 output beside it, and ``measure`` reads them as it reads a local run's. Every word is ``shlex.quote``d.
 """
 

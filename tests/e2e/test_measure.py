@@ -177,7 +177,8 @@ def _independent(demo: Path, draft: str, prompts: list[list[int]], max_tokens: l
                                    "max_model_len": max_model_len}))
     done = subprocess.run([ENGINE_PYTHON, str(TESTS / "_engine_llm.py"), str(demo / "target"),
                            str(demo / draft), "3", str(request)], capture_output=True, text=True,
-                          env={**os.environ, "OMP_NUM_THREADS": "1", "VLLM_CPU_KVCACHE_SPACE": "1"})
+                          env={**os.environ, "OMP_NUM_THREADS": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
+                               "VLLM_ENABLE_V1_MULTIPROCESSING": "0"})  # vLLM's reproducible offline runs
     line = next(ln for ln in done.stdout.splitlines() if ln.startswith("RESULT "))
     return json.loads(line[len("RESULT "):])
 
