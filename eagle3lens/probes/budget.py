@@ -157,24 +157,22 @@ def acceptance_budget(traffic: AcceptanceResult, *, promise: AcceptanceResult | 
     what = {"chat": "the served conversations", "prompts": "the served prompts"}.get(source or "", f"{traffic.data}")
     rows.add("template", template_label, traffic.in_vocab_accept_len if served else None,
              f"{what}: as trained, within the draft vocabulary" if served else
-             "not measured: give --chat FILE.jsonl (the served conversations)", "budget/template-cost",
-             COST_FIXES["template"])
+             "not measured: give --chat FILE.jsonl (the served conversations)")
     rows.add("vocabulary", "with the served vocabulary", traffic.accept_len("as_trained"),
-             "as trained, checked against the target's whole vocabulary as the server verifies",
-             "budget/vocabulary-cost", COST_FIXES["vocabulary"])
+             "as trained, checked against the target's whole vocabulary as the server verifies")
     sampled = traffic.traffic.sampled if traffic.traffic is not None else {}
     at = sampled.get("as_trained")
     rows.add("sampling", f"under the served sampling ({at.sampling.label()})" if at is not None else
              "under the served sampling", at.accept_len if at is not None else None,
              "as trained, speculative sampling" if at is not None else
-             "not measured: give --temperature T or --request FILE.json (greedy otherwise)", "budget/sampling-cost",
-             COST_FIXES["sampling"])
+             "not measured: give --temperature T or --request FILE.json (greedy otherwise)")
     _engine_row(rows, traffic, sampled)
     _served_row(rows, traffic, logged, log)
     findings = tuple(_cost_findings(tuple(rows.rows), traffic.steps))
-    raised = {f.evidence["row"] for f in findings}
-    budget_rows = tuple(r if r.name not in COST_FIXES or r.name in raised else replace(r, code=None, fix=None)
-                        for r in rows.rows)  # a lever within noise (or a gain) names no finding and no fix
+    # a lever's row names its cost finding and that finding's fix; one within noise (or a gain) names neither
+    raised = {f.evidence["row"]: f for f in findings}
+    budget_rows = tuple(replace(r, code=raised[r.name].code, fix=raised[r.name].fix) if r.name in raised else r
+                        for r in rows.rows)
     return Budget(traffic.steps, budget_rows, findings, tuple(_notes(budget_rows, promise, traffic)))
 
 
