@@ -410,6 +410,7 @@ def capture_samples(target: nn.Module, prompts: Iterable[torch.Tensor], layers: 
     and with the first eos id: the server generates nothing after it).
     Every prompt is checked against the target's vocabulary and positions first (``source`` names them).
     ``stop``: more ids that end a continuation (the tokenizer's eos, which the server also stops at)."""
+    from ..target_runtime.greedy import greedy_continuation
     from ..target_runtime.load import find_decoder_layers, input_device
 
     _, decoder_layers = find_decoder_layers(target)
@@ -423,7 +424,7 @@ def capture_samples(target: nn.Module, prompts: Iterable[torch.Tensor], layers: 
     ends = stop_ids(target, stop)
     for prompt in prompts:
         with torch.no_grad():
-            ids = _greedy(target, prompt.to(device)[None], new_tokens, ends)
+            ids = greedy_continuation(target, prompt.to(device)[None], new_tokens, ends)
         feats, _, normed = target_states(target, ids, sorted(set(layers)))
         mask = torch.zeros(ids.shape[1], dtype=torch.bool)
         mask[prompt.numel():] = True
@@ -449,17 +450,6 @@ def stop_ids(target: nn.Module, more: Iterable[Any] = ()) -> frozenset[int]:
                                                          getattr(target, "generation_config", None))] + list(more)
     items = [i for v in values for i in (v if isinstance(v, (list, tuple)) else [v])]
     return frozenset(i for i in items if isinstance(i, int) and not isinstance(i, bool))
-
-
-def _greedy(target: nn.Module, ids: torch.Tensor, new_tokens: int, stop: frozenset[int] = frozenset()) -> torch.Tensor:
-    """Greedy continuation (argmax, no sampling) by plain forwards: engine-independent and deterministic; it ends
-    after a ``stop`` id, as the server's generation does (nothing after it is ever verified)."""
-    for _ in range(new_tokens):
-        logits = target(input_ids=ids, use_cache=False).logits[:, -1]
-        ids = torch.cat([ids, logits.argmax(-1, keepdim=True)], dim=1)
-        if int(ids[0, -1]) in stop:
-            break
-    return ids
 
 
 def target_states(target: nn.Module, ids: torch.Tensor, layers: Sequence[int]) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:

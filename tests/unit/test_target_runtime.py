@@ -50,3 +50,58 @@ def test_teacher_and_data_read_the_same_states(model, demo_dir: Path) -> None:
     torch.testing.assert_close(teacher.final_norm(pre), post, rtol=1e-5, atol=1e-5)
     shallow, none_pre, none_post = teacher.states(ids, (1,), full=False)
     assert torch.equal(shallow[1], layers[1]) and none_pre is None and none_post is None
+
+
+def _full_recompute(model: torch.nn.Module, ids: torch.Tensor, new_tokens: int) -> torch.Tensor:
+    """Greedy by plain forwards over the whole sequence each step, no cache: the reference."""
+    for _ in range(new_tokens):
+        with torch.no_grad():
+            token = model(input_ids=ids, use_cache=False).logits[:, -1].argmax(-1, keepdim=True)
+        ids = torch.cat([ids, token], dim=1)
+    return ids
+
+
+def test_greedy_continuation_against_the_kv_cache_is_the_full_recompute(model) -> None:
+    from eagle3lens.target_runtime.greedy import cache_kwarg, greedy_continuation
+
+    assert cache_kwarg(model) is not None  # an HF model decodes one token a step
+    lengths: list[int] = []
+    for prompt in (torch.arange(7, 19)[None], torch.tensor([[1, 900, 33, 5, 12]])):
+        lengths.clear()
+        hook = model.register_forward_pre_hook(lambda _m, _a, kw: lengths.append(kw["input_ids"].shape[1]),
+                                               with_kwargs=True)
+        try:
+            with torch.no_grad():
+                cached = greedy_continuation(model, prompt, 12)
+        finally:
+            hook.remove()
+        assert lengths == [prompt.shape[1]] + [1] * 11  # the prompt once, then one token a step
+        assert cached.tolist() == _full_recompute(model, prompt, 12).tolist()
+        stop = int(cached[0, prompt.shape[1] + 3])  # ends after the first stop id, as a server does
+        with torch.no_grad():
+            ended = greedy_continuation(model, prompt, 12, {stop})
+        first = cached[0, prompt.shape[1]:].tolist().index(stop)
+        assert ended.tolist() == cached[:, :prompt.shape[1] + first + 1].tolist()
+
+
+def test_greedy_continuation_of_a_model_without_a_cache_recomputes_the_sequence(model) -> None:
+    from eagle3lens.target_runtime.greedy import cache_kwarg, greedy_continuation
+
+    class NoCache(torch.nn.Module):
+        """A causal LM whose forward takes no cache (a plain module wrapping the HF one)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner, self.lengths = model, []
+
+        def forward(self, input_ids: torch.Tensor, use_cache: bool = False) -> object:
+            self.lengths.append(input_ids.shape[1])
+            return self.inner(input_ids=input_ids, use_cache=use_cache)
+
+    plain = NoCache()
+    assert cache_kwarg(plain) is None
+    prompt = torch.arange(7, 19)[None]
+    with torch.no_grad():
+        out = greedy_continuation(plain, prompt, 5)
+    assert plain.lengths == [12, 13, 14, 15, 16]
+    assert out.tolist() == _full_recompute(model, prompt, 5).tolist()
