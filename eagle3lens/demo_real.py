@@ -46,7 +46,7 @@ THREADS = 2  # the machine's two shared cores, at most
 RECIPE: dict[str, Any] = {
     "new_tokens": 64, "generation_batch": 128, "draft_vocab": 8192, "small_draft_vocab": 512,
     "ttt_steps": 3, "train_steps": 1080, "train_batch": 8, "lr": 3e-3, "seed": 20260533,
-    "served_k": 3, "temperatures": [0.7, 1.0], "dump_dtype": "bfloat16",
+    "served_k": 3, "temperatures": [0.7, 1.0], "dump_dtype": "bfloat16", "training_aux_dtype": "bfloat16",
 }
 NAMES = {"target": "target", "draft": "draft", "draft_specforge": "draft-specforge", "draft_raw": "draft-raw",
          "draft_small_vocab": "draft-small-vocab", "chat": "chat.jsonl"}
@@ -161,11 +161,14 @@ def _build_into(root: Path, gguf: Path, key: str, say: Callable[[str], None]) ->
         say("data: the target's own greedy replies to the built-in prompts, served template, aux states")
         convs, held_convs = data.train_conversations(), data.held_out_conversations()
         # batches of 128 decode steps: two threads take 0.68x the wall time of one on two idle cores (more CPU)
-        seqs = data.generate(target, tokenizer, convs, layers, r["new_tokens"], r["generation_batch"], eos)
+        # training data's aux states in bfloat16: the training forward's autocast casts them so anyway (same steps,
+        # 0.6x the memory); the held-out ones stay float32 for the float32 accuracy
+        kept = getattr(torch, r["training_aux_dtype"])
+        seqs = data.generate(target, tokenizer, convs, layers, r["new_tokens"], r["generation_batch"], eos, kept)
         held = data.generate(target, tokenizer, held_convs, layers, r["new_tokens"], r["generation_batch"], eos)
         say("data: the same conversations as raw text (no template)")
         replies = [tokenizer.decode(s.ids[s.reply_start:], skip_special_tokens=True) for s in seqs]
-        raw = data.raw_states(target, tokenizer, convs, replies, layers, r["generation_batch"] // 2, eos)
+        raw = data.raw_states(target, tokenizer, convs, replies, layers, r["generation_batch"] // 2, eos, kept)
         held_replies = [tokenizer.decode(s.ids[s.reply_start:], skip_special_tokens=True) for s in held]
         held_raw = data.raw_states(target, tokenizer, held_convs, held_replies, layers, r["generation_batch"], eos)
         sizes = _sizes(cfg)
@@ -214,7 +217,7 @@ def _drafter(target: Any, layers: list[int], d2t: torch.Tensor, t2d: torch.Tenso
 def _train_side_by_side(jobs: list[tuple[Any, list[data.Sequence]]], held: list[data.Sequence]) -> list[dict[str, Any]]:
     """Each drafter trained on its sequences, all at once, one thread each (a training step's products are too
     small to keep two threads busy: two drafters side by side on one thread each take 0.85x the wall time of one
-    after the other on two), each with its own batch order; its held-out metrics on ``held``."""
+    after the other on two), each drawing its batches from the same seed; its held-out metrics on ``held``."""
     from .demo_real_train import train
 
     r = RECIPE

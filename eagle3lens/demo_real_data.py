@@ -119,22 +119,26 @@ def rendered(tokenizer: Any, conv: list[dict[str, str]], template: bool, reply: 
 
 
 def generate(target: Any, tokenizer: Any, convs: list[list[dict[str, str]]], layers: list[int], new_tokens: int,
-             batch: int, eos: int) -> list[Sequence]:
+             batch: int, eos: int, aux_dtype: torch.dtype = torch.float32) -> list[Sequence]:
     """Each conversation rendered with the template and continued greedily (stopping after ``eos``), with the aux
-    states generation computed; in input order. Prompts of similar length share a batch (left padding)."""
+    states generation computed (kept in ``aux_dtype``); in input order. Prompts of similar length share a batch
+    (left padding)."""
     prompts = [rendered(tokenizer, c, True) for c in convs]
     order = sorted(range(len(prompts)), key=lambda i: (len(prompts[i]), i))
     out: dict[int, Sequence] = {}
     for start in range(0, len(order), batch):
         chunk = order[start:start + batch]
-        out.update(zip(chunk, greedy_batch(target, [prompts[i] for i in chunk], layers, new_tokens, eos), strict=True))
+        out.update(zip(chunk, greedy_batch(target, [prompts[i] for i in chunk], layers, new_tokens, eos, aux_dtype),
+                              strict=True))
     return [out[i] for i in range(len(prompts))]
 
 
-def greedy_batch(target: Any, prompts: list[list[int]], layers: list[int], new_tokens: int, eos: int) -> list[Sequence]:
+def greedy_batch(target: Any, prompts: list[list[int]], layers: list[int], new_tokens: int, eos: int,
+                 aux_dtype: torch.dtype = torch.float32) -> list[Sequence]:
     """One batch continued greedily with the target's KV cache: a prefill over the left-padded prompts, then one
-    decode step per token, each keeping the aux states and final state it computed (only the last position goes
-    through the lm_head)."""
+    decode step per token, each keeping the aux states (in ``aux_dtype``) and final state it computed (only the last
+    position goes through the lm_head). Each sequence holds copies of its own rows, never views that would keep
+    the whole batch's padded states alive."""
     from transformers import DynamicCache
 
     width = max(len(p) for p in prompts)
@@ -165,14 +169,15 @@ def greedy_batch(target: Any, prompts: list[list[int]], layers: list[int], new_t
         reply = replies[row][:replies[row].index(eos) + 1] if eos in replies[row] else replies[row]
         seq, pad = torch.tensor(p + reply), width - len(p)
         rows = slice(pad, pad + len(seq) - 1)  # every position but the last token's
-        out.append(Sequence(seq, aux_all[row, rows].contiguous(), last_all[row, rows].contiguous(), len(p)))
+        out.append(Sequence(seq, aux_all[row, rows].to(aux_dtype, copy=True), last_all[row, rows].clone(), len(p)))
     return out
 
 
 def raw_states(target: Any, tokenizer: Any, convs: list[list[dict[str, str]]], replies: list[str],
-               layers: list[int], batch: int, pad: int) -> list[Sequence]:
+               layers: list[int], batch: int, pad: int, aux_dtype: torch.dtype = torch.float32) -> list[Sequence]:
     """The conversations with their replies as raw text (no template): one forward each batch (no lm_head), aux
-    states and final state at every position; the reply starts after the contents."""
+    states (in ``aux_dtype``) and final state at every position, copied out of the batch; the reply starts after
+    the contents."""
     seqs = [rendered(tokenizer, c, False, r) for c, r in zip(convs, replies, strict=True)]
     starts = [len(rendered(tokenizer, c, False)) for c in convs]
     out = []
@@ -186,6 +191,6 @@ def raw_states(target: Any, tokenizer: Any, convs: list[list[dict[str, str]]], r
             res = target.model(input_ids=ids, output_hidden_states=True, use_cache=False)
         aux = torch.cat([res.hidden_states[k] for k in layers], dim=-1)
         for row, s in enumerate(chunk):
-            out.append(Sequence(torch.tensor(s), aux[row, :len(s)].contiguous(),
-                                res.hidden_states[-1][row, :len(s)].contiguous(), starts[start + row]))
+            out.append(Sequence(torch.tensor(s), aux[row, :len(s)].to(aux_dtype, copy=True),
+                                res.hidden_states[-1][row, :len(s)].clone(), starts[start + row]))
     return out

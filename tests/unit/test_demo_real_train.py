@@ -34,6 +34,40 @@ def test_batched_generation_keeps_the_states_one_forward_over_each_sequence_comp
         assert seq.ids.tolist() == ids and seq.reply_start == len(prompt)
         assert torch.allclose(seq.aux, torch.cat([ref[k][0] for k in LAYERS], dim=-1), atol=1e-4)
         assert torch.allclose(seq.last, ref[-1][0], atol=1e-4)
+        # each sequence owns its rows: a view would keep the whole padded batch alive
+        assert seq.aux.untyped_storage().nbytes() == seq.aux.nbytes
+        assert seq.last.untyped_storage().nbytes() == seq.last.nbytes
+
+
+def test_training_data_kept_in_bfloat16_holds_what_the_autocast_forward_reads() -> None:
+    """The build keeps the training sequences' aux states in bfloat16: the same values the bfloat16 autocast
+    forward casts the float32 ones to, so the training takes the very same steps on 0.6x the memory."""
+    from eagle3lens.demo_real_train import train
+
+    target = tiny_llama()
+    prompts = [[5, 17, 3], [8, 1, 44, 2, 9], [7, 7, 30, 61, 12, 5, 70]]
+    full = greedy_batch(target, prompts, LAYERS, new_tokens=6, eos=EOS)
+    kept = greedy_batch(target, prompts, LAYERS, new_tokens=6, eos=EOS, aux_dtype=torch.bfloat16)
+    for a, b in zip(full, kept, strict=True):
+        assert b.aux.dtype == torch.bfloat16 and torch.equal(b.aux, a.aux.to(torch.bfloat16))
+        assert b.aux.untyped_storage().nbytes() == b.aux.nbytes and torch.equal(a.last, b.last)
+    cfg = target.config
+    dcfg = DraftConfig(hidden=32, target_hidden=32, num_aux=3, intermediate=64, heads=4, kv_heads=2, head_dim=8,
+                       draft_vocab=16, vocab=97, rms_eps=cfg.rms_norm_eps)
+    t2d = torch.arange(97) < 16
+
+    def trained(seqs: list[Sequence]) -> torch.Tensor:
+        draft = draft_for(dcfg, target.model.embed_tokens.weight.detach(), target.lm_head.weight.detach(),
+                          torch.arange(16), t2d, seed=1, start=target_start(target, dcfg, LAYERS[-1]))
+        train(draft, seqs, seqs[:1], steps=6, ttt=3, batch=2, lr=3e-3, seed=4)
+        return torch.cat([p.detach().flatten() for p in draft.parameters()])
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        assert torch.equal(trained(full), trained(kept))
+    finally:
+        torch.set_num_threads(old)
 
 
 def test_a_drafter_started_from_the_target_computes_the_layer_after_the_last_aux_state() -> None:
