@@ -311,25 +311,23 @@ class SampledCounts:
         return SampledView(name, sampling, r_full, r_cond, accept, greedy, self.exact_chain, start, self.rounds)
 
 
-def score_sampled(counts: SampledCounts, proposed: Sequence[torch.Tensor], starts: torch.Tensor,
-                  rows: torch.Tensor, lm_head: torch.Tensor, sampling: Sampling,
-                  model: torch.nn.Module | None = None, prefix: torch.Tensor | None = None,
-                  stats: RowStats | None = None) -> None:
-    """Add one sequence to ``counts``: ``proposed[k]`` [n] the chain's target ids at step k for each start,
-    ``starts`` [n] the verify starts that count, ``rows`` [T', H] the target's final-norm states (row i + k
-    scores start i's step k on the data's own prefix). With ``model`` and ``prefix``, steps after the first
-    read the target run on the draft's own chain instead (exact); without, the data's prefix (approximate where
-    the chain leaves it). ``stats``: the rows' statistics already gathered from the teacher's logits (no second
-    pass over the vocabulary)."""
+def sampled_alphas(proposed: Sequence[torch.Tensor], starts: torch.Tensor, rows: torch.Tensor, lm_head: torch.Tensor,
+                   sampling: Sampling, model: torch.nn.Module | None = None, prefix: torch.Tensor | None = None,
+                   stats: RowStats | None = None) -> tuple[list[torch.Tensor], bool]:
+    """One sequence's acceptance probabilities under ``sampling`` (what ``SampledCounts.add`` takes) and whether the
+    chain was scored exactly: ``proposed[k]`` [n] the chain's target ids at step k for each start, ``starts`` [n]
+    the verify starts that count, ``rows`` [T', H] the target's final-norm states (row i + k scores start i's step
+    k on the data's own prefix). With ``model`` and ``prefix``, steps after the first read the target run on the
+    draft's own chain instead (exact); without, the data's prefix (approximate where the chain leaves it).
+    ``stats``: the rows' statistics already gathered from the teacher's logits (no second pass over the
+    vocabulary)."""
     n = starts.shape[0]
 
     def probs(wanted: list[tuple[int, torch.Tensor]]) -> list[torch.Tensor]:
         return stats.probs(rows, lm_head, wanted) if stats is not None else token_probs(rows, lm_head, sampling, wanted)
 
     if model is None or prefix is None or len(proposed) == 1:  # one pass over the rows for every step
-        counts.exact_chain = counts.exact_chain and len(proposed) == 1
-        counts.add(probs([(k, p[:n]) for k, p in enumerate(proposed)]), starts)
-        return
+        return probs([(k, p[:n]) for k, p in enumerate(proposed)]), len(proposed) == 1
     first = probs([(0, proposed[0][:n])])[0]
     where = torch.nonzero(starts.cpu(), as_tuple=False).flatten()
     later = chain_token_probs(model, prefix, where, [p[:n][where.to(p.device)].cpu() for p in proposed],
@@ -339,7 +337,7 @@ def score_sampled(counts: SampledCounts, proposed: Sequence[torch.Tensor], start
         full = torch.zeros(n)
         full[where] = later[k]
         alphas.append(full)
-    counts.add(alphas, starts)
+    return alphas, True
 
 
 def sampled_oov_mass(rows: torch.Tensor, lm_head: torch.Tensor, sampling: Sampling,

@@ -9,7 +9,7 @@ from typing import Any, cast
 import torch
 
 from ..draft import Eagle3Draft, map_to_target
-from .sampling import RowStats, SampledCounts, sampled_oov_mass, score_sampled
+from .sampling import RowStats, SampledCounts, sampled_alphas, sampled_oov_mass
 from .served_vocab import ServedVocabCounts, in_draft_vocab
 from .traffic_result import Sampling, Traffic
 
@@ -28,6 +28,8 @@ class TrafficScorer:
     vocab: ServedVocabCounts | None = None
     _shared: dict[int, SampledCounts] = field(default_factory=dict)
     _scored: dict[int, Any] = field(default_factory=dict)  # share -> the sample last scored into it
+    # the sample, chain and probabilities last scored: a view proposing the same chain on it reuses them
+    _last: tuple[Any, list[torch.Tensor], list[torch.Tensor], bool] | None = None
     _stats: RowStats | None = None  # the current sample's row statistics under sampling
 
     def row_stats(self) -> Any:
@@ -53,9 +55,9 @@ class TrafficScorer:
                 self._scored[share] = prepared
                 n = prepared.ids.shape[0] - self.steps + 1
                 if n > 0:
-                    score_sampled(counts, proposed, mask[:n], rows, self.lm_head, self.sampling,
-                                  model=self.model, prefix=prepared.tokens if self.model is not None else None,
-                                  stats=self._stats)
+                    alphas, exact = self._alphas(proposed, mask[:n], prepared)
+                    counts.exact_chain = counts.exact_chain and exact
+                    counts.add(alphas, mask[:n])
             self.sampled[name] = counts
         if name == self.vocab_view:
             cfg = module.cfg
@@ -65,6 +67,21 @@ class TrafficScorer:
             mass = (sampled_oov_mass(rows, self.lm_head, self.sampling, in_vocab)
                     if self.sampling is not None else None)
             self.vocab.add(prepared.teacher_full, mask, in_vocab, proposed, mass)
+
+    def _alphas(self, proposed: list[torch.Tensor], starts: torch.Tensor, prepared: Any
+                ) -> tuple[list[torch.Tensor], bool]:
+        """The chain's acceptance probabilities on ``prepared``: the ones last computed where another view proposed
+        the very same chain on the same sample (a healthy draft's views mostly do: the target's forwards over
+        the chain are the sampled views' main cost)."""
+        last = self._last
+        if last is not None and last[0] is prepared and len(last[1]) == len(proposed) \
+                and all(torch.equal(a, b) for a, b in zip(last[1], proposed, strict=True)):
+            return last[2], last[3]
+        alphas, exact = sampled_alphas(proposed, starts, prepared.rows, self.lm_head, cast(Sampling, self.sampling),
+                                       model=self.model, prefix=prepared.tokens if self.model is not None else None,
+                                       stats=self._stats)
+        self._last = (prepared, proposed, alphas, exact)
+        return alphas, exact
 
     def result(self, greedy: dict[str, float | None]) -> Traffic | None:
         if not self.active:

@@ -273,3 +273,28 @@ def test_cli_target_logit_scale_past_float32_is_one_line(demo_dir: Path, tmp_pat
     assert code == 2 and capsys.readouterr().err == (
         "eagle3lens: error: the target config's logits_scaling 1e-308 scales its logits by 1e+308, past float32's "
         "largest value 3.40282e+38: every sampled figure would be nan\n")
+
+
+def test_views_proposing_the_same_chain_run_the_target_over_it_once(demo_dir: Path, served) -> None:
+    """The exact chain's target forwards are the sampled views' main cost: a serving view that proposes the very
+    chain another view proposed on the same sample reuses its probabilities, and scores what it scores."""
+    target, samples, _ = served
+    calls: list[int] = []
+    hook = target.register_forward_pre_hook(
+        lambda _m, _a, kw: calls.append(1) if kw.get("attention_mask") is not None else None, with_kwargs=True)
+    try:
+        sampling = Sampling(0.8, 0.95)
+        alone = estimate_acceptance(demo_dir / "speculators", samples, target=target, fixed=False, sampling=sampling)
+        once = len(calls)
+        calls.clear()
+        both = estimate_acceptance(demo_dir / "speculators", samples, target=target, fixed=False, sampling=sampling,
+                                   engine="vllm==0.32.0")
+    finally:
+        hook.remove()
+    assert alone.traffic is not None and both.traffic is not None and once > 0
+    assert set(both.traffic.sampled) >= {"as_trained", "as_served"}
+    trained, as_served = both.traffic.sampled["as_trained"], both.traffic.sampled["as_served"]
+    assert both.views["as_served"].full_acc == both.views["as_trained"].full_acc  # the same greedy chain here
+    assert len(calls) == once  # the chain ran once for both views
+    assert as_served.accept_len == trained.accept_len == alone.traffic.sampled["as_trained"].accept_len
+    assert as_served.full_acc == trained.full_acc
