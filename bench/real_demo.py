@@ -159,7 +159,7 @@ def _measure_one(name: str, root: Path, real: dict, draft: str, prompts: list[li
                 max_tokens=launch["max_tokens"], stop_token_ids=launch["stop_token_ids"], temperature=temperature,
                 python=engine_python)
     error = m.counts.standard_error if m.counts else None
-    figure = (f"{m.accept_len:.3f}" + (f" +- {error:.3f}" if error is not None else "") if m.accept_len is not None
+    figure = (f"{m.accept_len:.4f}" + (f" +- {error:.3f}" if error is not None else "") if m.accept_len is not None
               else f"stopped: {m.stop.text() if m.stop else '?'}")
     rates = ", ".join(f"{r:.2f}" for r in (m.counts.per_position if m.counts else ()))
     rounds = f"{m.counts.drafts} rounds; " if m.counts else ""
