@@ -141,6 +141,9 @@ def greedy_batch(target: Any, prompts: list[list[int]], layers: list[int], new_t
     the whole batch's padded states alive."""
     from transformers import DynamicCache
 
+    from .target_runtime.greedy import cache_kwarg
+
+    kwarg = cache_kwarg(target.model) or "past_key_values"  # transformers 5.x deprecates the second name
     width = max(len(p) for p in prompts)
     ids = torch.full((len(prompts), width), eos, dtype=torch.long)
     mask = torch.zeros_like(ids)
@@ -154,8 +157,8 @@ def greedy_batch(target: Any, prompts: list[list[int]], layers: list[int], new_t
     done = torch.zeros(len(prompts), dtype=torch.bool)
     with torch.no_grad():
         while len(new) < new_tokens and not done.all():
-            res = target.model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
-                               use_cache=True, output_hidden_states=True)
+            res = target.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                               output_hidden_states=True, **{kwarg: cache})
             aux.append(torch.cat([res.hidden_states[k] for k in layers], dim=-1))
             last.append(res.hidden_states[-1])  # the final state after the norm
             token = torch.where(done, eos, target.lm_head(res.hidden_states[-1][:, -1]).argmax(-1))

@@ -161,12 +161,14 @@ def train(draft: Eagle3Draft, seqs: Seq[Sequence], held: Seq[Sequence], *, steps
         b = batch_of([seqs[i] for i in pick], ttt)
         with torch.no_grad():
             teacher = F.log_softmax(draft.lm_head(b.last[b.scored]), dim=-1)
+            probs = teacher.exp()  # once a batch, not once a step and again in its backward
         where = torch.full(b.scored.shape, -1, dtype=torch.long)
         where[b.scored] = torch.arange(len(teacher))
         with torch.autocast("cpu", dtype=torch.bfloat16):
             outs = ttt_forward(draft, b.ids, b.aux, ttt, b.first_row)
             logits = [draft.lm_head(draft.norm(h[b.mask(k)])) for k, h in enumerate(outs)]
-        losses = [_kl(z, teacher[b.at_step(where, k)]) for k, z in enumerate(logits)]
+        rows = [b.at_step(where, k) for k in range(ttt)]
+        losses = [_kl(z, teacher[r], probs[r]) for z, r in zip(logits, rows, strict=True)]
         loss = sum((w * part for w, part in zip(weights, losses, strict=True)), torch.zeros(())) / sum(weights)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -182,10 +184,12 @@ def train(draft: Eagle3Draft, seqs: Seq[Sequence], held: Seq[Sequence], *, steps
             "heldout_sequences": len(held)}
 
 
-def _kl(logits: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
+def _kl(logits: torch.Tensor, teacher: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
+    """KL(teacher || draft) per row, batch mean: ``teacher`` the target's log-probabilities, ``probs`` their exp
+    (``F.kl_div`` with ``log_target`` takes that exp twice a call, forward and backward)."""
     if not len(logits):
         return torch.zeros(())
-    return F.kl_div(F.log_softmax(logits.float(), dim=-1), teacher, log_target=True, reduction="batchmean")
+    return (probs * (teacher - F.log_softmax(logits.float(), dim=-1))).sum() / len(logits)
 
 
 def accuracy(draft: Eagle3Draft, seqs: Seq[Sequence], ttt: int) -> list[float]:

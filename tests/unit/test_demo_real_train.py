@@ -3,6 +3,8 @@ in test_real_demo)."""
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -24,7 +26,9 @@ def tiny_llama() -> LlamaForCausalLM:
 def test_batched_generation_keeps_the_states_one_forward_over_each_sequence_computes() -> None:
     target = tiny_llama()
     prompts = [[5, 17, 3], [8, 1, 44, 2, 9], [7, 7, 30, 61, 12, 5, 70]]  # left padding of 4 and 2 in the batch
-    seqs = greedy_batch(target, prompts, LAYERS, new_tokens=6, eos=EOS)
+    with warnings.catch_warnings():  # the cache passed by the keyword this transformers names (no deprecation)
+        warnings.simplefilter("error", FutureWarning)
+        seqs = greedy_batch(target, prompts, LAYERS, new_tokens=6, eos=EOS)
     for prompt, seq in zip(prompts, seqs, strict=True):
         ids = list(prompt)
         with torch.no_grad():
@@ -166,3 +170,22 @@ def test_drafters_trained_side_by_side_end_as_each_trained_alone(monkeypatch) ->
         assert (weights(mine) - weights(other)).abs().max() <= 0.05 * moved
         assert seen["draft_vocab_size"] == 16 and seen["steps"] == 12
     assert metrics[0]["final_train_loss"] != metrics[1]["final_train_loss"]
+
+
+def test_the_training_loss_is_speculators_kl_with_its_gradient() -> None:
+    """The loss takes the teacher's probabilities once a batch; value and gradient stay ``F.kl_div``'s (batch mean
+    of KL(target || draft)), on bfloat16 logits as the autocast forward gives them."""
+    import torch.nn.functional as F
+
+    from eagle3lens.demo_real_train import _kl
+
+    gen = torch.Generator().manual_seed(3)
+    teacher = F.log_softmax(torch.randn(7, 50, generator=gen) * 3, dim=-1)
+    logits = (torch.randn(7, 50, generator=gen) * 2).bfloat16()
+    ours, ref = logits.clone().requires_grad_(True), logits.clone().requires_grad_(True)
+    _kl(ours, teacher, teacher.exp()).backward()
+    want = F.kl_div(F.log_softmax(ref.float(), dim=-1), teacher, log_target=True, reduction="batchmean")
+    want.backward()
+    assert torch.allclose(_kl(ours.detach(), teacher, teacher.exp()), want.detach(), rtol=1e-5)
+    assert ours.grad is not None and ref.grad is not None and torch.allclose(ours.grad.float(), ref.grad.float())
+    assert float(_kl(torch.zeros(0, 50), teacher[:0], teacher[:0].exp())) == 0.0
