@@ -285,7 +285,7 @@ def _write_dumps(root: Path, target: Any, seqs: list[data.Sequence], raw: list[d
         out.mkdir(parents=True)
         for i, s in enumerate(group):
             with torch.no_grad():
-                aux, last, _ = target_states(target, s.ids[None], layers)
+                aux, last, _ = target_states(target, s.ids[None], layers, logits_to_keep=1)  # states, not logits
             write_speculators_sample(out / f"hs_{i}.safetensors", s.ids, [a[0] for a in aux], last[0],
                                      _reply_mask(s, len(s.ids)))
 

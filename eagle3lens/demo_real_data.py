@@ -178,22 +178,24 @@ def greedy_batch(target: Any, prompts: list[list[int]], layers: list[int], new_t
 
 def raw_states(target: Any, tokenizer: Any, convs: list[list[dict[str, str]]], replies: list[str],
                layers: list[int], batch: int, pad: int, aux_dtype: torch.dtype = torch.float32) -> list[Sequence]:
-    """The conversations with their replies as raw text (no template): one forward each batch (no lm_head), aux
-    states (in ``aux_dtype``) and final state at every position, copied out of the batch; the reply starts after
-    the contents."""
+    """The conversations with their replies as raw text (no template): one forward each batch of similar lengths (no
+    lm_head), aux states (in ``aux_dtype``) and final state at every position, copied out of the batch; the reply
+    starts after the contents; in input order."""
     seqs = [rendered(tokenizer, c, False, r) for c, r in zip(convs, replies, strict=True)]
     starts = [len(rendered(tokenizer, c, False)) for c in convs]
-    out = []
-    for start in range(0, len(seqs), batch):
-        chunk = seqs[start:start + batch]
-        width = max(len(s) for s in chunk)
+    order = sorted(range(len(seqs)), key=lambda i: (len(seqs[i]), i))  # similar lengths share a batch: less padding
+    out: dict[int, Sequence] = {}
+    for start in range(0, len(order), batch):
+        chunk = order[start:start + batch]
+        width = max(len(seqs[i]) for i in chunk)
         ids = torch.full((len(chunk), width), pad, dtype=torch.long)
-        for row, s in enumerate(chunk):  # right padding: causal attention never reads it
-            ids[row, :len(s)] = torch.tensor(s)
+        for row, i in enumerate(chunk):  # right padding: causal attention never reads it
+            ids[row, :len(seqs[i])] = torch.tensor(seqs[i])
         with torch.no_grad():
             res = target.model(input_ids=ids, output_hidden_states=True, use_cache=False)
         aux = torch.cat([res.hidden_states[k] for k in layers], dim=-1)
-        for row, s in enumerate(chunk):
-            out.append(Sequence(torch.tensor(s), aux[row, :len(s)].to(aux_dtype, copy=True),
-                                res.hidden_states[-1][row, :len(s)].clone(), starts[start + row]))
-    return out
+        for row, i in enumerate(chunk):
+            n = len(seqs[i])
+            out[i] = Sequence(torch.tensor(seqs[i]), aux[row, :n].to(aux_dtype, copy=True),
+                              res.hidden_states[-1][row, :n].clone(), starts[i])
+    return [out[i] for i in range(len(seqs))]

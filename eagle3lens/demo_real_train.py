@@ -154,6 +154,7 @@ def train(draft: Eagle3Draft, seqs: Seq[Sequence], held: Seq[Sequence], *, steps
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 10) * max(0.1, 1 - s / steps))
     gen = torch.Generator().manual_seed(seed)
     weights = [0.8 ** k for k in range(ttt)]
+    head = draft.lm_head.weight.detach().to(torch.bfloat16)  # frozen: autocast would cast it again every call
     draft.train()
     loss = torch.zeros(())
     for _ in range(steps):
@@ -166,7 +167,7 @@ def train(draft: Eagle3Draft, seqs: Seq[Sequence], held: Seq[Sequence], *, steps
         where[b.scored] = torch.arange(len(teacher))
         with torch.autocast("cpu", dtype=torch.bfloat16):
             outs = ttt_forward(draft, b.ids, b.aux, ttt, b.first_row)
-            logits = [draft.lm_head(draft.norm(h[b.mask(k)])) for k, h in enumerate(outs)]
+            logits = [F.linear(draft.norm(h[b.mask(k)]), head) for k, h in enumerate(outs)]
         rows = [b.at_step(where, k) for k in range(ttt)]
         losses = [_kl(z, teacher[r], probs[r]) for z, r in zip(logits, rows, strict=True)]
         loss = sum((w * part for w, part in zip(weights, losses, strict=True)), torch.zeros(())) / sum(weights)

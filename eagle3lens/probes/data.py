@@ -452,13 +452,15 @@ def stop_ids(target: nn.Module, more: Iterable[Any] = ()) -> frozenset[int]:
     return frozenset(i for i in items if isinstance(i, int) and not isinstance(i, bool))
 
 
-def target_states(target: nn.Module, ids: torch.Tensor, layers: Sequence[int]) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
+def target_states(target: nn.Module, ids: torch.Tensor, layers: Sequence[int],
+                  **forward: Any) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
     """One forward of ``target`` over ``ids`` [B, T]: the inputs of decoder layers ``layers`` (HF hidden_states
-    indices), and the final norm's input (the last hidden state before the norm) and output."""
+    indices), and the final norm's input (the last hidden state before the norm) and output; ``forward`` goes to
+    the model (an HF model's ``logits_to_keep=1``: the lm_head on the last position only)."""
     from ..target_runtime import HookPoints
 
     points = HookPoints(target)
-    seen, _ = points.run(ids, [points.layer(k) for k in sorted(set(layers))] + ["norm.in", "norm.out"])
+    seen, _ = points.run(ids, [points.layer(k) for k in sorted(set(layers))] + ["norm.in", "norm.out"], **forward)
     return [seen[points.layer(k)] for k in layers], seen["norm.in"], seen["norm.out"]
 
 

@@ -18,7 +18,7 @@ from eagle3lens.demo_real import build_real, built_key
 from eagle3lens.hf_load import load_config, load_tokenizer
 from eagle3lens.probes.measured import GREEDY_TOLERANCE
 
-# the build takes 26-30 minutes on two cores (its 15-minute floor is not met yet): it runs
+# the build takes about 15 minutes on two idle cores (its floor: 15): it runs
 # where asked for; a second build is copied from the content cache (EAGLE3LENS_REAL_DEMO_CACHE) in seconds
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not os.environ.get("EAGLE3LENS_REAL_DEMO"),
                                                    reason="set EAGLE3LENS_REAL_DEMO=1 to build the real demo")]

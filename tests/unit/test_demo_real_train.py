@@ -189,3 +189,40 @@ def test_the_training_loss_is_speculators_kl_with_its_gradient() -> None:
     assert torch.allclose(_kl(ours.detach(), teacher, teacher.exp()), want.detach(), rtol=1e-5)
     assert ours.grad is not None and ref.grad is not None and torch.allclose(ours.grad.float(), ref.grad.float())
     assert float(_kl(torch.zeros(0, 50), teacher[:0], teacher[:0].exp())) == 0.0
+
+
+def test_raw_states_batch_by_length_and_return_each_conversation_in_order() -> None:
+    """Raw-text states: batches of similar lengths (right padding), the sequences back in the conversations' order,
+    each holding what one forward over it alone computes."""
+    from eagle3lens.demo_chat import build_tokenizer
+    from eagle3lens.demo_real_data import raw_states, rendered
+
+    target, tokenizer = tiny_llama(), build_tokenizer(97)
+    convs = [[{"role": "user", "content": " ".join(f"w{10 + i + j}" for j in range(n))}] for i, n in
+             enumerate((7, 2, 9, 3, 5))]
+    replies = [" ".join(f"w{40 + j}" for j in range(n)) for n in (1, 8, 2, 6, 4)]
+    seqs = raw_states(target, tokenizer, convs, replies, LAYERS, batch=2, pad=0)
+    for conv, reply, seq in zip(convs, replies, seqs, strict=True):
+        assert seq.ids.tolist() == rendered(tokenizer, conv, False, reply)
+        assert seq.reply_start == len(rendered(tokenizer, conv, False))
+        with torch.no_grad():
+            ref = target.model(seq.ids[None], output_hidden_states=True).hidden_states
+        assert torch.allclose(seq.aux, torch.cat([ref[k][0] for k in LAYERS], dim=-1), atol=1e-5)
+        assert torch.allclose(seq.last, ref[-1][0], atol=1e-5)
+
+
+def test_the_training_logits_are_the_autocast_lm_heads_bit_for_bit() -> None:
+    """The training casts the frozen lm_head to bfloat16 once; its logits are the ones autocast's own cast of the
+    weight at every call gives."""
+    import torch.nn.functional as F
+
+    target = tiny_llama()
+    cfg = DraftConfig(hidden=32, target_hidden=32, num_aux=3, intermediate=64, heads=4, kv_heads=2, head_dim=8,
+                      draft_vocab=16, vocab=97, rms_eps=target.config.rms_norm_eps)
+    draft = draft_for(cfg, target.model.embed_tokens.weight.detach(), target.lm_head.weight.detach(),
+                      torch.arange(16), torch.arange(97) < 16, seed=1)
+    h = torch.randn(11, 32, generator=torch.Generator().manual_seed(2))
+    head = draft.lm_head.weight.detach().to(torch.bfloat16)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        want, got = draft.lm_head(draft.norm(h)), F.linear(draft.norm(h), head)
+    assert got.dtype == want.dtype == torch.bfloat16 and torch.equal(got, want)

@@ -50,6 +50,10 @@ def test_teacher_and_data_read_the_same_states(model, demo_dir: Path) -> None:
     torch.testing.assert_close(teacher.final_norm(pre), post, rtol=1e-5, atol=1e-5)
     shallow, none_pre, none_post = teacher.states(ids, (1,), full=False)
     assert torch.equal(shallow[1], layers[1]) and none_pre is None and none_post is None
+    # the lm_head on the last position only (what a dump writer asks for): the very same states
+    kept, kept_last, kept_normed = target_states(model, ids[None], [1, 2], logits_to_keep=1)
+    assert all(torch.equal(a, b) for a, b in zip(aux, kept, strict=True))
+    assert torch.equal(kept_last, last) and torch.equal(kept_normed, normed)
 
 
 def _full_recompute(model: torch.nn.Module, ids: torch.Tensor, new_tokens: int) -> torch.Tensor:
